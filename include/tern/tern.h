@@ -1,0 +1,93 @@
+/*
+ * tern — NCCL-style collective communication library.  Public C99 API.
+ *
+ * Semantics follow NCCL's where this header is silent.  Host buffers with
+ * stream == NULL complete before the call returns (inside a group: by
+ * ternGroupEnd).  Errors are returned, never raised: ternGetLastError()
+ * says in one sentence what went wrong.
+ */
+#ifndef TERN_TERN_H_
+#define TERN_TERN_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)  /* the library hides everything else */
+#endif
+
+#define TERN_MAJOR 0
+#define TERN_MINOR 1
+#define TERN_PATCH 0
+#define TERN_VERSION_CODE (TERN_MAJOR * 10000 + TERN_MINOR * 100 + TERN_PATCH)
+
+typedef struct ternComm* ternComm_t;
+
+#define TERN_UNIQUE_ID_BYTES 128
+typedef struct { char internal[TERN_UNIQUE_ID_BYTES]; } ternUniqueId;
+
+typedef enum { ternSuccess = 0, ternUnhandledCudaError = 1, ternSystemError = 2,
+               ternInternalError = 3, ternInvalidArgument = 4, ternInvalidUsage = 5,
+               ternRemoteError = 6, ternInProgress = 7, ternTimeout = 8 } ternResult_t;
+
+typedef enum { ternInt8 = 0, ternUint8, ternInt32, ternUint32, ternInt64, ternUint64,
+               ternFloat16, ternFloat32, ternFloat64, ternBfloat16,
+               ternNumTypes /* not a type: the number of types */ } ternDataType_t;
+
+typedef enum { ternSum = 0, ternProd, ternMax, ternMin, ternAvg,
+               ternNumOps /* not an op: the number of ops */ } ternRedOp_t;
+
+typedef void* ternStream_t;   /* a cudaStream_t for device buffers; NULL for host buffers */
+
+const char*  ternGetErrorString(ternResult_t result);
+const char*  ternGetLastError(ternComm_t comm);          /* comm may be NULL */
+ternResult_t ternGetVersion(int* version);
+ternResult_t ternGetUniqueId(ternUniqueId* uniqueId);
+ternResult_t ternCommInitRank(ternComm_t* comm, int nranks, ternUniqueId commId, int rank);
+ternResult_t ternCommInitFromEnv(ternComm_t* comm);
+ternResult_t ternCommDestroy(ternComm_t comm);
+ternResult_t ternCommAbort(ternComm_t comm);
+ternResult_t ternCommGetAsyncError(ternComm_t comm, ternResult_t* asyncError);
+ternResult_t ternCommCount(const ternComm_t comm, int* count);
+ternResult_t ternCommUserRank(const ternComm_t comm, int* rank);
+
+ternResult_t ternAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+    ternDataType_t datatype, ternRedOp_t op, ternComm_t comm, ternStream_t stream);
+ternResult_t ternBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+    ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream);
+ternResult_t ternReduce(const void* sendbuff, void* recvbuff, size_t count,
+    ternDataType_t datatype, ternRedOp_t op, int root, ternComm_t comm, ternStream_t stream);
+ternResult_t ternAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+    ternDataType_t datatype, ternComm_t comm, ternStream_t stream);
+ternResult_t ternReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+    ternDataType_t datatype, ternRedOp_t op, ternComm_t comm, ternStream_t stream);
+ternResult_t ternSend(const void* sendbuff, size_t count, ternDataType_t datatype,
+    int peer, ternComm_t comm, ternStream_t stream);
+ternResult_t ternRecv(void* recvbuff, size_t count, ternDataType_t datatype,
+    int peer, ternComm_t comm, ternStream_t stream);
+ternResult_t ternGroupStart(void);
+ternResult_t ternGroupEnd(void);
+ternResult_t ternBarrier(ternComm_t comm);
+
+/* ---- Extensions --------------------------------------------------------- */
+
+/* Size in bytes of one element of datatype, or 0 for an invalid type. */
+size_t ternTypeSize(ternDataType_t datatype);
+
+/* Which transport carries traffic between this rank and peer:
+ * "self", "shm" or "tcp" (pointer to a static string, NULL on error). */
+const char* ternCommPeerTransport(const ternComm_t comm, int peer);
+
+/* Bytes this rank has put on the wire / taken off it since the comm was made. */
+typedef struct { unsigned long long bytesSent, bytesRecv, ops; } ternCommStats_t;
+ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+#ifdef __cplusplus
+}
+#endif
+#endif /* TERN_TERN_H_ */

@@ -1,0 +1,59 @@
+// Pipelined ring allreduce (bandwidth-optimal: each rank sends 2(N-1)/N of
+// the buffer).  The buffer is cut into pieces of N chunks; per piece, rank r
+// runs the classic schedule as streaming steps:
+//
+//   send chunk r-1                                  (reduce-scatter starts)
+//   N-2 x  recv chunk r-1-s, reduce with ours, send
+//   recv chunk r, reduce, write result, send        (r now owns chunk r)
+//   N-2 x  recv chunk r-t, write, send              (allgather)
+//   recv chunk r+1, write
+//
+// Each step streams through the fifos, so a chunk flows on to the next rank
+// while it is still arriving.  Chunks are bounded by TERN_CHUNKSIZE so the
+// first send of every rank always fits in its fifo: no ring-wide deadlock.
+#include "collectives/collectives.h"
+#include "collectives/primitives.h"
+
+namespace tern {
+
+ternResult_t allReduceRing(Comm& c, const void* src, void* dst, size_t count,
+                           ternDataType_t dt, ternRedOp_t op) {
+  const int n = c.nranks, r = c.rank;
+  const size_t esz = ternTypeSize(dt);
+  const size_t maxChunk = std::max<size_t>(1, c.cfg.chunkBytes / esz);
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  Conn* in = prevConn(c);
+  Conn* out = nextConn(c);
+  Program prog;
+  for (size_t base = 0; base < count;) {
+    size_t left = count - base;
+    size_t ce = std::min(maxChunk, (left + n - 1) / n);
+    size_t piece = std::min(left, ce * n);
+    // Byte offset and length of chunk k of this piece (k taken mod n).
+    auto at = [&](int k, size_t* off) {
+      size_t first = std::min(static_cast<size_t>((k % n + n) % n) * ce, piece);
+      *off = (base + first) * esz;
+      return std::min(ce, piece - first) * esz;
+    };
+    size_t off, len;
+    len = at(r - 1, &off);
+    prog.add({nullptr, out, s + off, nullptr, len});
+    for (int st = 1; st <= n - 2; ++st) {
+      len = at(r - 1 - st, &off);
+      prog.add({in, out, s + off, nullptr, len, true});
+    }
+    len = at(r, &off);
+    prog.add({in, out, s + off, d + off, len, true, op == ternAvg});
+    for (int t = 1; t <= n - 2; ++t) {
+      len = at(r - t, &off);
+      prog.add({in, out, nullptr, d + off, len});
+    }
+    len = at(r + 1, &off);
+    prog.add({in, nullptr, nullptr, d + off, len});
+    base += piece;
+  }
+  return runProgram(c, prog, {dt, op}, "allreduce (ring)");
+}
+
+}  // namespace tern

@@ -1,0 +1,24 @@
+// Element-wise reductions for every datatype and op.  float16 and bfloat16
+// are reduced in float32 and rounded back (to nearest even), as NCCL does.
+#pragma once
+#include <cstddef>
+
+#include "tern/tern.h"
+
+namespace tern {
+
+// dst[i] = a[i] (op) b[i] for i < count.  dst may alias a or b.  When
+// avgDivisor > 0 (ternAvg on the last reduction) the sum is divided by it;
+// integer averages truncate like C division.
+void reduceKernel(void* dst, const void* a, const void* b, size_t count, ternDataType_t dt,
+                  ternRedOp_t op, int avgDivisor);
+
+// buf[i] = buf[i] / divisor (ternAvg after a sum computed elsewhere).
+void divideKernel(void* buf, size_t count, ternDataType_t dt, int divisor);
+
+float halfToFloat(unsigned short h);
+unsigned short floatToHalf(float f);
+float bf16ToFloat(unsigned short h);
+unsigned short floatToBf16(float f);
+
+}  // namespace tern

@@ -1,0 +1,359 @@
+// The C API: argument checks, then hand-off to the progress thread (or to the
+// open group).  Every failure returns a ternResult_t with a sentence for
+// ternGetLastError; nothing aborts the caller.
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <unordered_set>
+
+#include "collectives/collectives.h"
+#include "core/comm.h"
+#include "core/env_init.h"
+#include "core/error.h"
+#include "core/group.h"
+#include "core/log.h"
+
+using namespace tern;
+
+namespace {
+
+std::mutex registryMu;
+std::unordered_set<const ternComm*> registry;  // live communicators
+
+bool isLive(const ternComm* c) {
+  std::lock_guard<std::mutex> lk(registryMu);
+  return registry.count(c) != 0;
+}
+
+// Records an API-level failure both for the thread and on the communicator.
+ternResult_t fail(ternComm* c, ternResult_t code, const std::string& msg) {
+  setError(code, msg);
+  if (c && isLive(c)) c->setLastError(msg);
+  return code;
+}
+
+ternResult_t checkComm(ternComm* c) {
+  if (!c) return fail(nullptr, ternInvalidArgument, "comm is NULL");
+  if (!isLive(c))
+    return fail(nullptr, ternInvalidUsage,
+                "comm is not a live communicator (already destroyed or never created)");
+  int e = c->asyncError.load();
+  if (e != ternSuccess)
+    return fail(c, static_cast<ternResult_t>(e),
+                "the communicator failed earlier (" + c->getLastError() +
+                    "); call ternCommAbort and make a new one");
+  return ternSuccess;
+}
+
+ternResult_t checkArgs(ternComm* c, const void* buf, const void* buf2, size_t count,
+                       ternDataType_t dt, ternStream_t stream, const char* what) {
+  TERN_CHECK(checkComm(c));
+  if (static_cast<int>(dt) < 0 || dt >= ternNumTypes)
+    return fail(c, ternInvalidArgument,
+                std::string(what) + ": datatype " + std::to_string(dt) + " is not a ternDataType_t");
+  if (count > std::numeric_limits<size_t>::max() / 8 / static_cast<size_t>(c->nranks))
+    return fail(c, ternInvalidArgument, std::string(what) + ": count is too large");
+  if (count > 0 && (!buf || !buf2))
+    return fail(c, ternInvalidArgument, std::string(what) + ": a buffer is NULL but count is " +
+                                            std::to_string(count));
+  if (stream)
+    return fail(c, ternInvalidArgument,
+                std::string(what) + ": stream must be NULL (this build has no CUDA support; "
+                                    "buffers are host memory)");
+  return ternSuccess;
+}
+
+ternResult_t checkOp(ternComm* c, ternRedOp_t op, const char* what) {
+  if (static_cast<int>(op) < 0 || op >= ternNumOps)
+    return fail(c, ternInvalidArgument,
+                std::string(what) + ": op " + std::to_string(op) + " is not a ternRedOp_t");
+  return ternSuccess;
+}
+
+ternResult_t checkRank(ternComm* c, int r, const char* role, const char* what) {
+  if (r < 0 || r >= c->nranks)
+    return fail(c, ternInvalidArgument, std::string(what) + ": " + role + " " +
+                                            std::to_string(r) + " is not in [0, " +
+                                            std::to_string(c->nranks) + ")");
+  return ternSuccess;
+}
+
+// Runs a collective now, or queues it when a group is open.
+ternResult_t launch(ternComm* c, std::function<ternResult_t()> fn) {
+  if (groupOpen()) {
+    groupAddCollective(c, std::move(fn));
+    return ternSuccess;
+  }
+  return runBlocking({{c, {std::move(fn)}, {}}});
+}
+
+}  // namespace
+
+namespace tern {
+
+ternResult_t runBlocking(const std::vector<GroupWork>& works) {
+  std::vector<std::shared_ptr<Operation>> ops;
+  for (const GroupWork& w : works) {
+    Comm* c = w.comm;
+    auto colls = w.collectives;
+    auto p2p = w.p2p;
+    ops.push_back(c->engine->submit([c, colls, p2p]() -> ternResult_t {
+      for (auto& fn : colls) TERN_CHECK(fn());
+      if (!p2p.empty()) TERN_CHECK(sendRecv(*c, p2p));
+      c->opsDone.fetch_add(1, std::memory_order_relaxed);
+      return ternSuccess;
+    }));
+  }
+  ternResult_t first = ternSuccess;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    std::string err;
+    ternResult_t r = ops[i]->wait(&err);
+    if (r != ternSuccess) {
+      works[i].comm->setLastError(err);
+      setThreadError(err);
+      if (first == ternSuccess) first = r;
+    }
+  }
+  return first;
+}
+
+}  // namespace tern
+
+extern "C" {
+
+const char* ternGetLastError(ternComm_t comm) {
+  static thread_local std::string copy;
+  copy = (comm && isLive(comm)) ? comm->getLastError() : lastThreadError();
+  if (copy.empty()) copy = lastThreadError();
+  return copy.c_str();
+}
+
+ternResult_t ternGetVersion(int* version) {
+  if (!version) return fail(nullptr, ternInvalidArgument, "version is NULL");
+  *version = TERN_VERSION_CODE;
+  return ternSuccess;
+}
+
+size_t ternTypeSize(ternDataType_t dt) {
+  switch (dt) {
+    case ternInt8: case ternUint8: return 1;
+    case ternFloat16: case ternBfloat16: return 2;
+    case ternInt32: case ternUint32: case ternFloat32: return 4;
+    case ternInt64: case ternUint64: case ternFloat64: return 8;
+    default: return 0;
+  }
+}
+
+ternResult_t ternGetUniqueId(ternUniqueId* uniqueId) {
+  if (!uniqueId) return fail(nullptr, ternInvalidArgument, "uniqueId is NULL");
+  Config cfg = readConfig();
+  IdContents id;
+  randomBytes(id.secret.key, sizeof id.secret.key);
+  SockAddr bindAddr;
+  TERN_CHECK(pickInterface(cfg.ifname, &bindAddr, nullptr));
+  TERN_CHECK(startRoot(bindAddr, id.secret, cfg.timeoutSec, &id.root));
+  encodeId(id, uniqueId);
+  return ternSuccess;
+}
+
+static ternResult_t registerNew(ternComm_t* comm, int nranks, const IdContents& id, int rank) {
+  ternComm* c = nullptr;
+  TERN_CHECK(commCreate(nranks, rank, id, &c));
+  std::lock_guard<std::mutex> lk(registryMu);
+  registry.insert(c);
+  *comm = c;
+  return ternSuccess;
+}
+
+ternResult_t ternCommInitRank(ternComm_t* comm, int nranks, ternUniqueId commId, int rank) {
+  if (!comm) return fail(nullptr, ternInvalidArgument, "comm is NULL");
+  *comm = nullptr;
+  if (nranks < 1)
+    return fail(nullptr, ternInvalidArgument, "nranks " + std::to_string(nranks) + " < 1");
+  if (rank < 0 || rank >= nranks)
+    return fail(nullptr, ternInvalidArgument, "rank " + std::to_string(rank) +
+                                                  " is not in [0, " + std::to_string(nranks) + ")");
+  IdContents id;
+  TERN_CHECK(decodeId(commId, &id));
+  return registerNew(comm, nranks, id, rank);
+}
+
+ternResult_t ternCommInitFromEnv(ternComm_t* comm) {
+  if (!comm) return fail(nullptr, ternInvalidArgument, "comm is NULL");
+  *comm = nullptr;
+  EnvJob job;
+  TERN_CHECK(jobFromEnv(&job));
+  if (job.rank == 0) {
+    // Rank 0 hosts the root on the agreed port, on every local address.
+    SockAddr any = job.id.root, actual;
+    if (any.ss.ss_family == AF_INET)
+      reinterpret_cast<sockaddr_in*>(&any.ss)->sin_addr.s_addr = htonl(INADDR_ANY);
+    else
+      reinterpret_cast<sockaddr_in6*>(&any.ss)->sin6_addr = in6addr_any;
+    TERN_CHECK(startRoot(any, job.id.secret, readConfig().timeoutSec, &actual));
+  }
+  return registerNew(comm, job.nranks, job.id, job.rank);
+}
+
+static ternResult_t unregister(ternComm_t comm) {
+  if (!comm) return fail(nullptr, ternInvalidArgument, "comm is NULL");
+  std::lock_guard<std::mutex> lk(registryMu);
+  if (!registry.erase(comm))
+    return setError(ternInvalidUsage,
+                    "comm is not a live communicator (already destroyed or never created)");
+  return ternSuccess;
+}
+
+ternResult_t ternCommDestroy(ternComm_t comm) {
+  TERN_CHECK(unregister(comm));
+  delete comm;
+  return ternSuccess;
+}
+
+ternResult_t ternCommAbort(ternComm_t comm) {
+  TERN_CHECK(unregister(comm));
+  comm->aborted.store(true);
+  comm->fail(ternRemoteError);  // wake peers: our sockets close now
+  delete comm;
+  return ternSuccess;
+}
+
+ternResult_t ternCommGetAsyncError(ternComm_t comm, ternResult_t* asyncError) {
+  if (!asyncError) return fail(comm, ternInvalidArgument, "asyncError is NULL");
+  if (!comm) return fail(nullptr, ternInvalidArgument, "comm is NULL");
+  if (!isLive(comm))
+    return fail(nullptr, ternInvalidUsage, "comm is not a live communicator");
+  *asyncError = static_cast<ternResult_t>(comm->asyncError.load());
+  return ternSuccess;
+}
+
+ternResult_t ternCommCount(const ternComm_t comm, int* count) {
+  if (!count) return fail(nullptr, ternInvalidArgument, "count is NULL");
+  if (!comm || !isLive(comm))
+    return fail(nullptr, comm ? ternInvalidUsage : ternInvalidArgument,
+                "comm is not a live communicator");
+  *count = comm->nranks;
+  return ternSuccess;
+}
+
+ternResult_t ternCommUserRank(const ternComm_t comm, int* rank) {
+  if (!rank) return fail(nullptr, ternInvalidArgument, "rank is NULL");
+  if (!comm || !isLive(comm))
+    return fail(nullptr, comm ? ternInvalidUsage : ternInvalidArgument,
+                "comm is not a live communicator");
+  *rank = comm->rank;
+  return ternSuccess;
+}
+
+const char* ternCommPeerTransport(const ternComm_t comm, int peer) {
+  if (!comm || !isLive(comm) || peer < 0 || peer >= comm->nranks) return nullptr;
+  return comm->conns[peer]->name();
+}
+
+ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats) {
+  if (!stats) return fail(nullptr, ternInvalidArgument, "stats is NULL");
+  if (!comm || !isLive(comm))
+    return fail(nullptr, comm ? ternInvalidUsage : ternInvalidArgument,
+                "comm is not a live communicator");
+  *stats = {};
+  for (auto& c : comm->conns) {
+    if (!strcmp(c->name(), "self")) continue;  // never leaves the process
+    stats->bytesSent += c->bytesSent;
+    stats->bytesRecv += c->bytesRecv;
+  }
+  stats->ops = comm->opsDone.load();
+  return ternSuccess;
+}
+
+ternResult_t ternAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
+                           ternStream_t stream) {
+  TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, count, datatype, stream, "ternAllReduce"));
+  TERN_CHECK(checkOp(comm, op, "ternAllReduce"));
+  if (count == 0) return ternSuccess;
+  return launch(comm, [=] { return allReduce(*comm, sendbuff, recvbuff, count, datatype, op); });
+}
+
+ternResult_t ternBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           ternDataType_t datatype, int root, ternComm_t comm,
+                           ternStream_t stream) {
+  TERN_CHECK(checkArgs(comm, recvbuff, recvbuff, count, datatype, stream, "ternBroadcast"));
+  TERN_CHECK(checkRank(comm, root, "root", "ternBroadcast"));
+  if (comm->rank == root && count > 0 && !sendbuff)
+    return fail(comm, ternInvalidArgument, "ternBroadcast: sendbuff is NULL on the root");
+  if (count == 0) return ternSuccess;
+  size_t bytes = count * ternTypeSize(datatype);
+  return launch(comm, [=] { return broadcast(*comm, sendbuff, recvbuff, bytes, root); });
+}
+
+ternResult_t ternReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        ternDataType_t datatype, ternRedOp_t op, int root, ternComm_t comm,
+                        ternStream_t stream) {
+  TERN_CHECK(checkArgs(comm, sendbuff, sendbuff, count, datatype, stream, "ternReduce"));
+  TERN_CHECK(checkOp(comm, op, "ternReduce"));
+  TERN_CHECK(checkRank(comm, root, "root", "ternReduce"));
+  if (comm->rank == root && count > 0 && !recvbuff)
+    return fail(comm, ternInvalidArgument, "ternReduce: recvbuff is NULL on the root");
+  if (count == 0) return ternSuccess;
+  return launch(comm,
+                [=] { return reduce(*comm, sendbuff, recvbuff, count, datatype, op, root); });
+}
+
+ternResult_t ternAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
+  TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, sendcount, datatype, stream, "ternAllGather"));
+  if (sendcount == 0) return ternSuccess;
+  size_t bytes = sendcount * ternTypeSize(datatype);
+  return launch(comm, [=] { return allGather(*comm, sendbuff, recvbuff, bytes); });
+}
+
+ternResult_t ternReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
+                               ternStream_t stream) {
+  TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, recvcount, datatype, stream,
+                       "ternReduceScatter"));
+  TERN_CHECK(checkOp(comm, op, "ternReduceScatter"));
+  if (recvcount == 0) return ternSuccess;
+  return launch(comm, [=] {
+    return reduceScatter(*comm, sendbuff, recvbuff, recvcount, datatype, op);
+  });
+}
+
+static ternResult_t pointToPoint(const void* buf, size_t count, ternDataType_t datatype, int peer,
+                                 ternComm_t comm, ternStream_t stream, bool send) {
+  const char* what = send ? "ternSend" : "ternRecv";
+  TERN_CHECK(checkArgs(comm, buf, buf, count, datatype, stream, what));
+  TERN_CHECK(checkRank(comm, peer, "peer", what));
+  if (count == 0) return ternSuccess;
+  P2P p{peer, send, const_cast<char*>(static_cast<const char*>(buf)),
+        count * ternTypeSize(datatype)};
+  if (peer == comm->rank && !groupOpen())
+    return fail(comm, ternInvalidUsage,
+                std::string(what) + " to self outside a group would wait forever; "
+                                    "pair it with its match inside ternGroupStart/End");
+  if (groupOpen()) {
+    groupAddP2P(comm, p);
+    return ternSuccess;
+  }
+  return runBlocking({{comm, {}, {p}}});
+}
+
+ternResult_t ternSend(const void* sendbuff, size_t count, ternDataType_t datatype, int peer,
+                      ternComm_t comm, ternStream_t stream) {
+  return pointToPoint(sendbuff, count, datatype, peer, comm, stream, true);
+}
+
+ternResult_t ternRecv(void* recvbuff, size_t count, ternDataType_t datatype, int peer,
+                      ternComm_t comm, ternStream_t stream) {
+  return pointToPoint(recvbuff, count, datatype, peer, comm, stream, false);
+}
+
+ternResult_t ternBarrier(ternComm_t comm) {
+  TERN_CHECK(checkComm(comm));
+  if (groupOpen())
+    return fail(comm, ternInvalidUsage, "ternBarrier cannot be called inside a group");
+  return launch(comm, [=] { return barrier(*comm); });
+}
+
+}  // extern "C"

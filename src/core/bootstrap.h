@@ -1,0 +1,44 @@
+// Bootstrap: the unique id, the root rendezvous that hands every rank the
+// address table, and the identity of a host (for choosing shm).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/auth.h"
+#include "core/socket.h"
+
+namespace tern {
+
+// What every rank tells the root, and the root tells everyone.
+struct PeerInfo {
+  sockaddr_in6 addr;   // big enough for v4 and v6; family says which
+  uint32_t addrLen;
+  uint32_t pad;
+  uint64_t hostHash;   // equal for ranks that can share memory
+  SockAddr sockAddr() const;
+};
+
+PeerInfo makePeerInfo(const SockAddr& a, uint64_t hostHash);
+
+struct IdContents {
+  Secret secret;
+  SockAddr root;
+};
+void encodeId(const IdContents& c, ternUniqueId* id);
+ternResult_t decodeId(const ternUniqueId& id, IdContents* c);
+
+// Starts the root listener thread at `bindAddr` (port 0: any).  It serves one
+// communicator's rendezvous, then exits; it gives up after `timeoutSec`.
+ternResult_t startRoot(const SockAddr& bindAddr, const Secret& s, double timeoutSec,
+                       SockAddr* actual);
+
+// Sends this rank's info to the root and receives the table of all ranks.
+ternResult_t exchangeWithRoot(const SockAddr& root, const Secret& s, int rank, int nranks,
+                              const PeerInfo& mine, Deadline d, std::vector<PeerInfo>* all);
+
+// Hostname, boot id and network namespace: ranks in different network
+// namespaces count as different hosts, which is what emulated multi-host
+// tests need.
+uint64_t localHostHash();
+
+}  // namespace tern

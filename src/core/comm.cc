@@ -1,0 +1,179 @@
+// Communicator creation and teardown:
+//   1. listen on the chosen interface (TERN_SOCKET_IFNAME),
+//   2. swap addresses with everyone through the bootstrap root,
+//   3. build an authenticated full mesh of sockets (connect to lower ranks,
+//      accept from higher ones; strangers are logged and dropped),
+//   4. pick a transport per peer and set it up over the mesh socket,
+//   5. start the progress thread.
+#include "core/comm.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tern {
+
+namespace {
+
+ternResult_t formMesh(Comm& c, int lfd, Deadline d) {
+  c.meshFd.assign(c.nranks, -1);
+  for (int p = 0; p < c.rank; ++p) {
+    int fd;
+    TERN_CHECK(connectBefore(c.peers[p].sockAddr(), d, &fd));
+    c.meshFd[p] = fd;
+    TERN_CHECK(authConnect(fd, c.secret, ConnKind::Mesh, c.rank, d));
+  }
+  for (int need = c.nranks - 1 - c.rank; need > 0;) {
+    int fd, peer = -1;
+    SockAddr from;
+    TERN_CHECK(acceptBefore(lfd, d, &fd, &from));
+    if (authAccept(fd, c.secret, ConnKind::Mesh, std::min(d, deadlineAfter(10)), &peer) !=
+            ternSuccess ||
+        peer <= c.rank || peer >= c.nranks || c.meshFd[peer] >= 0) {
+      TERN_LOG(Warn, "rejected a connection from %s: %s", from.str().c_str(),
+               peer >= 0 ? "unexpected rank" : lastThreadError().c_str());
+      closeFd(fd);
+      continue;
+    }
+    c.meshFd[peer] = fd;
+    --need;
+  }
+  return ternSuccess;
+}
+
+enum class Kind : char { Self = 's', Shm = 'm', Tcp = 't' };
+
+ternResult_t chooseKind(const Comm& c, int p, Kind* k) {
+  if (p == c.rank) {
+    *k = Kind::Self;
+    return ternSuccess;
+  }
+  bool sameHost = c.peers[p].hostHash == c.peers[c.rank].hostHash;
+  if (c.cfg.transport == "shm" && !sameHost)
+    return setError(ternInvalidUsage, "TERN_TRANSPORT=shm but ranks " + std::to_string(c.rank) +
+                                          " and " + std::to_string(p) +
+                                          " are on different hosts");
+  bool shm = c.cfg.transport == "shm" || (c.cfg.transport == "auto" && sameHost);
+  *k = shm ? Kind::Shm : Kind::Tcp;
+  return ternSuccess;
+}
+
+// Peers are visited in increasing rank order on every rank, which visits the
+// pairs in one global order: the pairwise exchanges below cannot deadlock.
+ternResult_t setupTransports(Comm& c, Deadline d) {
+  c.conns.resize(c.nranks);
+  for (int p = 0; p < c.nranks; ++p) {
+    Kind k;
+    TERN_CHECK(chooseKind(c, p, &k));
+    if (k == Kind::Self) {
+      TERN_CHECK(makeSelfConn(c.cfg, &c.conns[p]));
+    } else {
+      char theirs = 0;
+      TERN_CHECK(sendAll(c.meshFd[p], &k, 1, d));
+      TERN_CHECK(recvAll(c.meshFd[p], &theirs, 1, d));
+      if (theirs != static_cast<char>(k))
+        return setError(ternInvalidUsage, "ranks " + std::to_string(c.rank) + " and " +
+                                              std::to_string(p) +
+                                              " chose different transports; set "
+                                              "TERN_TRANSPORT the same on every rank");
+      ConnSetup s{c.rank, p, c.meshFd[p], &c.cfg, d};
+      TERN_CHECK(k == Kind::Shm ? makeShmConn(s, &c.conns[p]) : makeTcpConn(s, &c.conns[p]));
+    }
+    c.conns[p]->peer = p;
+  }
+  return ternSuccess;
+}
+
+}  // namespace
+
+ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) {
+  auto c = std::make_unique<Comm>();
+  c->rank = rank;
+  c->nranks = nranks;
+  c->cfg = readConfig();
+  c->secret = id.secret;
+  setLogRank(rank);
+  if (c->cfg.transport != "auto" && c->cfg.transport != "shm" && c->cfg.transport != "tcp")
+    return setError(ternInvalidArgument, "TERN_TRANSPORT='" + c->cfg.transport +
+                                             "' is not one of auto, shm, tcp");
+  Deadline d = deadlineAfter(c->cfg.timeoutSec);
+  SockAddr bindAddr, listenAddr;
+  std::string ifname;
+  TERN_CHECK(pickInterface(c->cfg.ifname, &bindAddr, &ifname));
+  int lfd;
+  TERN_CHECK(listenOn(bindAddr, &lfd, &listenAddr));
+  TERN_LOG(Info, "rank %d/%d listening on %s (%s)", rank, nranks, listenAddr.str().c_str(),
+           ifname.c_str());
+  ternResult_t r = exchangeWithRoot(id.root, c->secret, rank, nranks,
+                                    makePeerInfo(listenAddr, localHostHash()), d, &c->peers);
+  if (r == ternSuccess) r = formMesh(*c, lfd, d);
+  close(lfd);
+  if (r == ternSuccess) r = setupTransports(*c, d);
+  TERN_CHECK(r);
+  Comm* raw = c.get();
+  c->engine = std::make_unique<ProgressEngine>(rank, [raw](ternResult_t e) { raw->fail(e); });
+  TERN_LOG(Info, "communicator ready: rank %d of %d", rank, nranks);
+  *out = c.release();
+  return ternSuccess;
+}
+
+}  // namespace tern
+
+using namespace tern;
+
+void ternComm::fail(ternResult_t r) {
+  int expected = ternSuccess;
+  asyncError.compare_exchange_strong(expected, r);
+  for (int fd : meshFd)
+    if (fd >= 0) shutdown(fd, SHUT_RDWR);
+}
+
+ternResult_t ternComm::checkPeers() {
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  for (int p = 0; p < nranks; ++p) {
+    // tcp peers report a closed socket through progress(); only idle mesh
+    // sockets (shm peers) need watching here.
+    if (meshFd[p] < 0 || conns[p]->pollFd() >= 0) continue;
+    fds.push_back({meshFd[p], POLLIN, 0});
+    who.push_back(p);
+  }
+  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return ternSuccess;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (!fds[i].revents) continue;
+    char b;
+    if (recv(fds[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)
+      return setError(ternRemoteError, "rank " + std::to_string(who[i]) +
+                                           " died or failed (its connection closed)");
+  }
+  return ternSuccess;
+}
+
+ternResult_t ternComm::checkHealth() {
+  if (aborted.load()) return setError(ternInvalidUsage, "the communicator was aborted");
+  int e = asyncError.load();
+  if (e != ternSuccess)
+    return setError(static_cast<ternResult_t>(e), "the communicator failed earlier");
+  return checkPeers();
+}
+
+void ternComm::setLastError(const std::string& e) {
+  std::lock_guard<std::mutex> lk(errMu);
+  lastError = e;
+}
+
+std::string ternComm::getLastError() {
+  std::lock_guard<std::mutex> lk(errMu);
+  return lastError;
+}
+
+ternComm::~ternComm() {
+  engine.reset();  // joins the progress thread first: nothing uses conns after
+  conns.clear();
+  for (int& fd : meshFd) closeFd(fd);
+}

@@ -1,0 +1,50 @@
+// The communicator: who we are, one connection per peer, the progress engine,
+// and the error state every API call consults.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/bootstrap.h"
+#include "core/env.h"
+#include "core/progress.h"
+#include "transport/transport.h"
+
+struct ternComm {
+  int rank = 0, nranks = 0;
+  tern::Config cfg;
+  tern::Secret secret{};
+  std::vector<tern::PeerInfo> peers;
+  std::vector<int> meshFd;                          // per peer; -1 for self
+  std::vector<std::unique_ptr<tern::Conn>> conns;   // per peer, incl. self
+  std::unique_ptr<tern::ProgressEngine> engine;
+
+  std::atomic<int> asyncError{ternSuccess};         // first failure, sticky
+  std::atomic<bool> aborted{false};
+  std::atomic<unsigned long long> opsDone{0};
+
+  std::mutex errMu;
+  std::string lastError;
+
+  // Marks the communicator failed and shuts every socket down, so peers
+  // blocked on us fail fast instead of waiting out their timeout.
+  void fail(ternResult_t r);
+  // Polls the mesh sockets: a peer whose socket closed has died (or failed).
+  ternResult_t checkPeers();
+  // Checked by every wait loop: abort, earlier failure, dead peers.
+  ternResult_t checkHealth();
+
+  void setLastError(const std::string& e);
+  std::string getLastError();
+  ~ternComm();
+};
+
+namespace tern {
+using Comm = ::ternComm;
+
+// Creates a communicator: rendezvous through the root, authenticated mesh,
+// a transport per peer, and the progress thread.
+ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out);
+}  // namespace tern

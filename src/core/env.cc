@@ -1,0 +1,44 @@
+#include "core/env.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace tern {
+
+std::string envString(const char* name, const std::string& dflt) {
+  const char* v = getenv(name);
+  return (v && *v) ? std::string(v) : dflt;
+}
+
+long long envInt(const char* name, long long dflt) {
+  const char* v = getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  long long x = strtoll(v, &end, 0);
+  return (end && *end == '\0') ? x : dflt;
+}
+
+bool envSet(const char* name) {
+  const char* v = getenv(name);
+  return v && *v;
+}
+
+static size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+Config readConfig() {
+  Config c;
+  const char* t = getenv("TERN_TIMEOUT");
+  c.timeoutSec = (t && *t) ? atof(t) : 300.0;
+  if (c.timeoutSec <= 0) c.timeoutSec = 300.0;
+  // The fifo must hold a few chunks so every ring step can be posted at once.
+  c.chunkBytes = roundUp(std::max<long long>(envInt("TERN_CHUNKSIZE", 512 << 10), 64), 64);
+  c.fifoBytes = roundUp(std::max<long long>(envInt("TERN_BUFFSIZE", 4 << 20), 4096), 4096);
+  if (c.fifoBytes < 4 * c.chunkBytes) c.fifoBytes = roundUp(4 * c.chunkBytes, 4096);
+  c.smallBytes = static_cast<size_t>(envInt("TERN_SMALL_THRESHOLD", 32 << 10));
+  if (c.smallBytes > c.fifoBytes / 4) c.smallBytes = c.fifoBytes / 4;
+  c.transport = envString("TERN_TRANSPORT", "auto");
+  c.ifname = envString("TERN_SOCKET_IFNAME", "");
+  return c;
+}
+
+}  // namespace tern

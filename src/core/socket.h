@@ -1,0 +1,45 @@
+// Blocking-with-deadline socket helpers shared by the bootstrap and the tcp
+// transport.  Every wait is bounded: a stalled peer becomes ternTimeout.
+#pragma once
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <string>
+
+#include "tern/tern.h"
+
+namespace tern {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+Deadline deadlineAfter(double seconds);
+// Milliseconds left before `d` (0 when past), capped at `cap`.
+int msLeft(Deadline d, int cap = 1000);
+
+struct SockAddr {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  std::string str() const;                 // "1.2.3.4:5678" / "[::1]:5678"
+  int port() const;
+  void setPort(int port);
+};
+
+// Parses "host:port" / "[v6]:port" (host may be a name).
+ternResult_t parseHostPort(const std::string& s, SockAddr* out);
+// Address of the interface chosen by TERN_SOCKET_IFNAME (NCCL syntax: "eth",
+// "^docker", "=eth0"), else the first up non-loopback interface, else loopback.
+ternResult_t pickInterface(const std::string& ifspec, SockAddr* out, std::string* ifname);
+
+ternResult_t listenOn(const SockAddr& bindAddr, int* fd, SockAddr* actual);
+// Accepts one connection, waiting at most until `d`.
+ternResult_t acceptBefore(int lfd, Deadline d, int* fd, SockAddr* peer);
+// Connects, retrying refused connections until `d` (the listener may not be up yet).
+ternResult_t connectBefore(const SockAddr& addr, Deadline d, int* fd);
+ternResult_t sendAll(int fd, const void* buf, size_t n, Deadline d);
+ternResult_t recvAll(int fd, void* buf, size_t n, Deadline d);
+void setNonBlocking(int fd, bool on);
+void setNoDelay(int fd);
+void closeFd(int& fd);
+
+}  // namespace tern

@@ -1,0 +1,64 @@
+// The transport interface: a Conn is a bidirectional, ordered byte stream to
+// one peer, exposed as two fifos so that collectives can reduce straight out
+// of the receive buffer and into the send buffer (one pass, no staging copy on
+// shm).  Transports know bytes only: no datatypes, no reductions.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/env.h"
+#include "core/socket.h"
+#include "tern/tern.h"
+
+namespace tern {
+
+class Conn {
+ public:
+  virtual ~Conn() = default;
+  virtual const char* name() const = 0;
+
+  // Send side: contiguous free space (may be 0), then commit what was written.
+  virtual size_t sendSpace(char** p) = 0;
+  virtual void sendCommit(size_t n) = 0;
+  // Receive side: contiguous received bytes (may be 0), then release them.
+  virtual size_t recvAvail(const char** p) = 0;
+  virtual void recvConsume(size_t n) = 0;
+
+  // Moves bytes between the fifos and the wire.  Sets *moved when anything
+  // moved.  A closed or broken connection is ternRemoteError.
+  virtual ternResult_t progress(bool* moved) {
+    *moved = false;
+    return ternSuccess;
+  }
+  // True when every committed byte has left this process (handed to the
+  // kernel or to shared memory).
+  virtual bool flushed() const { return true; }
+  // A socket to poll while idle, or -1 when the transport cannot be polled.
+  virtual int pollFd() const { return -1; }
+
+  int peer = -1;  // the rank at the other end
+  uint64_t bytesSent = 0, bytesRecv = 0;
+};
+
+struct ConnSetup {
+  int rank, peer;      // this rank and the peer
+  int meshFd;          // authenticated socket to the peer (tcp takes it over)
+  const Config* cfg;
+  Deadline deadline;
+};
+
+// shm: two segments, one per direction, each created by its reader.
+ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out);
+// tcp: the mesh socket itself, nonblocking, with private staging fifos.
+ternResult_t makeTcpConn(const ConnSetup& s, std::unique_ptr<Conn>* out);
+// self: one private fifo, for a rank sending to itself inside a group.
+ternResult_t makeSelfConn(const Config& cfg, std::unique_ptr<Conn>* out);
+
+// Private, pre-faulted memory for staging fifos (first touch is slow here, so
+// it happens once, at communicator creation, never on the data path).
+void* allocPrefaulted(size_t bytes);
+void freePrefaulted(void* p, size_t bytes);
+
+}  // namespace tern
