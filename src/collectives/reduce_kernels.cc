@@ -1,63 +1,10 @@
 #include "collectives/reduce_kernels.h"
 
 #include <cstdint>
-#include <cstring>
+
+#include "codec/half.h"
 
 namespace tern {
-
-float halfToFloat(unsigned short h) {
-  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13);  // inf / nan
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  } else if (man == 0) {
-    bits = sign;
-  } else {  // subnormal: normalise
-    int e = -1;
-    do { ++e; man <<= 1; } while (!(man & 0x400u));
-    bits = sign | ((112 - e) << 23) | ((man & 0x3ffu) << 13);
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-unsigned short floatToHalf(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u)  // inf or nan (keep nan quiet)
-    return static_cast<unsigned short>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
-  if (absx >= 0x477ff000u) return static_cast<unsigned short>(sign | 0x7c00u);  // overflow
-  if (absx < 0x38800000u) {  // result is subnormal or zero: round at the right bit
-    if (absx < 0x33000000u) return static_cast<unsigned short>(sign);
-    uint32_t man = (absx & 0x7fffffu) | 0x800000u;
-    int shift = 126 - static_cast<int>(absx >> 23);
-    uint32_t half = 1u << (shift - 1), rest = man & ((1u << shift) - 1);
-    uint32_t r = man >> shift;
-    if (rest > half || (rest == half && (r & 1))) ++r;
-    return static_cast<unsigned short>(sign | r);
-  }
-  uint32_t r = absx + 0xc8000fffu + ((absx >> 13) & 1);  // rebias and round to nearest even
-  return static_cast<unsigned short>(sign | (r >> 13));
-}
-
-float bf16ToFloat(unsigned short h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-unsigned short floatToBf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<unsigned short>((x >> 16) | 0x40);
-  x += 0x7fffu + ((x >> 16) & 1);
-  return static_cast<unsigned short>(x >> 16);
-}
 
 namespace {
 

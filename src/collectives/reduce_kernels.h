@@ -16,9 +16,4 @@ void reduceKernel(void* dst, const void* a, const void* b, size_t count, ternDat
 // buf[i] = buf[i] / divisor (ternAvg after a sum computed elsewhere).
 void divideKernel(void* buf, size_t count, ternDataType_t dt, int divisor);
 
-float halfToFloat(unsigned short h);
-unsigned short floatToHalf(float f);
-float bf16ToFloat(unsigned short h);
-unsigned short floatToBf16(float f);
-
 }  // namespace tern

@@ -1,0 +1,239 @@
+#include "common.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "values.h"
+
+namespace ternperf {
+
+namespace {
+
+struct Options {
+  size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20;
+  double stepFactor = 1;
+  int iters = 20, warmup = 5, check = 1, root = 0, average = 1;
+  std::vector<ternDataType_t> types{ternFloat32};
+  std::vector<ternRedOp_t> ops{ternSum};
+};
+
+[[noreturn]] void usage(const char* prog, const char* why) {
+  if (why) fprintf(stderr, "%s: %s\n", prog, why);
+  fprintf(stderr,
+          "usage: %s [-b minbytes] [-e maxbytes] [-i stepbytes | -f stepfactor] [-n iters]\n"
+          "       [-w warmup] [-c 0|1] [-d type|all] [-o sum|prod|max|min|avg|all] [-r root]\n"
+          "       [-a 0|1|2|3 (time of rank 0|avg|min|max)] [-t 1] [-g 1]\n",
+          prog);
+  exit(2);
+}
+
+size_t parseSize(const char* s, const char* prog) {
+  char* end;
+  double v = strtod(s, &end);
+  switch (*end) {
+    case 'G': case 'g': v *= 1 << 30; break;
+    case 'M': case 'm': v *= 1 << 20; break;
+    case 'K': case 'k': v *= 1 << 10; break;
+    case '\0': break;
+    default: usage(prog, "bad size");
+  }
+  return static_cast<size_t>(v);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  bool factorGiven = false;
+  int c;
+  while ((c = getopt(argc, argv, "b:e:i:f:n:w:c:d:o:r:a:t:g:h")) != -1) {
+    switch (c) {
+      case 'b': o.minBytes = parseSize(optarg, argv[0]); break;
+      case 'e': o.maxBytes = parseSize(optarg, argv[0]); break;
+      case 'i': o.stepBytes = parseSize(optarg, argv[0]); break;
+      case 'f': o.stepFactor = atof(optarg); factorGiven = true; break;
+      case 'n': o.iters = atoi(optarg); break;
+      case 'w': o.warmup = atoi(optarg); break;
+      case 'c': o.check = atoi(optarg); break;
+      case 'r': o.root = atoi(optarg); break;
+      case 'a': o.average = atoi(optarg); break;
+      case 't': case 'g':
+        if (atoi(optarg) != 1) usage(argv[0], "one thread and one device per process");
+        break;
+      case 'd': {
+        o.types.clear();
+        for (int t = 0; t < ternNumTypes; ++t)
+          if (!strcmp(optarg, "all") || !strcmp(optarg, typeName(static_cast<ternDataType_t>(t))))
+            o.types.push_back(static_cast<ternDataType_t>(t));
+        if (o.types.empty()) usage(argv[0], "unknown datatype");
+        break;
+      }
+      case 'o': {
+        o.ops.clear();
+        for (int t = 0; t < ternNumOps; ++t)
+          if (!strcmp(optarg, "all") || !strcmp(optarg, opName(static_cast<ternRedOp_t>(t))))
+            o.ops.push_back(static_cast<ternRedOp_t>(t));
+        if (o.ops.empty()) usage(argv[0], "unknown op");
+        break;
+      }
+      default: usage(argv[0], nullptr);
+    }
+  }
+  if (!factorGiven) o.stepFactor = 1;
+  if (o.iters < 1 || o.minBytes > o.maxBytes || o.average < 0 || o.average > 3)
+    usage(argv[0], "bad arguments");
+  if (o.stepFactor <= 1 && o.stepBytes == 0) usage(argv[0], "step must be positive");
+  return o;
+}
+
+#define PERF_CHECK(call)                                                            \
+  do {                                                                             \
+    ternResult_t r_ = (call);                                                      \
+    if (r_ != ternSuccess) {                                                       \
+      fprintf(stderr, "%s:%d %s failed: %s (%s)\n", __FILE__, __LINE__, #call,     \
+              ternGetErrorString(r_), ternGetLastError(comm));                     \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
+
+void* prefaulted(size_t bytes) {
+  void* p = mmap(nullptr, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("mmap");
+    exit(1);
+  }
+  return p;
+}
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double across(double v, ternRedOp_t op, ternComm_t comm) {
+  PERF_CHECK(ternAllReduce(&v, &v, 1, ternFloat64, op, comm, nullptr));
+  return v;
+}
+
+// Combines per-rank times as -a asks: 0 rank 0's, 1 average, 2 min, 3 max.
+double combineTime(double sec, int how, ternComm_t comm) {
+  static const ternRedOp_t ops[] = {ternSum, ternAvg, ternMin, ternMax};
+  double all = across(sec, ops[how], comm);
+  return how == 0 ? sec : all;  // every rank joins the allreduce either way
+}
+
+void printDevices(ternComm_t comm, int rank, int nranks) {
+  struct Rec { int pid; char host[44]; char transport[16]; } me{}, *all = new Rec[nranks];
+  me.pid = getpid();
+  gethostname(me.host, sizeof me.host - 1);
+  snprintf(me.transport, sizeof me.transport, "%s",
+           ternCommPeerTransport(comm, (rank + 1) % nranks));
+  PERF_CHECK(ternAllGather(&me, all, sizeof me, ternUint8, comm, nullptr));
+  if (rank == 0) {
+    printf("#\n# Using devices\n");
+    for (int r = 0; r < nranks; ++r)
+      printf("#  Rank %2d Group  0 Pid %6d on %10s device  -1 [host] cpu, transport to next: %s\n",
+             r, all[r].pid, all[r].host, all[r].transport);
+  }
+  delete[] all;
+}
+
+}  // namespace
+
+int perfMain(int argc, char** argv, const CollTest& t) {
+  Options o = parse(argc, argv);
+  ternComm_t comm = nullptr;
+  PERF_CHECK(ternCommInitFromEnv(&comm));
+  int rank, nranks;
+  PERF_CHECK(ternCommUserRank(comm, &rank));
+  PERF_CHECK(ternCommCount(comm, &nranks));
+  if (t.hasRoot && (o.root < 0 || o.root >= nranks)) usage(argv[0], "root out of range");
+  if (rank == 0) {
+    printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d "
+           "agg iters: 1 validation: %d graph: 0\n",
+           o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : (double)o.stepBytes,
+           o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check);
+  }
+  printDevices(comm, rank, nranks);
+
+  // One allocation of the largest buffers, pre-faulted, reused for every size.
+  Sizes big = t.sizes(o.maxBytes, 8, nranks, rank);
+  size_t sendBytes = big.sendElems * 8 + 64, recvBytes = big.recvElems * 8 + 64;
+  void* sendbuf = prefaulted(sendBytes);
+  void* recvbuf = prefaulted(recvBytes);
+
+  if (rank == 0) {
+    printf("#\n#%70s%36s\n", "out-of-place", "in-place");
+    printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count",
+           "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+           "#wrong");
+    printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  }
+  double bwSum = 0;
+  int bwCount = 0;
+  size_t wrongTotal = 0;
+  std::vector<ternRedOp_t> ops = t.hasOp ? o.ops : std::vector<ternRedOp_t>{ternSum};
+  for (size_t bytes = o.minBytes; bytes <= o.maxBytes;
+       bytes = o.stepFactor > 1 ? static_cast<size_t>(bytes * o.stepFactor) : bytes + o.stepBytes) {
+    for (ternDataType_t dt : o.types) {
+      for (ternRedOp_t op : ops) {
+        size_t esz = ternTypeSize(dt);
+        Sizes s = t.sizes(bytes, esz, nranks, rank);
+        char line[256];
+        int len = snprintf(line, sizeof line, "%12zu  %12zu  %8s  %6s  %6d",
+                           std::max(s.sendElems, s.recvElems) * esz, s.count, typeName(dt),
+                           t.hasOp ? opName(op) : "none", t.hasRoot ? o.root : -1);
+        for (int inplace = 0; inplace < 2; ++inplace) {
+          char* recv = static_cast<char*>(recvbuf) + (inplace ? s.recvInplaceOffset * esz : 0);
+          const char* send =
+              inplace ? static_cast<char*>(recvbuf) + s.sendInplaceOffset * esz
+                      : static_cast<char*>(sendbuf);
+          double wrong = 0;
+          if (o.check) {
+            t.fill(const_cast<char*>(send), s, dt, op, o.root, rank, nranks);
+            PERF_CHECK(t.run(send, recv, s.count, dt, op, o.root, comm));
+            wrong = across(static_cast<double>(t.check(recv, s, dt, op, o.root, rank, nranks)),
+                           ternSum, comm);
+          }
+          for (int i = 0; i < o.warmup; ++i)
+            PERF_CHECK(t.run(send, recv, s.count, dt, op, o.root, comm));
+          PERF_CHECK(ternBarrier(comm));
+          double t0 = now();
+          for (int i = 0; i < o.iters; ++i)
+            PERF_CHECK(t.run(send, recv, s.count, dt, op, o.root, comm));
+          double sec = combineTime((now() - t0) / o.iters, o.average, comm);
+          double algbw = static_cast<double>(std::max(s.sendElems, s.recvElems) * esz) / 1e9 / sec;
+          double busbw = algbw * t.busFactor(nranks);
+          bwSum += busbw;
+          ++bwCount;
+          wrongTotal += static_cast<size_t>(wrong);
+          char wrongStr[16];
+          if (o.check) snprintf(wrongStr, sizeof wrongStr, "%zu", static_cast<size_t>(wrong));
+          else snprintf(wrongStr, sizeof wrongStr, "N/A");
+          len += snprintf(line + len, sizeof line - len, "  %7.*f  %6.2f  %6.2f  %6s",
+                          sec * 1e6 >= 10000 ? 0 : 2, sec * 1e6, algbw, busbw, wrongStr);
+        }
+        if (rank == 0) printf("%s\n", line);
+        fflush(stdout);
+      }
+    }
+    if (o.stepFactor <= 1 && o.stepBytes == 0) break;
+    if (bytes == 0 && o.stepFactor > 1) break;
+  }
+  if (rank == 0) {
+    printf("# Out of bounds values : %zu %s\n", wrongTotal, wrongTotal ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %g \n#\n", bwCount ? bwSum / bwCount : 0.0);
+  }
+  PERF_CHECK(ternCommDestroy(comm));
+  munmap(sendbuf, sendBytes);
+  munmap(recvbuf, recvBytes);
+  return wrongTotal ? 1 : 0;
+}
+
+}  // namespace ternperf

@@ -1,0 +1,44 @@
+// sendrecv_perf: every rank sends to rank+1 and receives from rank-1 in one
+// group (a ring shift), busbw = algbw.
+#include "common.h"
+#include "values.h"
+
+using namespace ternperf;
+
+static Sizes sizes(size_t bytes, size_t esz, int, int) {
+  size_t n = bytes / esz;
+  return {n, n, n, 0, 0};
+}
+
+static void fill(void* send, const Sizes& s, ternDataType_t dt, ternRedOp_t, int, int rank, int) {
+  for (size_t i = 0; i < s.count; ++i) store(dt, send, i, inputValue(rank, i, dt, ternSum));
+}
+
+static size_t check(const void* recv, const Sizes& s, ternDataType_t dt, ternRedOp_t, int,
+                    int rank, int nranks) {
+  int from = (rank + nranks - 1) % nranks;
+  size_t wrong = 0;
+  char tmp[8];
+  for (size_t i = 0; i < s.count; ++i) {
+    store(dt, tmp, 0, inputValue(from, i, dt, ternSum));
+    wrong += load(dt, recv, i) != load(dt, tmp, 0);
+  }
+  return wrong;
+}
+
+static ternResult_t run(const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t, int,
+                        ternComm_t comm) {
+  int rank, n;
+  ternCommUserRank(comm, &rank);
+  ternCommCount(comm, &n);
+  ternGroupStart();
+  ternResult_t a = ternSend(s, c, dt, (rank + 1) % n, comm, nullptr);
+  ternResult_t b = ternRecv(r, c, dt, (rank + n - 1) % n, comm, nullptr);
+  ternResult_t e = ternGroupEnd();
+  return a != ternSuccess ? a : b != ternSuccess ? b : e;
+}
+
+int main(int argc, char** argv) {
+  CollTest t{"sendrecv", false, false, sizes, [](int) { return 1.0; }, run, fill, check};
+  return perfMain(argc, argv, t);
+}
