@@ -1,0 +1,117 @@
+#include "harness.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace terntest {
+
+ternComm_t RankCtx::comm(int k) {
+  ternComm_t c = nullptr;
+  ternResult_t r = ternCommInitRank(&c, nranks, ids[k], rank);
+  if (r != ternSuccess) {
+    fprintf(stderr, "[rank %d] ternCommInitRank failed: %s\n", rank, ternGetLastError(nullptr));
+    _exit(90);
+  }
+  return c;
+}
+
+int failf(const RankCtx& c, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "[rank %d/%d] FAIL: %s\n", c.rank, c.nranks, msg);
+  return 1;
+}
+
+static void writeAll(int fd, const void* p, size_t n) {
+  const char* b = static_cast<const char*>(p);
+  while (n) {
+    ssize_t k = write(fd, b, n);
+    if (k <= 0) _exit(91);
+    b += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+static void readAll(int fd, void* p, size_t n) {
+  char* b = static_cast<char*>(p);
+  while (n) {
+    ssize_t k = read(fd, b, n);
+    if (k <= 0) _exit(92);
+    b += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+RunResult runRanks(int nranks, const std::map<std::string, std::string>& env, const Body& body,
+                   int nids, double timeoutSec) {
+  fflush(stdout);
+  fflush(stderr);
+  std::vector<int> pipes(2 * nranks);
+  for (int r = 1; r < nranks; ++r)
+    if (pipe(&pipes[2 * r]) != 0) abort();
+  std::vector<pid_t> pids(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      for (auto& kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+      RankCtx ctx{r, nranks, std::vector<ternUniqueId>(nids)};
+      if (r == 0) {
+        for (auto& id : ctx.ids)
+          if (ternGetUniqueId(&id) != ternSuccess) _exit(93);
+        for (int q = 1; q < nranks; ++q) writeAll(pipes[2 * q + 1], ctx.ids.data(), nids * sizeof(ternUniqueId));
+      } else {
+        readAll(pipes[2 * r], ctx.ids.data(), nids * sizeof(ternUniqueId));
+      }
+      int code = 1;
+      try {
+        code = body(ctx);
+      } catch (...) {
+        code = 1;
+      }
+      fflush(stdout);
+      fflush(stderr);
+      _exit(code);
+    }
+    pids[r] = pid;
+  }
+  for (int fd : pipes)
+    if (fd > 0) close(fd);
+  RunResult res;
+  res.exitCodes.assign(nranks, -1);
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<long long>(timeoutSec * 1000));
+  int left = nranks;
+  while (left > 0) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int r = 0; r < nranks; ++r)
+        if (pids[r] == pid) {
+          res.exitCodes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          --left;
+        }
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      res.timedOut = true;
+      for (int r = 0; r < nranks; ++r)
+        if (res.exitCodes[r] < 0) kill(pids[r], SIGKILL);
+      deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return res;
+}
+
+}  // namespace terntest

@@ -1,0 +1,37 @@
+// Runs a test body as N real processes (fork), each with its own
+// communicator(s) made from unique ids that rank 0 creates and hands to the
+// others over a pipe.  The parent waits with a deadline and kills everything
+// on timeout, so a hang is a failure, never a stuck suite.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tern/tern.h"
+
+namespace terntest {
+
+struct RankCtx {
+  int rank, nranks;
+  std::vector<ternUniqueId> ids;  // `nids` fresh unique ids, the same on every rank
+  // Makes a communicator from ids[k] (env such as TERN_CHUNKSIZE is read now).
+  ternComm_t comm(int k = 0);
+};
+
+using Body = std::function<int(RankCtx&)>;  // returns 0 on success
+
+struct RunResult {
+  std::vector<int> exitCodes;  // per rank; 128+sig for a signal
+  bool timedOut = false;
+};
+
+// Forks `nranks` processes running `body` with `env` set.  Each rank's exit
+// code is its body's return value (or 1 on an exception).
+RunResult runRanks(int nranks, const std::map<std::string, std::string>& env, const Body& body,
+                   int nids = 1, double timeoutSec = 120);
+
+// Prints a failure message from a rank (prefixed) and returns 1.
+int failf(const RankCtx& c, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+}  // namespace terntest
