@@ -11,7 +11,9 @@ static thread_local std::string tlsLastError;
 
 ternResult_t setError(ternResult_t code, const std::string& msg) {
   tlsLastError = msg;
-  TERN_LOG(Warn, "%s (%s)", msg.c_str(), ternGetErrorString(code));
+  // Logged without a source location: error.cc's would say nothing.
+  if (logLevel() >= LogLevel::Warn)
+    logLine(LogLevel::Warn, nullptr, 0, "%s (%s)", msg.c_str(), ternGetErrorString(code));
   return code;
 }
 

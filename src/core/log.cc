@@ -20,8 +20,8 @@ LogLevel logLevel() {
     for (auto& c : v) c = static_cast<char>(toupper(c));
     if (v == "TRACE") return LogLevel::Trace;
     if (v == "INFO") return LogLevel::Info;
-    if (v == "WARN") return LogLevel::Warn;
-    return LogLevel::None;
+    if (v == "NONE" || v == "OFF") return LogLevel::None;
+    return LogLevel::Warn;  // errors and rejected strangers are always worth a line
   }();
   return level;
 }
@@ -37,12 +37,16 @@ void logLine(LogLevel level, const char* file, int line, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  const char* base = strrchr(file, '/');
+  char where[64] = "";
+  if (file) {
+    const char* base = strrchr(file, '/');
+    snprintf(where, sizeof where, "%s:%d ", base ? base + 1 : file, line);
+  }
   char rank[16] = "-";
   if (tlsRank >= 0) snprintf(rank, sizeof rank, "%d", tlsRank);
   // One fprintf per line so lines from threads never interleave mid-line.
-  fprintf(stderr, "%s:%d [%s] TERN %s %s:%d %s\n", host, (int)getpid(), rank,
-          names[static_cast<int>(level)], base ? base + 1 : file, line, msg);
+  fprintf(stderr, "%s:%d [%s] TERN %s %s%s\n", host, (int)getpid(), rank,
+          names[static_cast<int>(level)], where, msg);
 }
 
 }  // namespace tern

@@ -1,0 +1,149 @@
+// Every class of bad argument and misuse returns the right ternResult_t and a
+// sentence from ternGetLastError; nothing crashes or hangs.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "tern/tern.h"
+
+namespace {
+
+class Errors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ternUniqueId id;
+    ASSERT_EQ(ternGetUniqueId(&id), ternSuccess);
+    ASSERT_EQ(ternCommInitRank(&comm, 1, id, 0), ternSuccess) << ternGetLastError(nullptr);
+  }
+  void TearDown() override {
+    if (comm) EXPECT_EQ(ternCommDestroy(comm), ternSuccess);
+  }
+  // The call failed with `want` and explained itself mentioning `word`.
+  void expectError(ternResult_t got, ternResult_t want, const char* word, ternComm_t c = nullptr) {
+    EXPECT_EQ(got, want) << ternGetErrorString(got);
+    std::string msg = ternGetLastError(c);
+    EXPECT_FALSE(msg.empty());
+    EXPECT_NE(msg.find(word), std::string::npos) << "message: " << msg;
+  }
+  ternComm_t comm = nullptr;
+  float buf[16] = {};
+};
+
+TEST_F(Errors, NullAndDeadCommunicators) {
+  expectError(ternAllReduce(buf, buf, 4, ternFloat32, ternSum, nullptr, nullptr),
+              ternInvalidArgument, "NULL");
+  ternComm_t dead = comm;
+  ASSERT_EQ(ternCommDestroy(comm), ternSuccess);
+  comm = nullptr;
+  expectError(ternAllReduce(buf, buf, 4, ternFloat32, ternSum, dead, nullptr), ternInvalidUsage,
+              "destroyed");
+  expectError(ternCommDestroy(dead), ternInvalidUsage, "destroyed");
+  expectError(ternCommAbort(dead), ternInvalidUsage, "destroyed");
+  int n;
+  EXPECT_EQ(ternCommCount(dead, &n), ternInvalidUsage);
+  EXPECT_EQ(ternCommCount(nullptr, &n), ternInvalidArgument);
+}
+
+TEST_F(Errors, BadDatatypesAndOps) {
+  expectError(ternAllReduce(buf, buf, 4, static_cast<ternDataType_t>(99), ternSum, comm, nullptr),
+              ternInvalidArgument, "datatype", comm);
+  expectError(ternAllReduce(buf, buf, 4, static_cast<ternDataType_t>(-1), ternSum, comm, nullptr),
+              ternInvalidArgument, "datatype", comm);
+  expectError(ternAllReduce(buf, buf, 4, ternFloat32, static_cast<ternRedOp_t>(7), comm, nullptr),
+              ternInvalidArgument, "op", comm);
+  expectError(ternReduceScatter(buf, buf, 4, ternFloat32, ternNumOps, comm, nullptr),
+              ternInvalidArgument, "op", comm);
+  expectError(ternReduce(buf, buf, 4, ternNumTypes, ternSum, 0, comm, nullptr),
+              ternInvalidArgument, "datatype", comm);
+}
+
+TEST_F(Errors, NullBuffersAndZeroCounts) {
+  expectError(ternAllReduce(nullptr, buf, 4, ternFloat32, ternSum, comm, nullptr),
+              ternInvalidArgument, "NULL", comm);
+  expectError(ternAllGather(buf, nullptr, 4, ternFloat32, comm, nullptr), ternInvalidArgument,
+              "NULL", comm);
+  expectError(ternBroadcast(nullptr, buf, 4, ternFloat32, 0, comm, nullptr), ternInvalidArgument,
+              "root", comm);
+  expectError(ternSend(nullptr, 4, ternFloat32, 0, comm, nullptr), ternInvalidArgument, "NULL",
+              comm);
+  // count == 0 is a successful no-op, even with NULL buffers.
+  EXPECT_EQ(ternAllReduce(nullptr, nullptr, 0, ternFloat32, ternSum, comm, nullptr), ternSuccess);
+  EXPECT_EQ(ternAllGather(nullptr, nullptr, 0, ternInt8, comm, nullptr), ternSuccess);
+  EXPECT_EQ(ternBroadcast(nullptr, nullptr, 0, ternInt8, 0, comm, nullptr), ternSuccess);
+  expectError(ternAllReduce(buf, buf, SIZE_MAX / 2, ternFloat64, ternSum, comm, nullptr),
+              ternInvalidArgument, "too large", comm);
+}
+
+TEST_F(Errors, RootsPeersAndStreams) {
+  expectError(ternBroadcast(buf, buf, 4, ternFloat32, 1, comm, nullptr), ternInvalidArgument,
+              "root", comm);
+  expectError(ternReduce(buf, buf, 4, ternFloat32, ternSum, -1, comm, nullptr),
+              ternInvalidArgument, "root", comm);
+  expectError(ternSend(buf, 4, ternFloat32, 5, comm, nullptr), ternInvalidArgument, "peer", comm);
+  expectError(ternRecv(buf, 4, ternFloat32, -2, comm, nullptr), ternInvalidArgument, "peer", comm);
+  int fakeStream;
+  expectError(ternAllReduce(buf, buf, 4, ternFloat32, ternSum, comm, &fakeStream),
+              ternInvalidArgument, "stream", comm);
+}
+
+TEST_F(Errors, GroupMisuse) {
+  expectError(ternGroupEnd(), ternInvalidUsage, "ternGroupStart");
+  expectError(ternSend(buf, 4, ternFloat32, 0, comm, nullptr), ternInvalidUsage, "group", comm);
+  ASSERT_EQ(ternGroupStart(), ternSuccess);
+  expectError(ternBarrier(comm), ternInvalidUsage, "group", comm);
+  EXPECT_EQ(ternSend(buf, 4, ternFloat32, 0, comm, nullptr), ternSuccess);  // self, in a group
+  float got[4] = {};
+  EXPECT_EQ(ternRecv(got, 4, ternFloat32, 0, comm, nullptr), ternSuccess);
+  buf[3] = 7;
+  EXPECT_EQ(ternGroupEnd(), ternSuccess);
+  EXPECT_EQ(got[3], 7);
+}
+
+TEST(ErrorsInit, BadInitArguments) {
+  ternUniqueId id;
+  ASSERT_EQ(ternGetUniqueId(&id), ternSuccess);
+  ternComm_t c;
+  EXPECT_EQ(ternCommInitRank(nullptr, 1, id, 0), ternInvalidArgument);
+  EXPECT_EQ(ternCommInitRank(&c, 0, id, 0), ternInvalidArgument);
+  EXPECT_NE(std::string(ternGetLastError(nullptr)).find("nranks"), std::string::npos);
+  EXPECT_EQ(ternCommInitRank(&c, 2, id, 2), ternInvalidArgument);
+  EXPECT_EQ(ternCommInitRank(&c, 2, id, -1), ternInvalidArgument);
+  ternUniqueId junk;
+  memset(&junk, 0x41, sizeof junk);
+  EXPECT_EQ(ternCommInitRank(&c, 1, junk, 0), ternInvalidArgument);
+  EXPECT_NE(std::string(ternGetLastError(nullptr)).find("unique id"), std::string::npos);
+  EXPECT_EQ(ternGetUniqueId(nullptr), ternInvalidArgument);
+  EXPECT_EQ(ternGetVersion(nullptr), ternInvalidArgument);
+  int v = 0;
+  EXPECT_EQ(ternGetVersion(&v), ternSuccess);
+  EXPECT_EQ(v, TERN_VERSION_CODE);
+}
+
+TEST(ErrorsInit, BadTransportNameAndMissingLauncher) {
+  ternUniqueId id;
+  ASSERT_EQ(ternGetUniqueId(&id), ternSuccess);
+  setenv("TERN_TRANSPORT", "carrier-pigeon", 1);
+  ternComm_t c;
+  EXPECT_EQ(ternCommInitRank(&c, 1, id, 0), ternInvalidArgument);
+  EXPECT_NE(std::string(ternGetLastError(nullptr)).find("TERN_TRANSPORT"), std::string::npos);
+  unsetenv("TERN_TRANSPORT");
+  for (const char* v : {"TERN_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"})
+    unsetenv(v);
+  EXPECT_EQ(ternCommInitFromEnv(&c), ternInvalidUsage);
+  EXPECT_NE(std::string(ternGetLastError(nullptr)).find("launcher"), std::string::npos);
+  setenv("TERN_RANK", "3", 1);
+  setenv("TERN_NRANKS", "2", 1);
+  EXPECT_EQ(ternCommInitFromEnv(&c), ternInvalidArgument);
+  unsetenv("TERN_RANK");
+  unsetenv("TERN_NRANKS");
+}
+
+TEST(ErrorsInit, ErrorStringsCoverEveryCode) {
+  for (int r = ternSuccess; r <= ternTimeout; ++r)
+    EXPECT_STRNE(ternGetErrorString(static_cast<ternResult_t>(r)), "unknown result code");
+  EXPECT_STREQ(ternGetErrorString(static_cast<ternResult_t>(42)), "unknown result code");
+}
+
+}  // namespace

@@ -1,0 +1,132 @@
+// Launch paths: ternCommInitFromEnv under each launcher's variables (ternrun,
+// mpirun, torchrun), a mismatched TERN_SECRET, and the real launchers running
+// a perf binary: tools/ternrun and OpenMPI's mpirun.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "harness.h"
+
+using namespace terntest;
+
+namespace {
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Sets per-rank variables, inits from env, checks one allreduce.
+int envBody(RankCtx& ctx, const char* rankVar, const char* sizeVar) {
+  setenv(rankVar, std::to_string(ctx.rank).c_str(), 1);
+  setenv(sizeVar, std::to_string(ctx.nranks).c_str(), 1);
+  ternComm_t comm;
+  if (ternCommInitFromEnv(&comm) != ternSuccess)
+    return failf(ctx, "init from %s failed: %s", rankVar, ternGetLastError(nullptr));
+  int rank = -1, n = -1;
+  ternCommUserRank(comm, &rank);
+  ternCommCount(comm, &n);
+  long x = rank;
+  if (ternAllReduce(&x, &x, 1, ternInt64, ternSum, comm, nullptr) != ternSuccess ||
+      x != static_cast<long>(n) * (n - 1) / 2 || rank != ctx.rank || n != ctx.nranks)
+    return failf(ctx, "wrong result %ld (rank %d of %d)", x, rank, n);
+  ternCommDestroy(comm);
+  return 0;
+}
+
+void expectAllOk(const RunResult& r) {
+  EXPECT_FALSE(r.timedOut);
+  for (size_t i = 0; i < r.exitCodes.size(); ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+}
+
+TEST(EnvInit, TernrunVariables) {
+  std::string root = "127.0.0.1:" + std::to_string(freePort());
+  expectAllOk(runRanks(3, {{"TERN_ROOT", root}, {"TERN_SECRET", "00112233445566778899aabbccddeeff"}},
+                       [](RankCtx& c) { return envBody(c, "TERN_RANK", "TERN_NRANKS"); }));
+}
+
+TEST(EnvInit, MpirunVariablesAllLocal) {
+  expectAllOk(runRanks(3, {{"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
+                           {"TERN_ROOT_PORT", std::to_string(freePort())}},
+                       [](RankCtx& c) {
+                         return envBody(c, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
+                       }));
+}
+
+TEST(EnvInit, TorchrunVariables) {
+  int port = freePort() - 1;  // tern uses MASTER_PORT + 1; torch's store has MASTER_PORT
+  expectAllOk(runRanks(2, {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}},
+                       [](RankCtx& c) { return envBody(c, "RANK", "WORLD_SIZE"); }));
+}
+
+TEST(EnvInit, MismatchedSecretFailsInsteadOfHanging) {
+  std::string root = "127.0.0.1:" + std::to_string(freePort());
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult r = runRanks(2, {{"TERN_ROOT", root}, {"TERN_TIMEOUT", "3"}}, [](RankCtx& c) {
+    setenv("TERN_SECRET", c.rank == 0 ? "000102030405060708090a0b0c0d0e0f"
+                                      : "ffffffffffffffffffffffffffffffff", 1);
+    setenv("TERN_RANK", std::to_string(c.rank).c_str(), 1);
+    setenv("TERN_NRANKS", "2", 1);
+    ternComm_t comm;
+    ternResult_t res = ternCommInitFromEnv(&comm);
+    if (res == ternSuccess) return failf(c, "joined a job with a different secret");
+    return 0;
+  });
+  expectAllOk(r);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 15);
+}
+
+std::string run(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+TEST(Launcher, TernrunRunsAPerfBinary) {
+  int st;
+  std::string out = run(std::string(TERNRUN) + " -n 3 " + PERF_DIR +
+                            "/all_reduce_perf -b 8 -e 256K -f 4 -w 1 -n 2 -d all -o all", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("# Out of bounds values : 0 OK"), std::string::npos) << out;
+  EXPECT_NE(out.find("[0] #  Rank  2 Group"), std::string::npos) << "not 3 ranks: " << out;
+}
+
+TEST(Launcher, TernrunStopsTheOthersAndReturnsTheFailingCode) {
+  int st;
+  auto t0 = std::chrono::steady_clock::now();
+  std::string out = run(std::string(TERNRUN) +
+                            " -n 3 sh -c 'if [ $TERN_RANK = 1 ]; then exit 7; fi; sleep 60'", &st);
+  EXPECT_EQ(st, 7) << out;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20);
+  EXPECT_NE(out.find("rank 1 exited with code 7"), std::string::npos) << out;
+}
+
+TEST(Launcher, MpirunRunsAPerfBinary) {
+  if (system("command -v mpirun >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "mpirun not installed (apt-get install openmpi-bin)";
+  int st;
+  std::string out = run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+                        "--oversubscribe --bind-to none -np 3 " + std::string(PERF_DIR) +
+                            "/all_reduce_perf -b 8 -e 1M -f 4 -w 1 -n 2", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("# Out of bounds values : 0 OK"), std::string::npos) << out;
+}
+
+}  // namespace

@@ -1,0 +1,115 @@
+// White-box unit tests of pieces with a known right answer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "codec/half.h"
+#include "collectives/reduce_kernels.h"
+#include "core/auth.h"
+#include "core/socket.h"
+#include "transport/fifo.h"
+
+namespace tern {
+namespace {
+
+TEST(SipHash, ReferenceVector) {
+  // From the SipHash paper (Appendix A): key 00..0f, message 00..0e.
+  Secret k;
+  for (int i = 0; i < 16; ++i) k.key[i] = static_cast<uint8_t>(i);
+  uint8_t msg[15];
+  for (int i = 0; i < 15; ++i) msg[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(sipHash24(k, msg, sizeof msg), 0xa129ca6149be45e5ull);
+}
+
+TEST(Fifo, WrapsAroundAndKeepsOrder) {
+  const size_t cap = 4096;
+  std::vector<char> mem(fifoFootprint(cap));
+  Fifo f;
+  f.attach(mem.data(), cap, true);
+  uint32_t next = 0, expect = 0;
+  for (int round = 0; round < 1000; ++round) {
+    size_t want = 1 + (round * 37) % 1500;  // odd sizes force partial, wrapping writes
+    size_t written = 0;
+    while (written < want) {
+      char* p;
+      size_t n = std::min(f.writable(&p), want - written);
+      if (n == 0) break;
+      for (size_t i = 0; i < n; ++i) p[i] = static_cast<char>(next++);
+      f.produce(n);
+      written += n;
+    }
+    const char* q;
+    size_t n;
+    while ((n = f.readable(&q)) > 0) {
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(q[i], static_cast<char>(expect++));
+      f.consume(n);
+    }
+  }
+  EXPECT_EQ(next, expect);
+  EXPECT_TRUE(f.empty());
+}
+
+TEST(Fifo, NeverOverfills) {
+  const size_t cap = 4096;
+  std::vector<char> mem(fifoFootprint(cap));
+  Fifo f;
+  f.attach(mem.data(), cap, true);
+  char* p;
+  size_t total = 0, n;
+  while ((n = f.writable(&p)) > 0) {
+    f.produce(n);
+    total += n;
+  }
+  EXPECT_EQ(total, cap);
+}
+
+TEST(Half, RoundTripsEveryValue) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = halfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(floatToHalf(f), h) << h;
+    EXPECT_EQ(floatToBf16(bf16ToFloat(static_cast<uint16_t>(h))), h) << h;
+  }
+}
+
+TEST(Half, RoundsToNearestEven) {
+  EXPECT_EQ(halfToFloat(floatToHalf(2049.0f)), 2048.0f);  // tie -> even
+  EXPECT_EQ(halfToFloat(floatToHalf(2051.0f)), 2052.0f);
+  EXPECT_EQ(halfToFloat(floatToHalf(1e6f)), INFINITY);
+  EXPECT_EQ(bf16ToFloat(floatToBf16(257.0f)), 256.0f);
+  EXPECT_EQ(bf16ToFloat(floatToBf16(259.0f)), 260.0f);
+}
+
+TEST(ReduceKernels, OpsAndAverages) {
+  int32_t a[3] = {1, -7, 5}, b[3] = {4, 2, -5}, d[3];
+  reduceKernel(d, a, b, 3, ternInt32, ternMax, 0);
+  EXPECT_EQ(d[1], 2);
+  reduceKernel(d, a, b, 3, ternInt32, ternAvg, 2);
+  EXPECT_EQ(d[0], 2);   // 5/2 truncates
+  EXPECT_EQ(d[1], -2);  // -5/2 truncates toward zero
+  uint16_t h[2] = {floatToHalf(1.5f), floatToHalf(-2.0f)}, g[2] = {floatToHalf(2.0f), floatToHalf(3.0f)};
+  reduceKernel(h, h, g, 2, ternFloat16, ternProd, 0);
+  EXPECT_EQ(halfToFloat(h[0]), 3.0f);
+  EXPECT_EQ(halfToFloat(h[1]), -6.0f);
+}
+
+TEST(Socket, ParsesAddresses) {
+  SockAddr a;
+  ASSERT_EQ(parseHostPort("127.0.0.1:4567", &a), ternSuccess);
+  EXPECT_EQ(a.port(), 4567);
+  EXPECT_EQ(a.str(), "127.0.0.1:4567");
+  ASSERT_EQ(parseHostPort("[::1]:80", &a), ternSuccess);
+  EXPECT_EQ(a.str(), "[::1]:80");
+  EXPECT_EQ(parseHostPort("no-port-here", &a), ternInvalidArgument);
+  std::string name;
+  ASSERT_EQ(pickInterface("=lo", &a, &name), ternSuccess);
+  EXPECT_EQ(name, "lo");
+  EXPECT_EQ(pickInterface("=does-not-exist0", &a, &name), ternSystemError);
+  ASSERT_EQ(pickInterface("^lo", &a, &name), ternSuccess);
+  EXPECT_NE(name, "lo");
+}
+
+}  // namespace
+}  // namespace tern
