@@ -29,8 +29,9 @@ static size_t check(const void* recv, const Sizes& s, ternDataType_t dt, ternRed
 int main(int argc, char** argv) {
   CollTest t{"all_gather", false, false, sizes,
              [](int n) { return static_cast<double>(n - 1) / n; },
-             [](const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t, int,
-                ternComm_t comm) { return ternAllGather(s, r, c, dt, comm, nullptr); },
+             [](Backend& b, const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t, int) {
+               return ternAllGather(s, r, c, dt, b.tern(), nullptr) == ternSuccess;
+             },
              fill, check};
   return perfMain(argc, argv, t);
 }

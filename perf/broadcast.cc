@@ -28,8 +28,8 @@ static size_t check(const void* recv, const Sizes& s, ternDataType_t dt, ternRed
 
 int main(int argc, char** argv) {
   CollTest t{"broadcast", false, true, sizes, [](int) { return 1.0; },
-             [](const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t, int root,
-                ternComm_t comm) { return ternBroadcast(s, r, c, dt, root, comm, nullptr); },
+             [](Backend& b, const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t,
+                int root) { return ternBroadcast(s, r, c, dt, root, b.tern(), nullptr) == 0; },
              fill, check};
   return perfMain(argc, argv, t);
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -91,14 +92,40 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-#define PERF_CHECK(call)                                                            \
-  do {                                                                             \
-    ternResult_t r_ = (call);                                                      \
-    if (r_ != ternSuccess) {                                                       \
-      fprintf(stderr, "%s:%d %s failed: %s (%s)\n", __FILE__, __LINE__, #call,     \
-              ternGetErrorString(r_), ternGetLastError(comm));                     \
-      exit(1);                                                                     \
-    }                                                                              \
+class TernBackend : public Backend {
+ public:
+  TernBackend() {
+    if (ternCommInitFromEnv(&comm_) != ternSuccess) {
+      fprintf(stderr, "ternCommInitFromEnv failed: %s\n", ternGetLastError(nullptr));
+      exit(1);
+    }
+    ternCommUserRank(comm_, &rank_);
+    ternCommCount(comm_, &size_);
+  }
+  ~TernBackend() override { ternCommDestroy(comm_); }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* transport() const override {
+    return ternCommPeerTransport(comm_, (rank_ + 1) % size_);
+  }
+  bool allReduce(const void* s, void* r, size_t n, ternDataType_t dt, ternRedOp_t op) override {
+    return ternAllReduce(s, r, n, dt, op, comm_, nullptr) == ternSuccess;
+  }
+  bool barrier() override { return ternBarrier(comm_) == ternSuccess; }
+  const char* lastError() const override { return ternGetLastError(comm_); }
+  ternComm_t tern() override { return comm_; }
+
+ private:
+  ternComm_t comm_ = nullptr;
+  int rank_ = 0, size_ = 1;
+};
+
+#define PERF_CHECK(b, ok)                                                             \
+  do {                                                                               \
+    if (!(ok)) {                                                                     \
+      fprintf(stderr, "%s:%d %s failed: %s\n", __FILE__, __LINE__, #ok, (b).lastError()); \
+      exit(1);                                                                       \
+    }                                                                                \
   } while (0)
 
 void* prefaulted(size_t bytes) {
@@ -115,43 +142,43 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double across(double v, ternRedOp_t op, ternComm_t comm) {
-  PERF_CHECK(ternAllReduce(&v, &v, 1, ternFloat64, op, comm, nullptr));
+double across(Backend& b, double v, ternRedOp_t op) {
+  PERF_CHECK(b, b.allReduce(&v, &v, 1, ternFloat64, op));
   return v;
 }
 
 // Combines per-rank times as -a asks: 0 rank 0's, 1 average, 2 min, 3 max.
-double combineTime(double sec, int how, ternComm_t comm) {
-  static const ternRedOp_t ops[] = {ternSum, ternAvg, ternMin, ternMax};
-  double all = across(sec, ops[how], comm);
+double combineTime(Backend& b, double sec, int how) {
+  static const ternRedOp_t ops[] = {ternSum, ternSum, ternMin, ternMax};
+  double all = across(b, sec, ops[how]);
+  if (how == 1) all /= b.size();
   return how == 0 ? sec : all;  // every rank joins the allreduce either way
 }
 
-void printDevices(ternComm_t comm, int rank, int nranks) {
-  struct Rec { int pid; char host[44]; char transport[16]; } me{}, *all = new Rec[nranks];
-  me.pid = getpid();
-  gethostname(me.host, sizeof me.host - 1);
-  snprintf(me.transport, sizeof me.transport, "%s",
-           ternCommPeerTransport(comm, (rank + 1) % nranks));
-  PERF_CHECK(ternAllGather(&me, all, sizeof me, ternUint8, comm, nullptr));
-  if (rank == 0) {
+// One line per rank, gathered with a sum-allreduce so any backend can do it.
+void printDevices(Backend& b) {
+  const size_t kRec = 96;
+  std::vector<char> all(kRec * b.size(), 0);
+  char host[64] = {};
+  gethostname(host, sizeof host - 1);
+  snprintf(&all[kRec * b.rank()], kRec,
+           "#  Rank %2d Group  0 Pid %6d on %10s device  -1 [host] cpu, transport to next: %s",
+           b.rank(), (int)getpid(), host, b.transport());
+  PERF_CHECK(b, b.allReduce(all.data(), all.data(), all.size(), ternUint8, ternSum));
+  if (b.rank() == 0) {
     printf("#\n# Using devices\n");
-    for (int r = 0; r < nranks; ++r)
-      printf("#  Rank %2d Group  0 Pid %6d on %10s device  -1 [host] cpu, transport to next: %s\n",
-             r, all[r].pid, all[r].host, all[r].transport);
+    for (int r = 0; r < b.size(); ++r) printf("%s\n", &all[kRec * r]);
   }
-  delete[] all;
 }
 
 }  // namespace
 
-int perfMain(int argc, char** argv, const CollTest& t) {
+int perfMain(int argc, char** argv, const CollTest& t, Backend* backend) {
   Options o = parse(argc, argv);
-  ternComm_t comm = nullptr;
-  PERF_CHECK(ternCommInitFromEnv(&comm));
-  int rank, nranks;
-  PERF_CHECK(ternCommUserRank(comm, &rank));
-  PERF_CHECK(ternCommCount(comm, &nranks));
+  std::unique_ptr<Backend> own;
+  if (!backend) own.reset(backend = new TernBackend());
+  Backend& b = *backend;
+  const int rank = b.rank(), nranks = b.size();
   if (t.hasRoot && (o.root < 0 || o.root >= nranks)) usage(argv[0], "root out of range");
   if (rank == 0) {
     printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d "
@@ -159,7 +186,7 @@ int perfMain(int argc, char** argv, const CollTest& t) {
            o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : (double)o.stepBytes,
            o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check);
   }
-  printDevices(comm, rank, nranks);
+  printDevices(b);
 
   // One allocation of the largest buffers, pre-faulted, reused for every size.
   Sizes big = t.sizes(o.maxBytes, 8, nranks, rank);
@@ -197,17 +224,17 @@ int perfMain(int argc, char** argv, const CollTest& t) {
           double wrong = 0;
           if (o.check) {
             t.fill(const_cast<char*>(send), s, dt, op, o.root, rank, nranks);
-            PERF_CHECK(t.run(send, recv, s.count, dt, op, o.root, comm));
-            wrong = across(static_cast<double>(t.check(recv, s, dt, op, o.root, rank, nranks)),
-                           ternSum, comm);
+            PERF_CHECK(b, t.run(b, send, recv, s.count, dt, op, o.root));
+            wrong = across(b, static_cast<double>(t.check(recv, s, dt, op, o.root, rank, nranks)),
+                           ternSum);
           }
           for (int i = 0; i < o.warmup; ++i)
-            PERF_CHECK(t.run(send, recv, s.count, dt, op, o.root, comm));
-          PERF_CHECK(ternBarrier(comm));
+            PERF_CHECK(b, t.run(b, send, recv, s.count, dt, op, o.root));
+          PERF_CHECK(b, b.barrier());
           double t0 = now();
           for (int i = 0; i < o.iters; ++i)
-            PERF_CHECK(t.run(send, recv, s.count, dt, op, o.root, comm));
-          double sec = combineTime((now() - t0) / o.iters, o.average, comm);
+            PERF_CHECK(b, t.run(b, send, recv, s.count, dt, op, o.root));
+          double sec = combineTime(b, (now() - t0) / o.iters, o.average);
           double algbw = static_cast<double>(std::max(s.sendElems, s.recvElems) * esz) / 1e9 / sec;
           double busbw = algbw * t.busFactor(nranks);
           bwSum += busbw;
@@ -230,7 +257,7 @@ int perfMain(int argc, char** argv, const CollTest& t) {
     printf("# Out of bounds values : %zu %s\n", wrongTotal, wrongTotal ? "FAILED" : "OK");
     printf("# Avg bus bandwidth    : %g \n#\n", bwCount ? bwSum / bwCount : 0.0);
   }
-  PERF_CHECK(ternCommDestroy(comm));
+  own.reset();
   munmap(sendbuf, sendBytes);
   munmap(recvbuf, recvBytes);
   return wrongTotal ? 1 : 0;

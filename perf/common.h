@@ -15,14 +15,29 @@ struct Sizes {
   size_t recvInplaceOffset;     // in-place: recvbuff = recvbuff + this many elements
 };
 
+// The library being measured.  tern's collectives go through tern(); the
+// all_reduce comparison also runs over MPI and Gloo through allReduce().
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* transport() const = 0;  // how this rank reaches the next
+  virtual bool allReduce(const void* send, void* recv, size_t count, ternDataType_t dt,
+                         ternRedOp_t op) = 0;
+  virtual bool barrier() = 0;
+  virtual const char* lastError() const = 0;
+  virtual ternComm_t tern() { return nullptr; }
+};
+
 struct CollTest {
   const char* name;
   bool hasOp, hasRoot;
   // Buffer sizes for a message of `bytes` bytes of `esz`-byte elements.
   Sizes (*sizes)(size_t bytes, size_t esz, int nranks, int rank);
   double (*busFactor)(int nranks);
-  ternResult_t (*run)(const void* send, void* recv, size_t count, ternDataType_t dt,
-                      ternRedOp_t op, int root, ternComm_t comm);
+  bool (*run)(Backend& b, const void* send, void* recv, size_t count, ternDataType_t dt,
+              ternRedOp_t op, int root);
   // Fills this rank's send buffer with verifiable values.
   void (*fill)(void* send, const Sizes& s, ternDataType_t dt, ternRedOp_t op, int root,
                int rank, int nranks);
@@ -31,6 +46,11 @@ struct CollTest {
                   int rank, int nranks);
 };
 
-int perfMain(int argc, char** argv, const CollTest& t);
+// Runs the benchmark over `backend` (tern from the launcher's environment
+// when null).
+int perfMain(int argc, char** argv, const CollTest& t, Backend* backend = nullptr);
+
+// The all_reduce test, shared by all_reduce_perf and the peer benchmarks.
+extern const CollTest kAllReduceTest;
 
 }  // namespace ternperf

@@ -26,8 +26,8 @@ static size_t check(const void* recv, const Sizes& s, ternDataType_t dt, ternRed
 
 int main(int argc, char** argv) {
   CollTest t{"reduce", true, true, sizes, [](int) { return 1.0; },
-             [](const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t op, int root,
-                ternComm_t comm) { return ternReduce(s, r, c, dt, op, root, comm, nullptr); },
+             [](Backend& b, const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t op,
+                int root) { return ternReduce(s, r, c, dt, op, root, b.tern(), nullptr) == 0; },
              fill, check};
   return perfMain(argc, argv, t);
 }

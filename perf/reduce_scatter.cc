@@ -29,8 +29,8 @@ static size_t check(const void* recv, const Sizes& s, ternDataType_t dt, ternRed
 int main(int argc, char** argv) {
   CollTest t{"reduce_scatter", true, false, sizes,
              [](int n) { return static_cast<double>(n - 1) / n; },
-             [](const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t op, int,
-                ternComm_t comm) { return ternReduceScatter(s, r, c, dt, op, comm, nullptr); },
+             [](Backend& b, const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t op,
+                int) { return ternReduceScatter(s, r, c, dt, op, b.tern(), nullptr) == 0; },
              fill, check};
   return perfMain(argc, argv, t);
 }

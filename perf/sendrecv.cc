@@ -26,16 +26,17 @@ static size_t check(const void* recv, const Sizes& s, ternDataType_t dt, ternRed
   return wrong;
 }
 
-static ternResult_t run(const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t, int,
-                        ternComm_t comm) {
+static bool run(Backend& b, const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t,
+                int) {
+  ternComm_t comm = b.tern();
   int rank, n;
   ternCommUserRank(comm, &rank);
   ternCommCount(comm, &n);
   ternGroupStart();
   ternResult_t a = ternSend(s, c, dt, (rank + 1) % n, comm, nullptr);
-  ternResult_t b = ternRecv(r, c, dt, (rank + n - 1) % n, comm, nullptr);
+  ternResult_t rv = ternRecv(r, c, dt, (rank + n - 1) % n, comm, nullptr);
   ternResult_t e = ternGroupEnd();
-  return a != ternSuccess ? a : b != ternSuccess ? b : e;
+  return a == ternSuccess && rv == ternSuccess && e == ternSuccess;
 }
 
 int main(int argc, char** argv) {
