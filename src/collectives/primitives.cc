@@ -151,7 +151,10 @@ ternResult_t runPrograms(Comm& c, std::vector<Program>& progs, const Reduction& 
       continue;
     }
     if (c.aborted.load(std::memory_order_relaxed)) TERN_CHECK(c.checkHealth());
-    if (idle == 0) idleSince = nextHealth = Clock::now();
+    if (idle == 0) {
+      idleSince = Clock::now();
+      nextHealth = idleSince + std::chrono::milliseconds(2);  // short waits stay syscall-free
+    }
     if (++idle % 64 == 0) {
       auto now = Clock::now();
       if (now >= nextHealth) {  // dead peers, abort, earlier failure: every 20 ms

@@ -49,6 +49,31 @@ std::shared_ptr<Operation> ProgressEngine::submit(std::function<ternResult_t()> 
   return op;
 }
 
+ternResult_t ProgressEngine::runNow(std::function<ternResult_t()> fn, std::string* error) {
+  {
+    std::unique_lock<std::mutex> lk(m_);
+    if (!queue_.empty() || busy_) {
+      lk.unlock();
+      return submit(std::move(fn))->wait(error);
+    }
+    busy_ = true;
+  }
+  clearThreadError();
+  ternResult_t r = fn();
+  if (r != ternSuccess && onError_) onError_(r);
+  if (error) *error = r == ternSuccess ? std::string() : lastThreadError();
+  bool queued;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    busy_ = false;
+    queued = !queue_.empty();
+  }
+  // Wake the progress thread only for work queued meanwhile: a futile wake-up
+  // per call costs a context switch on a busy core.
+  if (queued) cv_.notify_one();
+  return r;
+}
+
 void ProgressEngine::stop() {
   {
     std::lock_guard<std::mutex> lk(m_);
@@ -64,14 +89,19 @@ void ProgressEngine::loop() {
     std::shared_ptr<Operation> op;
     {
       std::unique_lock<std::mutex> lk(m_);
-      cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lk, [&] { return stopping_ || (!queue_.empty() && !busy_); });
       if (queue_.empty()) return;  // stopping, nothing left
       op = queue_.front();
       queue_.pop_front();
+      busy_ = true;
     }
     clearThreadError();
     ternResult_t r = op->fn_();
     if (r != ternSuccess && onError_) onError_(r);
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      busy_ = false;
+    }
     op->finish(r, r == ternSuccess ? std::string() : lastThreadError());
   }
 }

@@ -41,6 +41,11 @@ class ProgressEngine {
   ProgressEngine(int rank, std::function<void(ternResult_t)> onError);
   ~ProgressEngine();
   std::shared_ptr<Operation> submit(std::function<ternResult_t()> fn);
+  // Runs `fn` to completion on the calling thread when nothing is queued or
+  // running (a blocking call then pays no thread hand-off, ~20 us here);
+  // otherwise queues it behind the pending work and waits.  Either way
+  // operations of one communicator run one at a time, in issue order.
+  ternResult_t runNow(std::function<ternResult_t()> fn, std::string* error);
   void stop();
 
  private:
@@ -51,6 +56,7 @@ class ProgressEngine {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Operation>> queue_;
   bool stopping_ = false;
+  bool busy_ = false;  // an operation is executing (on either thread)
   std::thread thread_;
 };
 
