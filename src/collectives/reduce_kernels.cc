@@ -1,6 +1,7 @@
 #include "collectives/reduce_kernels.h"
 
 #include <cstdint>
+#include <type_traits>
 
 #include "codec/half.h"
 
@@ -8,8 +9,13 @@ namespace tern {
 
 namespace {
 
-struct Sum  { template <class T> static T apply(T a, T b) { return a + b; } };
-struct Prod { template <class T> static T apply(T a, T b) { return a * b; } };
+// Signed integers wrap on overflow (as in NCCL) instead of being undefined:
+// the arithmetic happens in the unsigned type of the same width.
+template <class T>
+using Wrap = typename std::conditional<std::is_integral<T>::value,
+                                       std::make_unsigned<T>, std::common_type<T>>::type::type;
+struct Sum  { template <class T> static T apply(T a, T b) { return T(Wrap<T>(a) + Wrap<T>(b)); } };
+struct Prod { template <class T> static T apply(T a, T b) { return T(Wrap<T>(a) * Wrap<T>(b)); } };
 struct Max  { template <class T> static T apply(T a, T b) { return a > b ? a : b; } };
 struct Min  { template <class T> static T apply(T a, T b) { return a < b ? a : b; } };
 

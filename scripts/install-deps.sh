@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that tern's build, tests and benchmarks need,
+# only those missing (a fresh Debian bookworm has none of them).
+set -euo pipefail
+pkgs=(cmake g++ make pkg-config libgtest-dev openmpi-bin libopenmpi-dev libgloo-dev
+      iproute2 python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  echo "installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# scripts/test.sh [--sanitize]: install dependencies, build, run the suite.
+#   --sanitize   AddressSanitizer + UndefinedBehaviorSanitizer build of the
+#                core tests (ctest label "core") in build-asan/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ "${1:-}" = "--sanitize" ]; then
+  ./scripts/build.sh build-asan -DTERN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
+  (cd build-asan && ctest -L core --output-on-failure)
+else
+  ./scripts/build.sh build
+  (cd build && ctest --output-on-failure)
+fi
