@@ -86,6 +86,24 @@ bool advance(Program& p, const Reduction& red, int nranks, bool* moved) {
   return true;
 }
 
+// A step blocked on a peer that has gone can never finish: that is the
+// remote error (a peer that exits after its part is done is not one).
+ternResult_t checkBlockedOnGone(const std::vector<Program>& progs, const Reduction& red,
+                                int rank, const char* what) {
+  for (const Program& p : progs) {
+    if (p.cur >= p.steps.size()) continue;
+    const Step& s = p.steps[p.cur];
+    const char* ip;
+    bool starved = s.in && s.in->gone && s.in->recvAvail(&ip) < (s.reduce ? ternTypeSize(red.dt) : 1);
+    Conn* dead = starved ? s.in : (s.out && s.out->gone) ? s.out : nullptr;
+    if (dead)
+      return setError(ternRemoteError, "rank " + std::to_string(rank) + " needs rank " +
+                                           std::to_string(dead->peer) + " in " + what +
+                                           ", but that rank exited or failed");
+  }
+  return ternSuccess;
+}
+
 std::string blockedPeers(const std::vector<Program>& progs) {
   std::set<int> peers;
   for (const Program& p : progs) {
@@ -159,6 +177,7 @@ ternResult_t runPrograms(Comm& c, std::vector<Program>& progs, const Reduction& 
       auto now = Clock::now();
       if (now >= nextHealth) {  // dead peers, abort, earlier failure: every 20 ms
         TERN_CHECK(c.checkHealth());
+        TERN_CHECK(checkBlockedOnGone(progs, red, c.rank, what));
         nextHealth = now + std::chrono::milliseconds(20);
       }
       double waited = std::chrono::duration<double>(now - idleSince).count();

@@ -133,25 +133,22 @@ void ternComm::fail(ternResult_t r) {
     if (fd >= 0) shutdown(fd, SHUT_RDWR);
 }
 
-ternResult_t ternComm::checkPeers() {
+void ternComm::refreshLiveness() {
   std::vector<pollfd> fds;
   std::vector<int> who;
   for (int p = 0; p < nranks; ++p) {
     // tcp peers report a closed socket through progress(); only idle mesh
     // sockets (shm peers) need watching here.
-    if (meshFd[p] < 0 || conns[p]->pollFd() >= 0) continue;
+    if (meshFd[p] < 0 || conns[p]->pollFd() >= 0 || conns[p]->gone) continue;
     fds.push_back({meshFd[p], POLLIN, 0});
     who.push_back(p);
   }
-  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return ternSuccess;
+  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return;
   for (size_t i = 0; i < fds.size(); ++i) {
-    if (!fds[i].revents) continue;
     char b;
-    if (recv(fds[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)
-      return setError(ternRemoteError, "rank " + std::to_string(who[i]) +
-                                           " died or failed (its connection closed)");
+    if (fds[i].revents && recv(fds[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)
+      conns[who[i]]->gone = true;
   }
-  return ternSuccess;
 }
 
 ternResult_t ternComm::checkHealth() {
@@ -159,7 +156,8 @@ ternResult_t ternComm::checkHealth() {
   int e = asyncError.load();
   if (e != ternSuccess)
     return setError(static_cast<ternResult_t>(e), "the communicator failed earlier");
-  return checkPeers();
+  refreshLiveness();
+  return ternSuccess;
 }
 
 void ternComm::setLastError(const std::string& e) {

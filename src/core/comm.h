@@ -31,9 +31,11 @@ struct ternComm {
   // Marks the communicator failed and shuts every socket down, so peers
   // blocked on us fail fast instead of waiting out their timeout.
   void fail(ternResult_t r);
-  // Polls the mesh sockets: a peer whose socket closed has died (or failed).
-  ternResult_t checkPeers();
-  // Checked by every wait loop: abort, earlier failure, dead peers.
+  // Polls the idle mesh sockets of shm peers: one that closed marks its
+  // connection gone (the peer exited, failed or aborted).
+  void refreshLiveness();
+  // Checked by every wait loop: abort and earlier failure are errors; peers'
+  // liveness is refreshed for the caller to judge.
   ternResult_t checkHealth();
 
   void setLastError(const std::string& e);

@@ -71,7 +71,7 @@ class TcpConn : public Conn {
   }
 
   ternResult_t pullIn(bool* moved) {
-    for (;;) {
+    while (!gone) {
       char* p;
       size_t n = recv_.writable(&p);
       if (n == 0) return ternSuccess;
@@ -83,10 +83,14 @@ class TcpConn : public Conn {
         if (static_cast<size_t>(k) < n) return ternSuccess;
         continue;
       }
-      if (k == 0) return broken("was closed by the peer (process exited?)", 0);
+      if (k == 0 || errno == ECONNRESET) {
+        gone = true;  // what arrived before stays readable in the fifo
+        return ternSuccess;
+      }
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return ternSuccess;
       return broken("failed while receiving", errno);
     }
+    return ternSuccess;
   }
 
   int fd_, peer_;

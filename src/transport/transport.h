@@ -39,6 +39,10 @@ class Conn {
   virtual int pollFd() const { return -1; }
 
   int peer = -1;  // the rank at the other end
+  // The peer closed its end (exited or failed).  Not an error by itself: a
+  // peer may finish and exit while we still drain what it sent; it is one
+  // when a step is blocked on this connection (see runPrograms).
+  bool gone = false;
   uint64_t bytesSent = 0, bytesRecv = 0;
 };
 
