@@ -19,7 +19,7 @@ namespace {
 
 // Bytes handled per pass of a step: small enough that the next hop can start
 // while we work, large enough to amortise the fifo bookkeeping.
-constexpr size_t kBurst = 128 << 10;
+constexpr size_t kBurst = 256 << 10;
 
 // Every message on a stream starts 8-byte aligned, so an element never
 // straddles the fifo's wrap point whatever the datatype.
