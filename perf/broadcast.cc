@@ -4,11 +4,6 @@
 
 using namespace ternperf;
 
-static Sizes sizes(size_t bytes, size_t esz, int, int) {
-  size_t n = bytes / esz;
-  return {n, n, n, 0, 0};
-}
-
 static void fill(void* send, const Sizes& s, ternDataType_t dt, ternRedOp_t, int root, int rank,
                  int) {
   if (rank == root)
@@ -27,7 +22,7 @@ static size_t check(const void* recv, const Sizes& s, ternDataType_t dt, ternRed
 }
 
 int main(int argc, char** argv) {
-  CollTest t{"broadcast", false, true, sizes, [](int) { return 1.0; },
+  CollTest t{"broadcast", false, true, sameCountSizes, [](int) { return 1.0; },
              [](Backend& b, const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t,
                 int root) { return ternBroadcast(s, r, c, dt, root, b.tern(), nullptr) == 0; },
              fill, check};

@@ -5,15 +5,6 @@
 
 using namespace ternperf;
 
-static Sizes sizes(size_t bytes, size_t esz, int, int) {
-  size_t n = bytes / esz;
-  return {n, n, n, 0, 0};
-}
-
-static void fill(void* send, const Sizes& s, ternDataType_t dt, ternRedOp_t, int, int rank, int) {
-  for (size_t i = 0; i < s.count; ++i) store(dt, send, i, inputValue(rank, i, dt, ternSum));
-}
-
 static size_t check(const void* recv, const Sizes& s, ternDataType_t dt, ternRedOp_t, int,
                     int rank, int nranks) {
   int from = (rank + nranks - 1) % nranks;
@@ -40,6 +31,6 @@ static bool run(Backend& b, const void* s, void* r, size_t c, ternDataType_t dt,
 }
 
 int main(int argc, char** argv) {
-  CollTest t{"sendrecv", false, false, sizes, [](int) { return 1.0; }, run, fill, check};
+  CollTest t{"sendrecv", false, false, sameCountSizes, [](int) { return 1.0; }, run, fillRankValues, check};
   return perfMain(argc, argv, t);
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tern/tern.h"
@@ -30,6 +31,12 @@ struct RunResult {
 // code is its body's return value (or 1 on an exception).
 RunResult runRanks(int nranks, const std::map<std::string, std::string>& env, const Body& body,
                    int nids = 1, double timeoutSec = 120);
+
+// Names a (transport, nranks) test parameter "shm_2ranks".
+template <class Info>
+std::string transportRanksName(const Info& info) {
+  return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+}
 
 // Prints a failure message from a rank (prefixed) and returns 1.
 int failf(const RankCtx& c, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -198,8 +198,6 @@ TEST_P(Collectives, AllSizesTypesOpsPlaces) {
 INSTANTIATE_TEST_SUITE_P(
     Transports, Collectives,
     ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(1, 2, 3, 4)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
-    });
+    [](const auto& info) { return transportRanksName(info); });
 
 }  // namespace

@@ -102,8 +102,6 @@ TEST_P(P2P, GroupsNeverDeadlock) {
 INSTANTIATE_TEST_SUITE_P(
     Transports, P2P,
     ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(1, 2, 3, 4)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
-    });
+    [](const auto& info) { return transportRanksName(info); });
 
 }  // namespace

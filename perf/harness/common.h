@@ -50,6 +50,15 @@ struct CollTest {
 // when null).
 int perfMain(int argc, char** argv, const CollTest& t, Backend* backend = nullptr);
 
+// Building blocks shared by the collectives whose send and receive buffers
+// both hold `count` elements (allreduce, reduce, broadcast, sendrecv).
+Sizes sameCountSizes(size_t bytes, size_t esz, int nranks, int rank);
+void fillRankValues(void* send, const Sizes& s, ternDataType_t dt, ternRedOp_t op, int root,
+                    int rank, int nranks);
+// Wrong elements of a buffer that must hold the reduction over all ranks.
+size_t countWrongReduction(const void* recv, size_t count, ternDataType_t dt, ternRedOp_t op,
+                           int nranks);
+
 // The all_reduce test, shared by all_reduce_perf and the peer benchmarks.
 extern const CollTest kAllReduceTest;
 
