@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the build into a scratch prefix, then builds a consumer with
+# find_package(tern) and another with pkg-config, and runs both.
+set -euo pipefail
+build=$1
+src=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+test -x "$tmp/prefix/bin/ternrun"
+test -x "$tmp/prefix/bin/all_reduce_perf"
+cmake -S "$src" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/cm" >/dev/null
+LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/cm/consumer"
+pc=$(find "$tmp/prefix" -name tern.pc -printf '%h')
+cc "$src/consumer.c" -o "$tmp/pc_consumer" $(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs tern)
+LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/pc_consumer"
+echo "install ok"
