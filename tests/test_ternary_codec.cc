@@ -1,0 +1,164 @@
+// The ternary codec: Philox known answers, the element mapping, bit-plane
+// arithmetic, every SIMD path bit-identical to the scalar reference (the same
+// header the CUDA kernels compile), and the statistics of the codes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "codec/ternary_cpu.h"
+#include "codec/ternary_math.h"
+
+namespace tern {
+namespace {
+
+TEST(Philox, KnownAnswers) {
+  // Random123's kat_vectors for philox4x32 with 10 rounds.
+  struct Kat { uint32_t ctr[4], key[2], out[4]; } kats[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff},
+       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  for (auto& k : kats) {
+    uint32_t c[4] = {k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]};
+    philox4x32_10(c, k.key[0], k.key[1]);
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(c[j], k.out[j]) << j;
+  }
+}
+
+TEST(TernaryMath, WidthsAndPlaneArithmetic) {
+  EXPECT_EQ(ternaryWidth(1), 2);
+  EXPECT_EQ(ternaryWidth(2), 3);
+  EXPECT_EQ(ternaryWidth(3), 3);
+  EXPECT_EQ(ternaryWidth(4), 4);
+  EXPECT_EQ(ternaryWidth(7), 4);
+  EXPECT_EQ(ternaryWidth(8), 5);
+  // Every value of width w(k) plus every code, checked against integers.
+  for (int k = 1; k <= 40; ++k) {
+    int win = ternaryWidth(k), wout = ternaryWidth(k + 1);
+    for (int v = -k; v <= k; ++v)
+      for (int t = -1; t <= 1; ++t) {
+        uint32_t a[16] = {}, out[16] = {};
+        for (int j = 0; j < win; ++j) a[j] = ((static_cast<unsigned>(v) >> j) & 1u) ? 1u << 7 : 0;
+        planesAddCode(a, win, t != 0 ? 1u << 7 : 0, t < 0 ? 1u << 7 : 0, out, wout);
+        ASSERT_EQ(planesLane(out, wout, 7), v + t) << k << " " << v << " " << t;
+        ASSERT_EQ(planesLane(out, wout, 6), 0);
+      }
+  }
+}
+
+struct Case {
+  std::vector<char> g;
+  std::vector<float> scales;
+  TernaryInput in;
+};
+
+Case makeCase(ternDataType_t dt, size_t count, uint32_t block, uint64_t seed) {
+  Case c;
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> nd(0, 1);
+  size_t esz = dt == ternFloat32 ? 4 : 2;
+  c.g.resize(count * esz + 64);
+  for (size_t i = 0; i < count; ++i) {
+    float v = nd(rng) * (i % 97 == 0 ? 10.f : 1.f);
+    if (dt == ternFloat32) reinterpret_cast<float*>(c.g.data())[i] = v;
+    else if (dt == ternFloat16) reinterpret_cast<uint16_t*>(c.g.data())[i] = floatToHalf(v);
+    else reinterpret_cast<uint16_t*>(c.g.data())[i] = floatToBf16(v);
+  }
+  c.scales.resize((count + block - 1) / block + 1);
+  ternaryBlockStats(c.g.data(), dt, count, block, c.scales.data(), nullptr);
+  c.scales[1 % c.scales.size()] *= 0.5f;  // a clipped block: |g| > s happens
+  c.in = {c.g.data(), dt, count, c.scales.data(), block, ternaryKey(seed, 3, seed * 7 + 1)};
+  return c;
+}
+
+class Simd : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Simd, BitIdenticalToScalarAndToPerElementMath) {
+  const TernaryKernels* simd = ternaryKernelsFor(GetParam());
+  if (!simd) GTEST_SKIP() << GetParam() << " not supported by this CPU";
+  const TernaryKernels& ref = *ternaryKernelsFor("scalar");
+  for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16})
+    for (size_t count : {1ul, 63ul, 64ul, 1000ul, 4096ul + 17})
+      for (uint32_t block : {64u, 256u}) {
+        Case c = makeCase(dt, count, block, count * 31 + block + dt);
+        size_t groups = (count + 31) / 32;
+        for (size_t g0 : {0ul, 1ul}) {
+          if (g0 >= groups) continue;
+          size_t n = groups - g0;
+          std::vector<uint32_t> a(2 * n), b(2 * n);
+          ref.encode(c.in, g0, n, a.data());
+          simd->encode(c.in, g0, n, b.data());
+          ASSERT_EQ(a, b) << "encode dt=" << dt << " count=" << count;
+          // The scalar kernel against the per-element definition.
+          for (size_t i = 32 * g0; i < count; ++i) {
+            uint32_t r = ternaryDraw(c.in.key, i);
+            int t = ternaryCode(ternaryLoad(c.g.data(), dt, i), c.scales[i / block], r);
+            ASSERT_EQ(planesLane(&a[2 * (i / 32 - g0)], 2, i % 32), t) << i;
+          }
+          for (int win : {2, 3, 4}) {
+            int wout = win + 1;
+            std::vector<uint32_t> in(win * n), x(wout * n), y(wout * n);
+            for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(k * 2654435761u);
+            // keep values small enough: clear the top plane, sign-extend
+            for (size_t k = 0; k < n; ++k) in[win * k + win - 1] = in[win * k + win - 2];
+            ref.addEncode(c.in, g0, n, in.data(), win, x.data(), wout);
+            simd->addEncode(c.in, g0, n, in.data(), win, y.data(), wout);
+            ASSERT_EQ(x, y) << "addEncode win=" << win;
+            std::vector<float> d1(count + 32, -1), d2(count + 32, -1);
+            ref.decode(x.data(), wout, g0, n, c.scales.data(), block, count, ternFloat32, 3, d1.data());
+            simd->decode(x.data(), wout, g0, n, c.scales.data(), block, count, ternFloat32, 3, d2.data());
+            for (size_t i = 0; i < d1.size(); ++i)
+              ASSERT_EQ(std::memcmp(&d1[i], &d2[i], 4), 0) << "decode at " << i;
+          }
+        }
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, Simd, ::testing::Values("avx2", "avx512"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST(TernaryStats, UnbiasedWithTheExpectedVariance) {
+  // One block, s = 1; values spread over (0, 1]; 20000 independent calls.
+  const size_t count = 64;
+  std::vector<float> g(count), scale(1, 1.0f);
+  for (size_t i = 0; i < count; ++i) g[i] = (i % 2 ? -1.f : 1.f) * (0.02f + 0.98f * i / count);
+  const int calls = 20000;
+  std::vector<double> sum(count, 0), sumSq(count, 0);
+  std::vector<uint32_t> planes(2 * 2);
+  for (int call = 0; call < calls; ++call) {
+    TernaryInput in{g.data(), ternFloat32, count, scale.data(), 64, ternaryKey(42, 0, call)};
+    ternaryKernels().encode(in, 0, 2, planes.data());
+    for (size_t i = 0; i < count; ++i) {
+      double v = planesLane(&planes[2 * (i / 32)], 2, i % 32);
+      sum[i] += v;
+      sumSq[i] += v * v;
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    double mean = sum[i] / calls, a = std::fabs(g[i]);
+    double var = a - a * a;  // s|g| - g^2 with s = 1
+    double z = (mean - g[i]) / std::sqrt(var / calls);
+    EXPECT_LT(std::fabs(z), 4.5) << "element " << i << " mean " << mean << " g " << g[i];
+    double empVar = sumSq[i] / calls - mean * mean;
+    EXPECT_NEAR(empVar, var, 5 * std::sqrt(2.0 / calls) * std::max(var, 0.01)) << i;
+  }
+}
+
+TEST(TernaryStats, MaximalMagnitudesAreDeterministic) {
+  std::vector<float> g = {2.f, -2.f, 0.f, 2.f}, scale(1, 2.0f);
+  g.resize(64, -2.f);
+  std::vector<uint32_t> p(4);
+  TernaryInput in{g.data(), ternFloat32, g.size(), scale.data(), 64, ternaryKey(1, 0, 0)};
+  ternaryKernels().encode(in, 0, 2, p.data());
+  EXPECT_EQ(planesLane(p.data(), 2, 0), 1);
+  EXPECT_EQ(planesLane(p.data(), 2, 1), -1);
+  EXPECT_EQ(planesLane(p.data(), 2, 2), 0);
+  EXPECT_EQ(planesLane(&p[2], 2, 31), -1);
+}
+
+}  // namespace
+}  // namespace tern
