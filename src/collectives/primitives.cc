@@ -21,9 +21,11 @@ namespace {
 // while we work, large enough to amortise the fifo bookkeeping.
 constexpr size_t kBurst = 256 << 10;
 
-// Every message on a stream starts 8-byte aligned, so an element never
-// straddles the fifo's wrap point whatever the datatype.
-inline size_t padOf(size_t bytes) { return (8 - bytes % 8) % 8; }
+// Every message starts aligned on its stream: dense payloads to 8 bytes,
+// codec headers to 16 and codec groups to their unit.  Fifo capacities are
+// multiples of every unit (ternaryFifoQuantum), so an element, a header or
+// a group never straddles the wrap point and is always one contiguous read.
+inline size_t alignUp(uint64_t pos, size_t a) { return static_cast<size_t>((a - pos % a) % a); }
 
 void execute(const Step& s, const char* in, char* out, size_t off, size_t n,
              const Reduction& red, int nranks) {
@@ -41,49 +43,125 @@ void execute(const Step& s, const char* in, char* out, size_t off, size_t n,
   if (dst && dst != src) memcpy(dst, src, n);
 }
 
-// Pads the streams after a step.  Returns false while blocked.
-bool pad(Program& p, const Step& s) {
-  size_t need = padOf(s.bytes);
-  if (s.in && p.padIn < need) {
-    const char* ip;
-    size_t k = std::min(s.in->recvAvail(&ip), need - p.padIn);
-    s.in->recvConsume(k);
-    p.padIn += k;
+// Where this step's message starts on each stream.
+void layout(Program& p, const Step& s) {
+  if (s.in) {
+    uint64_t pos = s.in->recvPos();
+    p.inSkip = alignUp(pos, s.codec ? 16 : 8);
+    p.inHdr = s.codec ? sizeof(StepHeader) : 0;
+    p.inSkip2 = s.codec ? alignUp(pos + p.inSkip + p.inHdr, s.inUnit) : 0;
   }
-  if (s.out && p.padOut < need) {
-    char* op;
-    size_t k = std::min(s.out->sendSpace(&op), need - p.padOut);
-    s.out->sendCommit(k);
-    p.padOut += k;
+  if (s.out) {
+    uint64_t pos = s.out->sendPos();
+    p.outSkip = alignUp(pos, s.codec ? 16 : 8);
+    p.outHdr = s.codec ? sizeof(StepHeader) : 0;
+    p.outSkip2 = s.codec ? alignUp(pos + p.outSkip + p.outHdr, s.outUnit) : 0;
   }
-  return (!s.in || p.padIn == need) && (!s.out || p.padOut == need);
+  p.started = true;
 }
 
-// Advances one program as far as the fifos allow.  Returns true when done.
-bool advance(Program& p, const Reduction& red, int nranks, bool* moved) {
-  size_t unitReduce = ternTypeSize(red.dt);
+// Padding and header before the payload.  Returns false while blocked.
+ternResult_t prologue(Program& p, const Step& s, bool* ready) {
+  if (s.in) {
+    const char* ip;
+    while (p.inSkip > 0 && s.in->recvAvail(&ip) > 0) {
+      size_t k = std::min(s.in->recvAvail(&ip), p.inSkip);
+      s.in->recvConsume(k);
+      p.inSkip -= k;
+    }
+    if (p.inSkip == 0 && p.inHdr > 0 && s.in->recvAvail(&ip) >= sizeof(StepHeader)) {
+      StepHeader h;
+      memcpy(&h, ip, sizeof h);
+      if (h.magic != kStepMagic || h.unit != s.inUnit || h.groups != s.bytes)
+        return setError(ternRemoteError,
+                        "malformed chunk header from rank " + std::to_string(s.in->peer) +
+                            ": unit " + std::to_string(h.unit) + " bytes, " +
+                            std::to_string(h.groups) + " groups; expected " +
+                            std::to_string(s.inUnit) + " and " + std::to_string(s.bytes));
+      s.in->recvConsume(sizeof h);
+      p.inHdr = 0;
+    }
+    while (p.inSkip == 0 && p.inHdr == 0 && p.inSkip2 > 0 && s.in->recvAvail(&ip) > 0) {
+      size_t k = std::min(s.in->recvAvail(&ip), p.inSkip2);
+      s.in->recvConsume(k);
+      p.inSkip2 -= k;
+    }
+  }
+  if (s.out) {
+    char* op;
+    while (p.outSkip > 0 && s.out->sendSpace(&op) > 0) {
+      size_t k = std::min(s.out->sendSpace(&op), p.outSkip);
+      s.out->sendCommit(k);
+      p.outSkip -= k;
+    }
+    if (p.outSkip == 0 && p.outHdr > 0 && s.out->sendSpace(&op) >= sizeof(StepHeader)) {
+      StepHeader h{kStepMagic, s.outUnit, s.bytes};
+      memcpy(op, &h, sizeof h);
+      s.out->sendCommit(sizeof h);
+      p.outHdr = 0;
+    }
+    while (p.outSkip == 0 && p.outHdr == 0 && p.outSkip2 > 0 && s.out->sendSpace(&op) > 0) {
+      size_t k = std::min(s.out->sendSpace(&op), p.outSkip2);
+      s.out->sendCommit(k);
+      p.outSkip2 -= k;
+    }
+  }
+  *ready = p.inSkip + p.inHdr + p.inSkip2 + p.outSkip + p.outHdr + p.outSkip2 == 0;
+  return ternSuccess;
+}
+
+// Moves as much payload as the fifos allow; returns the units moved (bytes
+// for dense steps, groups for codec steps).
+size_t payload(Program& p, const Step& s, const Reduction& red, int nranks) {
+  const char* in = nullptr;
+  char* out = nullptr;
+  size_t n = s.bytes - p.off;
+  if (s.codec) {
+    n = std::min(n, kBurst / s.outUnit + 1);
+    if (s.in) n = std::min(n, s.in->recvAvail(&in) / s.inUnit);
+    if (s.out) n = std::min(n, s.out->sendSpace(&out) / s.outUnit);
+    if (n == 0) return 0;
+    s.codec->run(in, out, p.off, n);
+    if (s.in) s.in->recvConsume(n * s.inUnit);
+    if (s.out) s.out->sendCommit(n * s.outUnit);
+  } else {
+    n = std::min(n, kBurst);
+    if (s.in) n = std::min(n, s.in->recvAvail(&in));
+    if (s.out) n = std::min(n, s.out->sendSpace(&out));
+    n -= n % (s.reduce ? ternTypeSize(red.dt) : 1);  // whole elements only
+    if (n == 0) return 0;
+    execute(s, in, out, p.off, n, red, nranks);
+    if (s.in) s.in->recvConsume(n);
+    if (s.out) s.out->sendCommit(n);
+  }
+  p.off += n;
+  return n;
+}
+
+// Advances one program as far as the fifos allow.  *done when finished.
+ternResult_t advance(Program& p, const Reduction& red, int nranks, bool* moved, bool* done) {
   while (p.cur < p.steps.size()) {
     const Step& s = p.steps[p.cur];
-    if (p.off < s.bytes) {
-      size_t n = std::min(s.bytes - p.off, kBurst);
-      const char* in = nullptr;
-      char* out = nullptr;
-      if (s.in) n = std::min(n, s.in->recvAvail(&in));
-      if (s.out) n = std::min(n, s.out->sendSpace(&out));
-      n -= n % (s.reduce ? unitReduce : 1);
-      if (n == 0) return false;
-      execute(s, in, out, p.off, n, red, nranks);
-      if (s.in) s.in->recvConsume(n);
-      if (s.out) s.out->sendCommit(n);
-      p.off += n;
-      *moved = true;
-      continue;
+    if (!p.started) layout(p, s);
+    bool ready;
+    TERN_CHECK(prologue(p, s, &ready));
+    if (!ready) {
+      *done = false;
+      return ternSuccess;
     }
-    if (!pad(p, s)) return false;
+    while (p.off < s.bytes) {
+      if (payload(p, s, red, nranks) == 0) {
+        *done = false;
+        return ternSuccess;
+      }
+      *moved = true;
+    }
     ++p.cur;
-    p.off = p.padIn = p.padOut = 0;
+    p.off = 0;
+    p.started = false;
   }
-  return true;
+  *done = true;
+  return ternSuccess;
 }
 
 // A step blocked on a peer that has gone can never finish: that is the
@@ -94,7 +172,8 @@ ternResult_t checkBlockedOnGone(const std::vector<Program>& progs, const Reducti
     if (p.cur >= p.steps.size()) continue;
     const Step& s = p.steps[p.cur];
     const char* ip;
-    bool starved = s.in && s.in->gone && s.in->recvAvail(&ip) < (s.reduce ? ternTypeSize(red.dt) : 1);
+    size_t unit = s.codec ? s.inUnit : s.reduce ? ternTypeSize(red.dt) : 1;
+    bool starved = s.in && s.in->gone && s.in->recvAvail(&ip) < unit;
     Conn* dead = starved ? s.in : (s.out && s.out->gone) ? s.out : nullptr;
     if (dead)
       return setError(ternRemoteError, "rank " + std::to_string(rank) + " needs rank " +
@@ -143,7 +222,8 @@ ternResult_t runPrograms(Comm& c, std::vector<Program>& progs, const Reduction& 
                          const char* what) {
   std::vector<Conn*> sockets;  // connections that need pumping
   for (Program& p : progs) {
-    p.cur = p.off = p.padIn = p.padOut = 0;
+    p.cur = p.off = 0;
+    p.started = false;
     for (const Step& s : p.steps)
       for (Conn* k : {s.in, s.out})
         if (k && k->pollFd() >= 0 && std::find(sockets.begin(), sockets.end(), k) == sockets.end())
@@ -158,7 +238,11 @@ ternResult_t runPrograms(Comm& c, std::vector<Program>& progs, const Reduction& 
       TERN_CHECK(k->progress(&m));
       moved |= m;
     }
-    for (Program& p : progs) done &= advance(p, red, c.nranks, &moved);
+    for (Program& p : progs) {
+      bool finished;
+      TERN_CHECK(advance(p, red, c.nranks, &moved, &finished));
+      done &= finished;
+    }
     if (done) {
       bool flushed = true;
       for (Conn* k : sockets) flushed &= k->flushed();

@@ -36,6 +36,11 @@ class Fifo {
   bool empty() const { return hdr_->head.load(std::memory_order_acquire) ==
                               hdr_->tail.load(std::memory_order_acquire); }
   size_t capacity() const { return cap_; }
+  // Stream positions: bytes this side has produced / consumed so far.  Both
+  // ends of a stream agree on them, which lets messages be aligned without
+  // sending lengths.
+  uint64_t produced() const { return head_; }
+  uint64_t consumed() const { return tail_; }
 
  private:
   FifoHeader* hdr_ = nullptr;

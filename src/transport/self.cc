@@ -17,6 +17,8 @@ class SelfConn : public Conn {
   void sendCommit(size_t n) override { fifo_.produce(n); }
   size_t recvAvail(const char** p) override { return fifo_.readable(p); }
   void recvConsume(size_t n) override { fifo_.consume(n); }
+  uint64_t sendPos() const override { return fifo_.produced(); }
+  uint64_t recvPos() const override { return fifo_.consumed(); }
 
  private:
   size_t bytes_;

@@ -59,6 +59,8 @@ class ShmConn : public Conn {
     bytesSent += n;
   }
   size_t recvAvail(const char** p) override { return recv_.readable(p); }
+  uint64_t sendPos() const override { return send_.produced(); }
+  uint64_t recvPos() const override { return recv_.consumed(); }
   void recvConsume(size_t n) override {
     recv_.consume(n);
     bytesRecv += n;

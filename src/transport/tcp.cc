@@ -35,6 +35,8 @@ class TcpConn : public Conn {
   size_t sendSpace(char** p) override { return send_.writable(p); }
   void sendCommit(size_t n) override { send_.produce(n); }
   size_t recvAvail(const char** p) override { return recv_.readable(p); }
+  uint64_t sendPos() const override { return send_.produced(); }
+  uint64_t recvPos() const override { return recv_.consumed(); }
   void recvConsume(size_t n) override { recv_.consume(n); }
   bool flushed() const override { return send_.empty(); }
   int pollFd() const override { return fd_; }

@@ -25,6 +25,9 @@ class Conn {
   // Receive side: contiguous received bytes (may be 0), then release them.
   virtual size_t recvAvail(const char** p) = 0;
   virtual void recvConsume(size_t n) = 0;
+  // Stream positions (bytes committed / consumed since the connection began).
+  virtual uint64_t sendPos() const = 0;
+  virtual uint64_t recvPos() const = 0;
 
   // Moves bytes between the fifos and the wire.  Sets *moved when anything
   // moved.  A closed or broken connection is ternRemoteError.
