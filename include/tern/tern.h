@@ -71,6 +71,10 @@ ternResult_t ternGroupStart(void);
 ternResult_t ternGroupEnd(void);
 ternResult_t ternBarrier(ternComm_t comm);
 
+/* Ternary-compressed allreduce: datatype float32, float16 or bfloat16; op ternSum or ternAvg. */
+ternResult_t ternAllReduceTernary(const void* sendbuff, void* recvbuff, size_t count,
+    ternDataType_t datatype, ternRedOp_t op, ternComm_t comm, ternStream_t stream);
+
 /* ---- Extensions --------------------------------------------------------- */
 
 /* Size in bytes of one element of datatype, or 0 for an invalid type. */
@@ -83,6 +87,39 @@ const char* ternCommPeerTransport(const ternComm_t comm, int peer);
 /* Bytes this rank has put on the wire / taken off it since the comm was made. */
 typedef struct { unsigned long long bytesSent, bytesRecv, ops; } ternCommStats_t;
 ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats);
+
+/* ---- Ternary-compressed allreduce: options, error feedback, accounting ---- */
+
+typedef struct {
+  unsigned long long seed;  /* Philox key with the rank; same on every rank  (TERN_TERNARY_SEED) */
+  int blockSize;            /* elements per scale block, a multiple of 64     (TERN_TERNARY_BLOCK) */
+  float clip;               /* clip at clip * sigma of the block; 0 = off     (TERN_TERNARY_CLIP) */
+  int errorFeedback;        /* keep per-tensor residuals (0/1)                (TERN_TERNARY_EF) */
+  size_t minBytes;          /* smaller buffers use the dense allreduce        (TERN_TERNARY_MIN_BYTES) */
+} ternTernaryConfig_t;
+
+/* Options of comm's ternary allreduces; set them identically on every rank. */
+ternResult_t ternCommGetTernaryConfig(const ternComm_t comm, ternTernaryConfig_t* config);
+ternResult_t ternCommSetTernaryConfig(ternComm_t comm, const ternTernaryConfig_t* config);
+
+/* ternAllReduceTernary with a tensor handle: with error feedback on, the
+ * library keeps one float32 residual per element per handle (4 bytes x count;
+ * ternAllReduceTernary uses sendbuff as the handle).  Release with
+ * ternCommReleaseTensor. */
+ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t count,
+    ternDataType_t datatype, ternRedOp_t op, const void* tensorHandle, ternComm_t comm,
+    ternStream_t stream);
+ternResult_t ternCommReleaseTensor(ternComm_t comm, const void* tensorHandle);
+
+typedef struct {
+  unsigned long long calls;          /* ternary allreduces made */
+  unsigned long long fallbacks;      /* of which ran dense (too small, one rank, ...) */
+  unsigned long long elements;       /* elements reduced by compressed calls */
+  unsigned long long payloadBytes;   /* encoded bytes this rank sent (chunk payloads) */
+  unsigned long long wireBytes;      /* every byte this rank sent in those calls (+ scales, headers) */
+  unsigned long long denseBytes;     /* what a dense ring allreduce would have sent */
+} ternTernaryStats_t;
+ternResult_t ternCommGetTernaryStats(const ternComm_t comm, ternTernaryStats_t* stats);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -24,6 +24,11 @@ ternResult_t reduceScatter(Comm& c, const void* src, void* dst, size_t recvcount
                            ternDataType_t dt, ternRedOp_t op);
 ternResult_t barrier(Comm& c);
 
+// Ternary-compressed allreduce (allreduce_ternary.cc); falls back to allReduce
+// where compression does not pay.  `handle` keys the error-feedback residual.
+ternResult_t allReduceTernary(Comm& c, const void* src, void* dst, size_t count,
+                              ternDataType_t dt, ternRedOp_t op, const void* handle);
+
 // Point-to-point: every transfer of a group is driven at once, so matched
 // send/recv pairs never deadlock, whatever their order in the group.
 struct P2P {

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "collectives/collectives.h"
+#include "collectives/ternary.h"
 #include "core/comm.h"
 #include "core/env_init.h"
 #include "core/error.h"
@@ -357,6 +358,70 @@ ternResult_t ternSend(const void* sendbuff, size_t count, ternDataType_t datatyp
 ternResult_t ternRecv(void* recvbuff, size_t count, ternDataType_t datatype, int peer,
                       ternComm_t comm, ternStream_t stream) {
   return pointToPoint(recvbuff, count, datatype, peer, comm, stream, false);
+}
+
+ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t count,
+                                    ternDataType_t datatype, ternRedOp_t op,
+                                    const void* tensorHandle, ternComm_t comm,
+                                    ternStream_t stream) {
+  const char* what = "ternAllReduceTernary";
+  TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, count, datatype, stream, what));
+  TERN_CHECK(checkOp(comm, op, what));
+  if (datatype != ternFloat32 && datatype != ternFloat16 && datatype != ternBfloat16)
+    return fail(comm, ternInvalidArgument,
+                std::string(what) + ": datatype must be float32, float16 or bfloat16, not " +
+                    std::to_string(datatype));
+  if (op != ternSum && op != ternAvg)
+    return fail(comm, ternInvalidArgument,
+                std::string(what) + ": op must be ternSum or ternAvg (ternary codes cannot "
+                                    "express products, maxima or minima)");
+  if (count == 0) return ternSuccess;
+  return launch(comm, [=] {
+    return allReduceTernary(*comm, sendbuff, recvbuff, count, datatype, op, tensorHandle);
+  });
+}
+
+ternResult_t ternAllReduceTernary(const void* sendbuff, void* recvbuff, size_t count,
+                                  ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
+                                  ternStream_t stream) {
+  return ternAllReduceTernaryEx(sendbuff, recvbuff, count, datatype, op, nullptr, comm, stream);
+}
+
+ternResult_t ternCommGetTernaryConfig(const ternComm_t comm, ternTernaryConfig_t* config) {
+  if (!config) return fail(nullptr, ternInvalidArgument, "config is NULL");
+  TERN_CHECK(checkComm(comm));
+  *config = comm->ternary->cfg;
+  return ternSuccess;
+}
+
+ternResult_t ternCommSetTernaryConfig(ternComm_t comm, const ternTernaryConfig_t* config) {
+  if (!config) return fail(nullptr, ternInvalidArgument, "config is NULL");
+  TERN_CHECK(checkComm(comm));
+  if (const char* bad = ternaryConfigProblem(*config))
+    return fail(comm, ternInvalidArgument, std::string("ternCommSetTernaryConfig: ") + bad);
+  if (groupOpen())
+    return fail(comm, ternInvalidUsage, "ternCommSetTernaryConfig cannot be called inside a group");
+  // Through the engine, so it never changes under a running operation.
+  ternTernaryConfig_t cfg = *config;
+  return launch(comm, [=] {
+    comm->ternary->cfg = cfg;
+    return ternSuccess;
+  });
+}
+
+ternResult_t ternCommReleaseTensor(ternComm_t comm, const void* tensorHandle) {
+  TERN_CHECK(checkComm(comm));
+  return launch(comm, [=] {
+    comm->ternary->residuals.erase(tensorHandle);
+    return ternSuccess;
+  });
+}
+
+ternResult_t ternCommGetTernaryStats(const ternComm_t comm, ternTernaryStats_t* stats) {
+  if (!stats) return fail(nullptr, ternInvalidArgument, "stats is NULL");
+  TERN_CHECK(checkComm(comm));
+  *stats = comm->ternary->stats;
+  return ternSuccess;
 }
 
 ternResult_t ternBarrier(ternComm_t comm) {

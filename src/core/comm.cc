@@ -7,6 +7,8 @@
 //   5. start the progress thread.
 #include "core/comm.h"
 
+#include "collectives/ternary.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -98,6 +100,13 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) 
   c->cfg = readConfig();
   c->secret = id.secret;
   setLogRank(rank);
+  // Every ternary width must divide the fifo (see ternaryFifoQuantum).
+  size_t q = ternaryFifoQuantum(nranks);
+  c->cfg.fifoBytes = (c->cfg.fifoBytes + q - 1) / q * q;
+  c->ternary = std::make_unique<TernaryState>();
+  c->ternary->cfg = ternaryConfigFromEnv();
+  if (const char* bad = ternaryConfigProblem(c->ternary->cfg))
+    return setError(ternInvalidArgument, std::string("TERN_TERNARY_*: ") + bad);
   if (c->cfg.transport != "auto" && c->cfg.transport != "shm" && c->cfg.transport != "tcp")
     return setError(ternInvalidArgument, "TERN_TRANSPORT='" + c->cfg.transport +
                                              "' is not one of auto, shm, tcp");

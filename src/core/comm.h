@@ -12,6 +12,10 @@
 #include "core/progress.h"
 #include "transport/transport.h"
 
+namespace tern {
+struct TernaryState;
+}
+
 struct ternComm {
   int rank = 0, nranks = 0;
   tern::Config cfg;
@@ -20,6 +24,7 @@ struct ternComm {
   std::vector<int> meshFd;                          // per peer; -1 for self
   std::vector<std::unique_ptr<tern::Conn>> conns;   // per peer, incl. self
   std::unique_ptr<tern::ProgressEngine> engine;
+  std::unique_ptr<tern::TernaryState> ternary;      // options, call index, residuals
 
   std::atomic<int> asyncError{ternSuccess};         // first failure, sticky
   std::atomic<bool> aborted{false};
