@@ -210,6 +210,11 @@ ternResult_t allReduceTernary(Comm& c, const void* src, void* dst, size_t count,
   }
   const uint64_t call = st.calls++;
   const uint64_t sentBefore = bytesSentSoFar(c);
+  // Scales always come from the raw gradient.  With error feedback the codes
+  // are drawn for g + residual, which clips against that scale; the residual
+  // then stays below the scale in magnitude (scales taken from g + residual
+  // would grow without bound).
+  TERN_CHECK(globalScales(c, st, src, dt, count));
   const void* g = src;
   ternDataType_t gdt = dt;
   std::vector<float>* residual = nullptr;
@@ -221,7 +226,6 @@ ternResult_t allReduceTernary(Comm& c, const void* src, void* dst, size_t count,
     g = st.corrected.data();
     gdt = ternFloat32;
   }
-  TERN_CHECK(globalScales(c, st, g, gdt, count));
   TernaryInput in{g, gdt, count, st.maxAbs.data(), static_cast<uint32_t>(st.cfg.blockSize),
                   ternaryKey(st.cfg.seed, static_cast<uint32_t>(c.rank), call)};
   uint64_t payload = 0;

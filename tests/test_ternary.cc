@@ -1,0 +1,314 @@
+// ternAllReduceTernary over real processes: bit-exact results (deterministic
+// inputs, and seeded random inputs recomputed from the Philox stream) for
+// 1..6 ranks, odd sizes, chunk edges and every width jump; unbiasedness end
+// to end; wire accounting against the formula; fallback; error feedback;
+// bad arguments; mismatched calls fail instead of overrunning.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "codec/ternary_math.h"
+#include "harness.h"
+
+using namespace terntest;
+using tern::floatToBf16;
+using tern::floatToHalf;
+
+namespace {
+
+constexpr uint64_t kSeed = 12345;
+
+// Rank r's input element i: a reproducible value anyone can recompute.
+float gradient(int r, size_t i, bool deterministic, uint32_t block) {
+  if (deterministic) {  // magnitude = the block's global max, sign varies, some zeros
+    float m = 0.5f + static_cast<float>((i / block) % 7);
+    int k = static_cast<int>((i * 7 + r * 3) % 5);
+    return k == 0 ? 0.0f : (k % 2 ? m : -m);
+  }
+  uint32_t x = static_cast<uint32_t>(i * 2654435761u) ^ static_cast<uint32_t>(r * 40503u + 17);
+  x ^= x >> 13;
+  x *= 0x5bd1e995u;
+  x ^= x >> 15;
+  return (static_cast<float>(x % 20001) - 10000.0f) / 3000.0f;
+}
+
+void storeAs(ternDataType_t dt, void* buf, size_t i, float v) {
+  if (dt == ternFloat16) static_cast<uint16_t*>(buf)[i] = floatToHalf(v);
+  else if (dt == ternBfloat16) static_cast<uint16_t*>(buf)[i] = floatToBf16(v);
+  else static_cast<float*>(buf)[i] = v;
+}
+
+float loadAs(ternDataType_t dt, const void* buf, size_t i) {
+  if (dt == ternFloat16) return tern::halfToFloat(static_cast<const uint16_t*>(buf)[i]);
+  if (dt == ternBfloat16) return tern::bf16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+  return static_cast<const float*>(buf)[i];
+}
+
+// The independent reference: every rank's codes recomputed element by element.
+std::vector<float> reference(int nranks, size_t count, ternDataType_t dt, ternRedOp_t op,
+                             bool det, uint32_t block, uint64_t call) {
+  size_t nb = (count + block - 1) / block;
+  std::vector<float> scale(nb, 0.0f), out(count);
+  auto in = [&](int r, size_t i) {  // as the library sees it after the dtype round trip
+    char tmp[4];
+    storeAs(dt, tmp, 0, gradient(r, i, det, block));
+    return loadAs(dt, tmp, 0);
+  };
+  for (int r = 0; r < nranks; ++r)
+    for (size_t i = 0; i < count; ++i) scale[i / block] = std::max(scale[i / block], std::fabs(in(r, i)));
+  if (nranks == 1) {  // one rank: the call runs dense, an exact copy
+    for (size_t i = 0; i < count; ++i) out[i] = in(0, i);
+    return out;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    int sum = 0;
+    for (int r = 0; r < nranks; ++r) {
+      tern::TernaryKey key = tern::ternaryKey(kSeed, static_cast<uint32_t>(r), call);
+      sum += tern::ternaryCode(in(r, i), scale[i / block], tern::ternaryDraw(key, i));
+    }
+    char tmp[4];
+    storeAs(dt, tmp, 0, tern::ternaryDecode(sum, scale[i / block], op == ternAvg ? nranks : 0));
+    out[i] = loadAs(dt, tmp, 0);
+  }
+  return out;
+}
+
+void setConfig(ternComm_t comm, uint32_t block, int ef = 0) {
+  ternTernaryConfig_t cfg;
+  ternCommGetTernaryConfig(comm, &cfg);
+  cfg.seed = kSeed;
+  cfg.blockSize = static_cast<int>(block);
+  cfg.minBytes = 0;
+  cfg.errorFeedback = ef;
+  ternCommSetTernaryConfig(comm, &cfg);
+}
+
+int exactBody(RankCtx& ctx) {
+  setenv("TERN_CHUNKSIZE", "4096", 1);  // 256-group chunks: chunk edges at small sizes
+  setenv("TERN_BUFFSIZE", "16384", 1);
+  ternComm_t comm = ctx.comm(0);
+  int fails = 0;
+  uint64_t call = 0;
+  const uint32_t block = 128;
+  for (bool det : {true, false})
+    for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16})
+      for (ternRedOp_t op : {ternSum, ternAvg})
+        for (size_t count : {1ul, 31ul, 33ul, 1000ul, 8192ul * ctx.nranks - 1, 8192ul * ctx.nranks + 77,
+                             100003ul}) {
+          if (!det && dt != ternFloat32 && count > 2000) continue;  // keep the reference cheap
+          setConfig(comm, block);
+          size_t esz = dt == ternFloat32 ? 4 : 2;
+          for (bool inplace : {false, true}) {
+            std::vector<char> send(count * esz), recv(count * esz);
+            for (size_t i = 0; i < count; ++i) storeAs(dt, send.data(), i, gradient(ctx.rank, i, det, block));
+            char* s = inplace ? recv.data() : send.data();
+            if (inplace) recv = send;
+            ternResult_t r = ternAllReduceTernary(s, recv.data(), count, dt, op, comm, nullptr);
+            if (r != ternSuccess) return failf(ctx, "ternary failed: %s", ternGetLastError(comm));
+            std::vector<float> want = reference(ctx.nranks, count, dt, op, det, block, call);
+            if (ctx.nranks > 1) ++call;  // fallbacks draw nothing
+            for (size_t i = 0; i < count; ++i) {
+              float got = loadAs(dt, recv.data(), i);
+              if (std::memcmp(&got, &want[i], 4) != 0) {
+                fails += failf(ctx, "%s dt=%d op=%d count=%zu %s: element %zu is %g, want %g",
+                               det ? "deterministic" : "random", dt, op, count,
+                               inplace ? "in-place" : "out-of-place", i, got, want[i]);
+                break;
+              }
+            }
+          }
+        }
+  ternCommDestroy(comm);
+  return fails ? 1 : 0;
+}
+
+class TernaryExact : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(TernaryExact, BitExactAgainstTheReference) {
+  auto [transport, nranks] = GetParam();
+  RunResult r = runRanks(nranks, {{"TERN_TRANSPORT", transport}, {"TERN_TIMEOUT", "60"}},
+                         exactBody, 1, 600);
+  EXPECT_FALSE(r.timedOut);
+  for (int i = 0; i < nranks; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, TernaryExact,
+                         ::testing::Combine(::testing::Values("shm"),
+                                            ::testing::Values(1, 2, 3, 4, 5, 6)),
+                         [](const auto& info) { return transportRanksName(info); });
+INSTANTIATE_TEST_SUITE_P(Tcp, TernaryExact,
+                         ::testing::Combine(::testing::Values("tcp"), ::testing::Values(3)),
+                         [](const auto& info) { return transportRanksName(info); });
+
+// Many calls (fresh draws each): the mean result converges to the true
+// average within a z-bound computed from the variance s|g| - g^2.
+int unbiasedBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  const size_t count = 2048;
+  const uint32_t block = 2048;
+  setConfig(comm, block);
+  const int calls = 300;
+  std::vector<float> g(count), out(count);
+  std::vector<double> mean(count, 0);
+  for (size_t i = 0; i < count; ++i) g[i] = gradient(ctx.rank, i, false, block);
+  for (int k = 0; k < calls; ++k) {
+    if (ternAllReduceTernary(g.data(), out.data(), count, ternFloat32, ternAvg, comm, nullptr))
+      return failf(ctx, "ternary failed: %s", ternGetLastError(comm));
+    for (size_t i = 0; i < count; ++i) mean[i] += out[i] / calls;
+  }
+  float s = 0;
+  for (int r = 0; r < ctx.nranks; ++r)
+    for (size_t i = 0; i < count; ++i) s = std::max(s, std::fabs(gradient(r, i, false, block)));
+  int outside = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double truth = 0, var = 0;
+    for (int r = 0; r < ctx.nranks; ++r) {
+      double v = gradient(r, i, false, block);
+      truth += v / ctx.nranks;
+      var += (s * std::fabs(v) - v * v) / (double(ctx.nranks) * ctx.nranks);
+    }
+    double z = (mean[i] - truth) / std::sqrt(var / calls + 1e-30);
+    if (std::fabs(z) > 4.5) ++outside;
+  }
+  ternCommDestroy(comm);
+  if (outside > 0) return failf(ctx, "%d of %zu elements beyond 4.5 sigma", outside, count);
+  return 0;
+}
+
+TEST(Ternary, UnbiasedEndToEnd) {
+  RunResult r = runRanks(3, {}, unbiasedBody, 1, 300);
+  EXPECT_FALSE(r.timedOut);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+}
+
+// Wire accounting: the encoded payload of all ranks together is exactly
+// 4 bytes x groups x (sum_{k<N} w(k) + (N-1) w(N)), and the per-rank figure
+// matches DESIGN.md's bits per element.
+int accountingBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  setConfig(comm, 512);
+  const size_t count = 1 << 20;
+  std::vector<float> g(count, 1.0f), out(count);
+  if (ternAllReduceTernary(g.data(), out.data(), count, ternFloat32, ternSum, comm, nullptr))
+    return failf(ctx, "ternary failed");
+  ternTernaryStats_t st;
+  ternCommGetTernaryStats(comm, &st);
+  double payload = static_cast<double>(st.payloadBytes);
+  ternAllReduce(&payload, &payload, 1, ternFloat64, ternSum, comm, nullptr);
+  const int n = ctx.nranks;
+  double widths = (n - 1) * tern::ternaryWidth(n);
+  for (int k = 1; k < n; ++k) widths += tern::ternaryWidth(k);
+  double want = 4.0 * (count / 32) * widths;
+  if (payload != want) return failf(ctx, "payload %.0f bytes, formula says %.0f", payload, want);
+  double bitsPerElem = 8.0 * st.payloadBytes / count;
+  double designBits = widths / n;  // N=2: 2.5, N=4: 5.0
+  if (std::fabs(bitsPerElem - designBits) > 0.01)
+    return failf(ctx, "%.3f bits/element, design says %.3f", bitsPerElem, designBits);
+  // Everything else on the wire (scales, headers) stays small.
+  if (st.wireBytes < st.payloadBytes || st.wireBytes > st.payloadBytes * 1.05)
+    return failf(ctx, "wire %llu bytes for a %llu-byte payload", st.wireBytes, st.payloadBytes);
+  if (st.denseBytes != 2ull * (n - 1) * count * 4 / n) return failf(ctx, "dense bytes wrong");
+  ternCommDestroy(comm);
+  return 0;
+}
+
+TEST(Ternary, WireBytesMatchTheFormula) {
+  for (int n : {2, 4}) {
+    RunResult r = runRanks(n, {}, accountingBody, 1, 120);
+    EXPECT_FALSE(r.timedOut);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(r.exitCodes[i], 0) << n << " ranks, rank " << i;
+  }
+}
+
+// Error feedback: the transmitted sum over K calls of a fixed gradient stays
+// within one scale of K times the true average (the residual is bounded),
+// and the residual memory is released with the handle.
+int feedbackBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  const size_t count = 4096;
+  setConfig(comm, 4096, 1);
+  std::vector<float> g(count), out(count);
+  std::vector<double> total(count, 0);
+  float s = 0;
+  for (size_t i = 0; i < count; ++i) g[i] = gradient(ctx.rank, i, false, 4096) * 0.01f;
+  for (int r = 0; r < ctx.nranks; ++r)
+    for (size_t i = 0; i < count; ++i) s = std::max(s, std::fabs(gradient(r, i, false, 4096) * 0.01f));
+  const int K = 200;
+  for (int k = 0; k < K; ++k) {
+    if (ternAllReduceTernaryEx(g.data(), out.data(), count, ternFloat32, ternAvg, g.data(), comm, nullptr))
+      return failf(ctx, "ternary failed: %s", ternGetLastError(comm));
+    for (size_t i = 0; i < count; ++i) total[i] += out[i];
+  }
+  for (size_t i = 0; i < count; ++i) {
+    double truth = 0;
+    for (int r = 0; r < ctx.nranks; ++r) truth += gradient(r, i, false, 4096) * 0.01f / ctx.nranks;
+    if (std::fabs(total[i] - K * truth) > 2.0 * s + 1e-3)
+      return failf(ctx, "element %zu: sum %g vs %g (scale %g)", i, total[i], K * truth, s);
+  }
+  if (ternCommReleaseTensor(comm, g.data()) != ternSuccess) return failf(ctx, "release failed");
+  ternCommDestroy(comm);
+  return 0;
+}
+
+TEST(Ternary, ErrorFeedbackBoundsTheAccumulatedError) {
+  RunResult r = runRanks(2, {}, feedbackBody, 1, 120);
+  EXPECT_FALSE(r.timedOut);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+}
+
+// Ranks that disagree on the count: the headers differ, and every rank gets
+// an error instead of reading past a chunk.
+int mismatchBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  setConfig(comm, 128);
+  size_t count = ctx.rank == 0 ? 100000 : 100000 + 64 * 40;
+  std::vector<float> g(count, 1.0f), out(count);
+  ternResult_t r = ternAllReduceTernary(g.data(), out.data(), count, ternFloat32, ternSum, comm, nullptr);
+  if (r != ternRemoteError && r != ternTimeout)
+    return failf(ctx, "mismatched counts gave %s", ternGetErrorString(r));
+  ternCommAbort(comm);
+  return 0;
+}
+
+TEST(Ternary, MismatchedCallsFailInsteadOfOverrunning) {
+  RunResult r = runRanks(2, {{"TERN_TIMEOUT", "5"}}, mismatchBody, 1, 60);
+  EXPECT_FALSE(r.timedOut);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+}
+
+// Fallbacks, and bad arguments with their sentences.
+int fallbackBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  std::vector<float> g(100, 0.25f), out(100);
+  if (ternAllReduceTernary(g.data(), out.data(), 100, ternFloat32, ternSum, comm, nullptr) ||
+      out[99] != 0.25f * ctx.nranks)
+    return failf(ctx, "small-buffer fallback gave %g", out[99]);
+  ternTernaryStats_t st;
+  ternCommGetTernaryStats(comm, &st);
+  if (st.fallbacks != 1 || st.calls != 1) return failf(ctx, "fallback not counted");
+  int64_t ints[4] = {};
+  if (ternAllReduceTernary(ints, ints, 4, ternInt64, ternSum, comm, nullptr) != ternInvalidArgument ||
+      !strstr(ternGetLastError(comm), "float32"))
+    return failf(ctx, "int64 not rejected with a sentence");
+  if (ternAllReduceTernary(g.data(), out.data(), 100, ternFloat32, ternMax, comm, nullptr) !=
+          ternInvalidArgument || !strstr(ternGetLastError(comm), "ternSum"))
+    return failf(ctx, "max not rejected with a sentence");
+  ternTernaryConfig_t cfg;
+  ternCommGetTernaryConfig(comm, &cfg);
+  cfg.blockSize = 100;
+  if (ternCommSetTernaryConfig(comm, &cfg) != ternInvalidArgument) return failf(ctx, "block 100 accepted");
+  ternCommDestroy(comm);
+  return 0;
+}
+
+TEST(Ternary, FallbackAndBadArguments) {
+  for (int n : {1, 2}) {
+    RunResult r = runRanks(n, {}, fallbackBody, 1, 60);
+    EXPECT_FALSE(r.timedOut);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+  }
+}
+
+}  // namespace
