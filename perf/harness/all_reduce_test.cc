@@ -27,6 +27,28 @@ size_t countWrongReduction(const void* recv, size_t count, ternDataType_t dt, te
   return wrong;
 }
 
+namespace {
+
+double ternaryInput(int rank, size_t i) { return static_cast<double>((i * 7 + rank * 5) % 3) - 1.0; }
+
+const CollTest kAllReduceTernaryTest{
+    "all_reduce_ternary", true, false, sameCountSizes, [](int n) { return 2.0 * (n - 1) / n; },
+    [](Backend& b, const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t op, int) {
+      return ternAllReduceTernary(s, r, c, dt, op, b.tern(), nullptr) == ternSuccess;
+    },
+    [](void* send, const Sizes& s, ternDataType_t dt, ternRedOp_t, int, int rank, int) {
+      for (size_t i = 0; i < s.count; ++i) store(dt, send, i, ternaryInput(rank, i));
+    },
+    [](const void* recv, const Sizes& s, ternDataType_t dt, ternRedOp_t op, int, int, int n) {
+      size_t wrong = 0;
+      for (size_t i = 0; i < s.count; ++i)
+        wrong += load(dt, recv, i) !=
+                 expectedReduction(dt, op, n, [&](int r) { return ternaryInput(r, i); });
+      return wrong;
+    }};
+
+}  // namespace
+
 const CollTest kAllReduceTest{
     "all_reduce", true, false, sameCountSizes, [](int n) { return 2.0 * (n - 1) / n; },
     [](Backend& b, const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t op, int) {
@@ -35,5 +57,6 @@ const CollTest kAllReduceTest{
     fillRankValues,
     [](const void* recv, const Sizes& s, ternDataType_t dt, ternRedOp_t op, int, int, int n) {
       return countWrongReduction(recv, s.count, dt, op, n);
-    }};
+    },
+    &kAllReduceTernaryTest};
 }  // namespace ternperf

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <cstdio>
@@ -20,7 +21,7 @@ namespace {
 struct Options {
   size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20;
   double stepFactor = 1;
-  int iters = 20, warmup = 5, check = 1, root = 0, average = 1;
+  int iters = 20, warmup = 5, check = 1, root = 0, average = 1, ternary = 0;
   std::vector<ternDataType_t> types{ternFloat32};
   std::vector<ternRedOp_t> ops{ternSum};
 };
@@ -30,7 +31,8 @@ struct Options {
   fprintf(stderr,
           "usage: %s [-b minbytes] [-e maxbytes] [-i stepbytes | -f stepfactor] [-n iters]\n"
           "       [-w warmup] [-c 0|1] [-d type|all] [-o sum|prod|max|min|avg|all] [-r root]\n"
-          "       [-a 0|1|2|3 (time of rank 0|avg|min|max)] [-t 1] [-g 1]\n",
+          "       [-a 0|1|2|3 (time of rank 0|avg|min|max)] [-t 1] [-g 1]\n"
+          "       [-T 1 (ternary-compressed allreduce: float/half/bfloat16, sum/avg)]\n",
           prog);
   exit(2);
 }
@@ -52,7 +54,7 @@ Options parse(int argc, char** argv) {
   Options o;
   bool factorGiven = false;
   int c;
-  while ((c = getopt(argc, argv, "b:e:i:f:n:w:c:d:o:r:a:t:g:h")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:i:f:n:w:c:d:o:r:a:t:g:T:h")) != -1) {
     switch (c) {
       case 'b': o.minBytes = parseSize(optarg, argv[0]); break;
       case 'e': o.maxBytes = parseSize(optarg, argv[0]); break;
@@ -63,6 +65,7 @@ Options parse(int argc, char** argv) {
       case 'c': o.check = atoi(optarg); break;
       case 'r': o.root = atoi(optarg); break;
       case 'a': o.average = atoi(optarg); break;
+      case 'T': o.ternary = atoi(optarg); break;
       case 't': case 'g':
         if (atoi(optarg) != 1) usage(argv[0], "one thread and one device per process");
         break;
@@ -173,8 +176,33 @@ void printDevices(Backend& b) {
 
 }  // namespace
 
-int perfMain(int argc, char** argv, const CollTest& t, Backend* backend) {
+// Wire bytes per call of the ternary allreduce and the dense ring's, from
+// the communicator's counters around a timed loop.
+struct WireMeter {
+  ternTernaryStats_t before{};
+  void start(Backend& b) { ternCommGetTernaryStats(b.tern(), &before); }
+  void stop(Backend& b, int iters, double* wire, double* dense) {
+    ternTernaryStats_t after{};
+    ternCommGetTernaryStats(b.tern(), &after);
+    *wire = static_cast<double>(after.wireBytes - before.wireBytes) / iters;
+    *dense = static_cast<double>(after.denseBytes - before.denseBytes) / iters;
+  }
+};
+
+int perfMain(int argc, char** argv, const CollTest& test, Backend* backend) {
   Options o = parse(argc, argv);
+  if (o.ternary && !test.ternary) usage(argv[0], "-T 1: this collective has no ternary variant");
+  if (o.ternary) {  // keep what ternary supports ("-d all" / "-o all" included)
+    auto& ty = o.types;
+    ty.erase(std::remove_if(ty.begin(), ty.end(), [](ternDataType_t d) {
+               return d != ternFloat32 && d != ternFloat16 && d != ternBfloat16;
+             }), ty.end());
+    auto& op = o.ops;
+    op.erase(std::remove_if(op.begin(), op.end(),
+                            [](ternRedOp_t x) { return x != ternSum && x != ternAvg; }), op.end());
+    if (ty.empty() || op.empty()) usage(argv[0], "-T 1 takes -d float|half|bfloat16 and -o sum|avg");
+  }
+  const CollTest& t = o.ternary ? *test.ternary : test;
   std::unique_ptr<Backend> own;
   if (!backend) own.reset(backend = new TernBackend());
   Backend& b = *backend;
@@ -196,11 +224,12 @@ int perfMain(int argc, char** argv, const CollTest& t, Backend* backend) {
 
   if (rank == 0) {
     printf("#\n#%70s%36s\n", "out-of-place", "in-place");
-    printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count",
+    printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s%s\n", "size", "count",
            "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-           "#wrong");
-    printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)",
-           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+           "#wrong", o.ternary ? "     wire   xdense" : "");
+    printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s%s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
+           o.ternary ? "      (B)         " : "");
   }
   // Like nccl-tests: warm up once at the largest size before the sweep, so
   // the first row does not pay for connection set-up and cold caches.
@@ -224,6 +253,7 @@ int perfMain(int argc, char** argv, const CollTest& t, Backend* backend) {
         int len = snprintf(line, sizeof line, "%12zu  %12zu  %8s  %6s  %6d",
                            std::max(s.sendElems, s.recvElems) * esz, s.count, typeName(dt),
                            t.hasOp ? opName(op) : "none", t.hasRoot ? o.root : -1);
+        double wire = 0, dense = 0;
         for (int inplace = 0; inplace < 2; ++inplace) {
           char* recv = static_cast<char*>(recvbuf) + (inplace ? s.recvInplaceOffset * esz : 0);
           const char* send =
@@ -239,10 +269,13 @@ int perfMain(int argc, char** argv, const CollTest& t, Backend* backend) {
           for (int i = 0; i < o.warmup; ++i)
             PERF_CHECK(b, t.run(b, send, recv, s.count, dt, op, o.root));
           PERF_CHECK(b, b.barrier());
+          WireMeter meter;
+          if (o.ternary) meter.start(b);
           double t0 = now();
           for (int i = 0; i < o.iters; ++i)
             PERF_CHECK(b, t.run(b, send, recv, s.count, dt, op, o.root));
           double sec = combineTime(b, (now() - t0) / o.iters, o.average);
+          if (o.ternary && !inplace) meter.stop(b, o.iters, &wire, &dense);
           double algbw = static_cast<double>(std::max(s.sendElems, s.recvElems) * esz) / 1e9 / sec;
           double busbw = algbw * t.busFactor(nranks);
           bwSum += busbw;
@@ -254,6 +287,8 @@ int perfMain(int argc, char** argv, const CollTest& t, Backend* backend) {
           len += snprintf(line + len, sizeof line - len, "  %7.*f  %6.2f  %6.2f  %6s",
                           sec * 1e6 >= 10000 ? 0 : 2, sec * 1e6, algbw, busbw, wrongStr);
         }
+        if (o.ternary)
+          snprintf(line + len, sizeof line - len, "  %9.0f  %6.2fx", wire, wire > 0 ? dense / wire : 0.0);
         if (rank == 0) printf("%s\n", line);
         fflush(stdout);
       }

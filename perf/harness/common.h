@@ -44,6 +44,8 @@ struct CollTest {
   // Counts wrong elements of this rank's recv buffer.
   size_t (*check)(const void* recv, const Sizes& s, ternDataType_t dt, ternRedOp_t op, int root,
                   int rank, int nranks);
+  // What -T 1 runs instead (the ternary-compressed variant), if there is one.
+  const CollTest* ternary = nullptr;
 };
 
 // Runs the benchmark over `backend` (tern from the launcher's environment
@@ -59,7 +61,9 @@ void fillRankValues(void* send, const Sizes& s, ternDataType_t dt, ternRedOp_t o
 size_t countWrongReduction(const void* recv, size_t count, ternDataType_t dt, ternRedOp_t op,
                            int nranks);
 
-// The all_reduce test, shared by all_reduce_perf and the peer benchmarks.
+// The all_reduce test, shared by all_reduce_perf and the peer benchmarks;
+// kAllReduceTest.ternary is ternAllReduceTernary on inputs in {-1, 0, 1}
+// (magnitudes equal to their block's scale, so results are exact).
 extern const CollTest kAllReduceTest;
 
 }  // namespace ternperf

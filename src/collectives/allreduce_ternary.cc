@@ -31,7 +31,7 @@ namespace tern {
 ternTernaryConfig_t ternaryConfigFromEnv() {
   ternTernaryConfig_t c;
   c.seed = static_cast<unsigned long long>(envInt("TERN_TERNARY_SEED", 0x7465726e));
-  c.blockSize = static_cast<int>(envInt("TERN_TERNARY_BLOCK", 512));
+  c.blockSize = static_cast<int>(envInt("TERN_TERNARY_BLOCK", 256));  // docs/TERNARY.md: why 256
   const char* clip = getenv("TERN_TERNARY_CLIP");
   c.clip = clip && *clip ? static_cast<float>(atof(clip)) : 0.0f;
   c.errorFeedback = static_cast<int>(envInt("TERN_TERNARY_EF", 0));
