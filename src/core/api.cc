@@ -60,8 +60,8 @@ ternResult_t checkArgs(ternComm* c, const void* buf, const void* buf2, size_t co
                                             std::to_string(count));
   if (stream)
     return fail(c, ternInvalidArgument,
-                std::string(what) + ": stream must be NULL (this build has no CUDA support; "
-                                    "buffers are host memory)");
+                std::string(what) + ": stream must be NULL: collectives on device buffers "
+                                    "are not supported yet (buffers must be host memory)");
   return ternSuccess;
 }
 
