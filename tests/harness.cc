@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include <gtest/gtest.h>
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,6 +114,11 @@ RunResult runRanks(int nranks, const std::map<std::string, std::string>& env, co
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return res;
+}
+
+void expectAllRanksOk(const RunResult& r) {
+  EXPECT_FALSE(r.timedOut);
+  for (size_t i = 0; i < r.exitCodes.size(); ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
 }
 
 }  // namespace terntest

@@ -32,6 +32,9 @@ struct RunResult {
 RunResult runRanks(int nranks, const std::map<std::string, std::string>& env, const Body& body,
                    int nids = 1, double timeoutSec = 120);
 
+// GoogleTest expectations: no timeout, every rank exited 0.
+void expectAllRanksOk(const RunResult& r);
+
 // Names a (transport, nranks) test parameter "shm_2ranks".
 template <class Info>
 std::string transportRanksName(const Info& info) {

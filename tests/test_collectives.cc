@@ -189,10 +189,8 @@ class Collectives : public ::testing::TestWithParam<std::tuple<std::string, int>
 
 TEST_P(Collectives, AllSizesTypesOpsPlaces) {
   auto [transport, nranks] = GetParam();
-  RunResult r = runRanks(nranks, {{"TERN_TRANSPORT", transport}, {"TERN_TIMEOUT", "60"}},
-                         collectivesBody, 2, 600);
-  EXPECT_FALSE(r.timedOut);
-  for (int i = 0; i < nranks; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+  expectAllRanksOk(runRanks(nranks, {{"TERN_TRANSPORT", transport}, {"TERN_TIMEOUT", "60"}},
+                         collectivesBody, 2, 600));
 }
 
 INSTANTIATE_TEST_SUITE_P(

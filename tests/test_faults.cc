@@ -93,10 +93,8 @@ int earlyExitBody(RankCtx& ctx) {
 class Faults : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Faults, PeersExitingAfterTheirPartIsNotAnError) {
-  RunResult r = runRanks(3, {{"TERN_TRANSPORT", GetParam()}, {"TERN_BUFFSIZE", "65536"},
-                             {"TERN_CHUNKSIZE", "16384"}}, earlyExitBody, 1, 60);
-  EXPECT_FALSE(r.timedOut);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+  expectAllRanksOk(runRanks(3, {{"TERN_TRANSPORT", GetParam()}, {"TERN_BUFFSIZE", "65536"},
+                             {"TERN_CHUNKSIZE", "16384"}}, earlyExitBody, 1, 60));
 }
 
 TEST_P(Faults, KilledRankMidAllreduce) {
@@ -108,9 +106,7 @@ TEST_P(Faults, KilledRankMidAllreduce) {
 }
 
 TEST_P(Faults, StalledRankTimesOut) {
-  RunResult r = runRanks(3, {{"TERN_TRANSPORT", GetParam()}, {"TERN_TIMEOUT", "4"}}, stalledBody, 1, 60);
-  EXPECT_FALSE(r.timedOut);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+  expectAllRanksOk(runRanks(3, {{"TERN_TRANSPORT", GetParam()}, {"TERN_TIMEOUT", "4"}}, stalledBody, 1, 60));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Faults, ::testing::Values("shm", "tcp"),
@@ -171,9 +167,7 @@ int strangerBody(RankCtx& ctx) {
 }
 
 TEST(Security, StrangerWithoutSecretIsRejected) {
-  RunResult r = runRanks(3, {{"TERN_TIMEOUT", "20"}}, strangerBody, 1, 60);
-  EXPECT_FALSE(r.timedOut);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+  expectAllRanksOk(runRanks(3, {{"TERN_TIMEOUT", "20"}}, strangerBody, 1, 60));
 }
 
 }  // namespace

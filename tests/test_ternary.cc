@@ -128,10 +128,8 @@ class TernaryExact : public ::testing::TestWithParam<std::tuple<std::string, int
 
 TEST_P(TernaryExact, BitExactAgainstTheReference) {
   auto [transport, nranks] = GetParam();
-  RunResult r = runRanks(nranks, {{"TERN_TRANSPORT", transport}, {"TERN_TIMEOUT", "60"}},
-                         exactBody, 1, 600);
-  EXPECT_FALSE(r.timedOut);
-  for (int i = 0; i < nranks; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+  expectAllRanksOk(runRanks(nranks, {{"TERN_TRANSPORT", transport}, {"TERN_TIMEOUT", "60"}},
+                         exactBody, 1, 600));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TernaryExact,
@@ -178,9 +176,7 @@ int unbiasedBody(RankCtx& ctx) {
 }
 
 TEST(Ternary, UnbiasedEndToEnd) {
-  RunResult r = runRanks(3, {}, unbiasedBody, 1, 300);
-  EXPECT_FALSE(r.timedOut);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+  expectAllRanksOk(runRanks(3, {}, unbiasedBody, 1, 300));
 }
 
 // Wire accounting: the encoded payload of all ranks together is exactly
@@ -216,9 +212,7 @@ int accountingBody(RankCtx& ctx) {
 
 TEST(Ternary, WireBytesMatchTheFormula) {
   for (int n : {2, 4}) {
-    RunResult r = runRanks(n, {}, accountingBody, 1, 120);
-    EXPECT_FALSE(r.timedOut);
-    for (int i = 0; i < n; ++i) EXPECT_EQ(r.exitCodes[i], 0) << n << " ranks, rank " << i;
+    expectAllRanksOk(runRanks(n, {}, accountingBody, 1, 120));
   }
 }
 
@@ -253,9 +247,7 @@ int feedbackBody(RankCtx& ctx) {
 }
 
 TEST(Ternary, ErrorFeedbackBoundsTheAccumulatedError) {
-  RunResult r = runRanks(2, {}, feedbackBody, 1, 120);
-  EXPECT_FALSE(r.timedOut);
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+  expectAllRanksOk(runRanks(2, {}, feedbackBody, 1, 120));
 }
 
 // Ranks that disagree on the count: the headers differ, and every rank gets
@@ -273,9 +265,7 @@ int mismatchBody(RankCtx& ctx) {
 }
 
 TEST(Ternary, MismatchedCallsFailInsteadOfOverrunning) {
-  RunResult r = runRanks(2, {{"TERN_TIMEOUT", "5"}}, mismatchBody, 1, 60);
-  EXPECT_FALSE(r.timedOut);
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+  expectAllRanksOk(runRanks(2, {{"TERN_TIMEOUT", "5"}}, mismatchBody, 1, 60));
 }
 
 // Fallbacks, and bad arguments with their sentences.
@@ -305,9 +295,7 @@ int fallbackBody(RankCtx& ctx) {
 
 TEST(Ternary, FallbackAndBadArguments) {
   for (int n : {1, 2}) {
-    RunResult r = runRanks(n, {}, fallbackBody, 1, 60);
-    EXPECT_FALSE(r.timedOut);
-    for (int i = 0; i < n; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+    expectAllRanksOk(runRanks(n, {}, fallbackBody, 1, 60));
   }
 }
 

@@ -180,18 +180,6 @@ TERN_AVX512 void superMasks512(const TernaryInput& in, uint64_t super, uint32_t 
   m[3] = neg[2] | neg[3] << 16;
 }
 
-TERN_AVX512 void encode512(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) {
-  forGroups(in, g0, n, superMasks512, [&](size_t q, uint32_t nz, uint32_t neg) {
-    planesAddCode(nullptr, 0, nz, neg, out + 2 * (q - g0), 2);
-  });
-}
-
-TERN_AVX512 void addEncode512(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes,
-                              int win, uint32_t* out, int wout) {
-  forGroups(in, g0, n, superMasks512, [&](size_t q, uint32_t nz, uint32_t neg) {
-    planesAddCode(planes + win * (q - g0), win, nz, neg, out + wout * (q - g0), wout);
-  });
-}
 
 TERN_AVX512 void decode512(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
                            uint32_t block, size_t count, ternDataType_t dt, int avgN, void* dst) {
@@ -289,22 +277,26 @@ TERN_AVX2 void superMasks256(const TernaryInput& in, uint64_t super, uint32_t m[
   m[3] = gather(neg, 2);
 }
 
-TERN_AVX2 void encode256(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) {
-  forGroups(in, g0, n, superMasks256, [&](size_t q, uint32_t nz, uint32_t neg) {
-    planesAddCode(nullptr, 0, nz, neg, out + 2 * (q - g0), 2);
+// encode / addEncode for an ISA, given its super-group mask function.
+template <void (*SuperMasks)(const TernaryInput&, uint64_t, uint32_t*)>
+void addEncodeSimd(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes, int win,
+                   uint32_t* out, int wout) {
+  forGroups(in, g0, n, SuperMasks, [&](size_t q, uint32_t nz, uint32_t neg) {
+    planesAddCode(planes ? planes + win * (q - g0) : nullptr, win, nz, neg, out + wout * (q - g0),
+                  wout);
   });
 }
 
-TERN_AVX2 void addEncode256(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes,
-                            int win, uint32_t* out, int wout) {
-  forGroups(in, g0, n, superMasks256, [&](size_t q, uint32_t nz, uint32_t neg) {
-    planesAddCode(planes + win * (q - g0), win, nz, neg, out + wout * (q - g0), wout);
-  });
+template <void (*SuperMasks)(const TernaryInput&, uint64_t, uint32_t*)>
+void encodeSimd(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) {
+  addEncodeSimd<SuperMasks>(in, g0, n, nullptr, 0, out, 2);
 }
 
 const TernaryKernels kScalar{"scalar", encodeScalar, addEncodeScalar, decodeScalar};
-const TernaryKernels kAvx2{"avx2", encode256, addEncode256, decodeScalar};
-const TernaryKernels kAvx512{"avx512", encode512, addEncode512, decode512};
+const TernaryKernels kAvx2{"avx2", encodeSimd<superMasks256>, addEncodeSimd<superMasks256>,
+                           decodeScalar};
+const TernaryKernels kAvx512{"avx512", encodeSimd<superMasks512>, addEncodeSimd<superMasks512>,
+                             decode512};
 
 bool cpuHas(const char* isa) {
   __builtin_cpu_init();

@@ -60,15 +60,31 @@ void layout(Program& p, const Step& s) {
   p.started = true;
 }
 
+// Skips up to *left bytes of padding on the receive side / emits them on the
+// send side, as far as the fifo allows.
+void skipIn(Conn* c, size_t* left) {
+  const char* p;
+  size_t k;
+  while (*left > 0 && (k = std::min(c->recvAvail(&p), *left)) > 0) {
+    c->recvConsume(k);
+    *left -= k;
+  }
+}
+
+void padOut(Conn* c, size_t* left) {
+  char* p;
+  size_t k;
+  while (*left > 0 && (k = std::min(c->sendSpace(&p), *left)) > 0) {
+    c->sendCommit(k);
+    *left -= k;
+  }
+}
+
 // Padding and header before the payload.  Returns false while blocked.
 ternResult_t prologue(Program& p, const Step& s, bool* ready) {
   if (s.in) {
     const char* ip;
-    while (p.inSkip > 0 && s.in->recvAvail(&ip) > 0) {
-      size_t k = std::min(s.in->recvAvail(&ip), p.inSkip);
-      s.in->recvConsume(k);
-      p.inSkip -= k;
-    }
+    skipIn(s.in, &p.inSkip);
     if (p.inSkip == 0 && p.inHdr > 0 && s.in->recvAvail(&ip) >= sizeof(StepHeader)) {
       StepHeader h;
       memcpy(&h, ip, sizeof h);
@@ -81,30 +97,18 @@ ternResult_t prologue(Program& p, const Step& s, bool* ready) {
       s.in->recvConsume(sizeof h);
       p.inHdr = 0;
     }
-    while (p.inSkip == 0 && p.inHdr == 0 && p.inSkip2 > 0 && s.in->recvAvail(&ip) > 0) {
-      size_t k = std::min(s.in->recvAvail(&ip), p.inSkip2);
-      s.in->recvConsume(k);
-      p.inSkip2 -= k;
-    }
+    if (p.inSkip == 0 && p.inHdr == 0) skipIn(s.in, &p.inSkip2);
   }
   if (s.out) {
     char* op;
-    while (p.outSkip > 0 && s.out->sendSpace(&op) > 0) {
-      size_t k = std::min(s.out->sendSpace(&op), p.outSkip);
-      s.out->sendCommit(k);
-      p.outSkip -= k;
-    }
+    padOut(s.out, &p.outSkip);
     if (p.outSkip == 0 && p.outHdr > 0 && s.out->sendSpace(&op) >= sizeof(StepHeader)) {
       StepHeader h{kStepMagic, s.outUnit, s.bytes};
       memcpy(op, &h, sizeof h);
       s.out->sendCommit(sizeof h);
       p.outHdr = 0;
     }
-    while (p.outSkip == 0 && p.outHdr == 0 && p.outSkip2 > 0 && s.out->sendSpace(&op) > 0) {
-      size_t k = std::min(s.out->sendSpace(&op), p.outSkip2);
-      s.out->sendCommit(k);
-      p.outSkip2 -= k;
-    }
+    if (p.outSkip == 0 && p.outHdr == 0) padOut(s.out, &p.outSkip2);
   }
   *ready = p.inSkip + p.inHdr + p.inSkip2 + p.outSkip + p.outHdr + p.outSkip2 == 0;
   return ternSuccess;
