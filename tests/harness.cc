@@ -116,6 +116,25 @@ RunResult runRanks(int nranks, const std::map<std::string, std::string>& env, co
   return res;
 }
 
+std::vector<std::string> testTransports() {
+#ifdef TERN_TEST_UCX
+  return {"shm", "tcp", "ucx-tcp", "ucx-sm"};
+#else
+  return {"shm", "tcp"};
+#endif
+}
+
+std::map<std::string, std::string> transportEnv(const std::string& name,
+                                                std::map<std::string, std::string> extra) {
+  if (name.rfind("ucx-", 0) == 0) {
+    extra["TERN_TRANSPORT"] = "ucx";
+    extra["UCX_TLS"] = name.substr(4) + ",self";
+  } else {
+    extra["TERN_TRANSPORT"] = name;
+  }
+  return extra;
+}
+
 void expectAllRanksOk(const RunResult& r) {
   EXPECT_FALSE(r.timedOut);
   for (size_t i = 0; i < r.exitCodes.size(); ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;

@@ -32,13 +32,23 @@ struct RunResult {
 RunResult runRanks(int nranks, const std::map<std::string, std::string>& env, const Body& body,
                    int nids = 1, double timeoutSec = 120);
 
+// The transports the suites run over: "shm", "tcp", and with UCX built
+// "ucx-tcp" / "ucx-sm" (TERN_TRANSPORT=ucx with UCX_TLS=tcp,self / sm,self).
+std::vector<std::string> testTransports();
+// Environment selecting one of them, plus `extra`.
+std::map<std::string, std::string> transportEnv(const std::string& name,
+                                                std::map<std::string, std::string> extra = {});
+
 // GoogleTest expectations: no timeout, every rank exited 0.
 void expectAllRanksOk(const RunResult& r);
 
 // Names a (transport, nranks) test parameter "shm_2ranks".
 template <class Info>
 std::string transportRanksName(const Info& info) {
-  return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+  std::string t = std::get<0>(info.param);
+  for (char& ch : t)
+    if (ch == '-') ch = '_';
+  return t + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
 }
 
 // Prints a failure message from a rank (prefixed) and returns 1.

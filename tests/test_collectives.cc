@@ -189,13 +189,13 @@ class Collectives : public ::testing::TestWithParam<std::tuple<std::string, int>
 
 TEST_P(Collectives, AllSizesTypesOpsPlaces) {
   auto [transport, nranks] = GetParam();
-  expectAllRanksOk(runRanks(nranks, {{"TERN_TRANSPORT", transport}, {"TERN_TIMEOUT", "60"}},
+  expectAllRanksOk(runRanks(nranks, transportEnv(transport, {{"TERN_TIMEOUT", "60"}}),
                          collectivesBody, 2, 600));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Transports, Collectives,
-    ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(1, 2, 3, 4)),
+    ::testing::Combine(::testing::ValuesIn(testTransports()), ::testing::Values(1, 2, 3, 4)),
     [](const auto& info) { return transportRanksName(info); });
 
 }  // namespace

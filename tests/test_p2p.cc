@@ -92,14 +92,15 @@ class P2P : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 TEST_P(P2P, GroupsNeverDeadlock) {
   auto [transport, nranks] = GetParam();
   expectAllRanksOk(runRanks(nranks,
-                         {{"TERN_TRANSPORT", transport}, {"TERN_TIMEOUT", "30"},
-                          {"TERN_BUFFSIZE", "16384"}, {"TERN_CHUNKSIZE", "4096"}},
+                         transportEnv(transport, {{"TERN_TIMEOUT", "30"},
+                                                  {"TERN_BUFFSIZE", "16384"},
+                                                  {"TERN_CHUNKSIZE", "4096"}}),
                          p2pBody, 1, 120));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Transports, P2P,
-    ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(1, 2, 3, 4)),
+    ::testing::Combine(::testing::ValuesIn(testTransports()), ::testing::Values(1, 2, 3, 4)),
     [](const auto& info) { return transportRanksName(info); });
 
 }  // namespace

@@ -207,8 +207,8 @@ void idleWait(unsigned idle, const std::vector<Conn*>& sockets) {
     _mm_pause();
   } else if (idle < 4096) {
     sched_yield();
-  } else if (sockets.empty()) {
-    usleep(50);
+  } else if (sockets.empty() || sockets[0]->pollFd() < 0) {  // nothing to poll (shm, ucx)
+    usleep(sockets.empty() ? 50 : 5);
   } else {
     pollfd fds[64];
     int n = 0;
@@ -230,7 +230,7 @@ ternResult_t runPrograms(Comm& c, std::vector<Program>& progs, const Reduction& 
     p.started = false;
     for (const Step& s : p.steps)
       for (Conn* k : {s.in, s.out})
-        if (k && k->pollFd() >= 0 && std::find(sockets.begin(), sockets.end(), k) == sockets.end())
+        if (k && k->needsProgress() && std::find(sockets.begin(), sockets.end(), k) == sockets.end())
           sockets.push_back(k);
   }
   unsigned idle = 0;

@@ -48,7 +48,7 @@ ternResult_t formMesh(Comm& c, int lfd, Deadline d) {
   return ternSuccess;
 }
 
-enum class Kind : char { Self = 's', Shm = 'm', Tcp = 't' };
+enum class Kind : char { Self = 's', Shm = 'm', Tcp = 't', Ucx = 'u' };
 
 ternResult_t chooseKind(const Comm& c, int p, Kind* k) {
   if (p == c.rank) {
@@ -61,7 +61,7 @@ ternResult_t chooseKind(const Comm& c, int p, Kind* k) {
                                           " and " + std::to_string(p) +
                                           " are on different hosts");
   bool shm = c.cfg.transport == "shm" || (c.cfg.transport == "auto" && sameHost);
-  *k = shm ? Kind::Shm : Kind::Tcp;
+  *k = shm ? Kind::Shm : c.cfg.transport == "ucx" ? Kind::Ucx : Kind::Tcp;
   return ternSuccess;
 }
 
@@ -84,7 +84,9 @@ ternResult_t setupTransports(Comm& c, Deadline d) {
                                               " chose different transports; set "
                                               "TERN_TRANSPORT the same on every rank");
       ConnSetup s{c.rank, p, c.meshFd[p], &c.cfg, d};
-      TERN_CHECK(k == Kind::Shm ? makeShmConn(s, &c.conns[p]) : makeTcpConn(s, &c.conns[p]));
+      if (k == Kind::Shm) TERN_CHECK(makeShmConn(s, &c.conns[p]));
+      else if (k == Kind::Ucx) TERN_CHECK(makeUcxConn(s, &c.ucx, &c.conns[p]));
+      else TERN_CHECK(makeTcpConn(s, &c.conns[p]));
     }
     c.conns[p]->peer = p;
   }
@@ -107,9 +109,13 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) 
   c->ternary->cfg = ternaryConfigFromEnv();
   if (const char* bad = ternaryConfigProblem(c->ternary->cfg))
     return setError(ternInvalidArgument, std::string("TERN_TERNARY_*: ") + bad);
-  if (c->cfg.transport != "auto" && c->cfg.transport != "shm" && c->cfg.transport != "tcp")
+  if (c->cfg.transport != "auto" && c->cfg.transport != "shm" && c->cfg.transport != "tcp" &&
+      c->cfg.transport != "ucx")
     return setError(ternInvalidArgument, "TERN_TRANSPORT='" + c->cfg.transport +
-                                             "' is not one of auto, shm, tcp");
+                                             "' is not one of auto, shm, tcp, ucx");
+  if (c->cfg.transport == "ucx" && !ucxAvailable())
+    return setError(ternInvalidUsage, "TERN_TRANSPORT=ucx but tern was built without UCX "
+                                      "(install libucx-dev and rebuild)");
   Deadline d = deadlineAfter(c->cfg.timeoutSec);
   SockAddr bindAddr, listenAddr;
   std::string ifname;
@@ -138,6 +144,7 @@ using namespace tern;
 void ternComm::fail(ternResult_t r) {
   int expected = ternSuccess;
   asyncError.compare_exchange_strong(expected, r);
+  for (auto& c : conns) c->gone = true;  // nothing more goes out: no graceful close
   for (int fd : meshFd)
     if (fd >= 0) shutdown(fd, SHUT_RDWR);
 }
@@ -182,5 +189,6 @@ std::string ternComm::getLastError() {
 ternComm::~ternComm() {
   engine.reset();  // joins the progress thread first: nothing uses conns after
   conns.clear();
+  ucx.reset();     // after its endpoints
   for (int& fd : meshFd) closeFd(fd);
 }

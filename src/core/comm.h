@@ -22,6 +22,7 @@ struct ternComm {
   tern::Secret secret{};
   std::vector<tern::PeerInfo> peers;
   std::vector<int> meshFd;                          // per peer; -1 for self
+  std::shared_ptr<tern::UcxShared> ucx;             // UCP context + worker, if used
   std::vector<std::unique_ptr<tern::Conn>> conns;   // per peer, incl. self
   std::unique_ptr<tern::ProgressEngine> engine;
   std::unique_ptr<tern::TernaryState> ternary;      // options, call index, residuals

@@ -40,6 +40,8 @@ class Conn {
   virtual bool flushed() const { return true; }
   // A socket to poll while idle, or -1 when the transport cannot be polled.
   virtual int pollFd() const { return -1; }
+  // Whether progress() must be called to move bytes (tcp, ucx; not shm).
+  virtual bool needsProgress() const { return pollFd() >= 0; }
 
   int peer = -1;  // the rank at the other end
   // The peer closed its end (exited or failed).  Not an error by itself: a
@@ -60,6 +62,12 @@ struct ConnSetup {
 ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out);
 // tcp: the mesh socket itself, nonblocking, with private staging fifos.
 ternResult_t makeTcpConn(const ConnSetup& s, std::unique_ptr<Conn>* out);
+// ucx: UCP stream endpoints on one worker per communicator (`shared` is
+// created by the first connection and kept by the communicator).
+struct UcxShared;
+ternResult_t makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared>* shared,
+                         std::unique_ptr<Conn>* out);
+bool ucxAvailable();
 // self: one private fifo, for a rank sending to itself inside a group.
 ternResult_t makeSelfConn(const Config& cfg, std::unique_ptr<Conn>* out);
 

@@ -1,0 +1,271 @@
+// UCX transport (UCP stream API, UCX 1.13).  One context and worker per
+// communicator, shared by its UCX connections; worker addresses travel over
+// the authenticated mesh socket.  A connection keeps the same two fifos as
+// tcp: committed bytes are posted with ucp_stream_send_nbx straight from the
+// send fifo (released when UCX completes them), and a ucp_stream_recv_nbx is
+// kept posted on the free part of the receive fifo.  UCX picks the wire
+// (UCX_TLS: shared memory, tcp, RDMA verbs); its variables keep working.
+// A peer that dies raises the endpoint's error handler: the connection is
+// marked gone, which fails only the steps that still need it.
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "transport/fifo.h"
+#include "transport/transport.h"
+
+namespace tern {
+
+struct UcxShared {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  ~UcxShared() {
+    if (worker) ucp_worker_destroy(worker);
+    if (context) ucp_cleanup(context);
+  }
+};
+
+namespace {
+
+constexpr size_t kMaxSend = 1 << 20;   // bytes per posted send
+constexpr size_t kMaxInFlight = 4;     // posted sends per connection
+
+ternResult_t ucxError(const char* what, ucs_status_t st) {
+  return setError(ternSystemError, std::string(what) + ": " + ucs_status_string(st));
+}
+
+ternResult_t makeShared(std::shared_ptr<UcxShared>* out) {
+  auto s = std::make_shared<UcxShared>();
+  ucp_config_t* cfg;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
+  if (st != UCS_OK) return ucxError("ucp_config_read", st);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_STREAM;
+  st = ucp_init(&params, cfg, &s->context);
+  ucp_config_release(cfg);
+  if (st != UCS_OK) return ucxError("ucp_init", st);
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // one operation at a time, any thread
+  st = ucp_worker_create(s->context, &wp, &s->worker);
+  if (st != UCS_OK) return ucxError("ucp_worker_create", st);
+  *out = std::move(s);
+  return ternSuccess;
+}
+
+class UcxConn : public Conn {
+ public:
+  UcxConn(std::shared_ptr<UcxShared> shared, size_t cap) : shared_(std::move(shared)) {
+    bytes_ = fifoFootprint(cap);
+    sendMem_ = allocPrefaulted(bytes_);
+    recvMem_ = allocPrefaulted(bytes_);
+    if (sendMem_) send_.attach(sendMem_, cap, true);
+    if (recvMem_) recv_.attach(recvMem_, cap, true);
+  }
+  ~UcxConn() override {
+    // Close gracefully (delivering what is in flight) for up to a second,
+    // then by force; outstanding requests then complete and can be freed.
+    if (recvReq_) ucp_request_cancel(shared_->worker, recvReq_);
+    if (ep_) {
+      bool closed = false;
+      for (uint32_t flags : {0u, static_cast<uint32_t>(UCP_EP_CLOSE_FLAG_FORCE)}) {
+        if (closed) break;
+        ucp_request_param_t p{};
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = flags;
+        void* req = ucp_ep_close_nbx(ep_, &p);
+        Deadline d = deadlineAfter(flags ? 1.0 : (gone ? 0.0 : 1.0));
+        while (UCS_PTR_IS_PTR(req) && ucp_request_check_status(req) == UCS_INPROGRESS &&
+               Clock::now() < d)
+          ucp_worker_progress(shared_->worker);
+        closed = !UCS_PTR_IS_PTR(req) || ucp_request_check_status(req) != UCS_INPROGRESS;
+        if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+        if (!closed && flags) break;  // leave it to ucp_worker_destroy
+      }
+    }
+    for (auto& snd : sends_)
+      if (snd.req) ucp_request_free(snd.req);
+    if (recvReq_) ucp_request_free(recvReq_);
+    freePrefaulted(sendMem_, bytes_);
+    freePrefaulted(recvMem_, bytes_);
+  }
+
+  ternResult_t connect(const ConnSetup& s) {
+    if (!sendMem_ || !recvMem_) return setSysError("cannot allocate ucx staging buffers");
+    ucp_address_t* addr;
+    size_t len;
+    ucs_status_t st = ucp_worker_get_address(shared_->worker, &addr, &len);
+    if (st != UCS_OK) return ucxError("ucp_worker_get_address", st);
+    uint64_t mine = len, theirs = 0;
+    ternResult_t r = sendAll(s.meshFd, &mine, sizeof mine, s.deadline);
+    if (r == ternSuccess) r = sendAll(s.meshFd, addr, len, s.deadline);
+    ucp_worker_release_address(shared_->worker, addr);
+    if (r == ternSuccess) r = recvAll(s.meshFd, &theirs, sizeof theirs, s.deadline);
+    if (r == ternSuccess && (theirs == 0 || theirs > (1 << 20)))
+      r = setError(ternRemoteError, "rank " + std::to_string(s.peer) + " sent a bad UCX address");
+    std::vector<char> remote(theirs);
+    if (r == ternSuccess) r = recvAll(s.meshFd, remote.data(), theirs, s.deadline);
+    TERN_CHECK(r);
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(remote.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t) { static_cast<UcxConn*>(arg)->gone = true; };
+    ep.err_handler.arg = this;
+    st = ucp_ep_create(shared_->worker, &ep, &ep_);
+    if (st != UCS_OK) {
+      // UCX 1.13's shared-memory transports cannot report peer failures; a
+      // dead peer is still seen through the idle mesh socket.
+      TERN_LOG(Info, "ucx endpoint to rank %d without peer-failure handling (%s)", s.peer,
+               ucs_status_string(st));
+      ep.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+      st = ucp_ep_create(shared_->worker, &ep, &ep_);
+    }
+    if (st != UCS_OK) return ucxError("ucp_ep_create", st);
+    return ternSuccess;
+  }
+
+  const char* name() const override { return "ucx"; }
+  size_t sendSpace(char** p) override { return send_.writable(p); }
+  void sendCommit(size_t n) override { send_.produce(n); }
+  size_t recvAvail(const char** p) override { return recv_.readable(p); }
+  void recvConsume(size_t n) override { recv_.consume(n); }
+  uint64_t sendPos() const override { return send_.produced(); }
+  uint64_t recvPos() const override { return recv_.consumed(); }
+  bool flushed() const override { return send_.empty() && sends_.empty(); }
+  bool needsProgress() const override { return true; }
+
+  ternResult_t progress(bool* moved) override {
+    *moved = ucp_worker_progress(shared_->worker) > 0;
+    TERN_CHECK(reapSends(moved));
+    TERN_CHECK(postSends(moved));
+    return pumpRecv(moved);
+  }
+
+ private:
+  struct Send { void* req; size_t len; };
+
+  ternResult_t broken(const char* what, ucs_status_t st) {
+    gone = true;
+    return setError(ternRemoteError, "ucx connection to rank " + std::to_string(peer) + " " +
+                                         what + ": " + ucs_status_string(st));
+  }
+
+  // Sends complete in order: release their bytes from the fifo.
+  ternResult_t reapSends(bool* moved) {
+    while (!sends_.empty()) {
+      void* req = sends_.front().req;  // nullptr: it completed when posted
+      ucs_status_t st = req ? ucp_request_check_status(req) : UCS_OK;
+      if (st == UCS_INPROGRESS) break;
+      if (req) ucp_request_free(req);
+      if (st != UCS_OK) return broken("failed while sending", st);
+      release(sends_.front().len);
+      sends_.pop_front();
+      *moved = true;
+    }
+    return ternSuccess;
+  }
+
+  void release(size_t n) {
+    send_.consume(n);
+    posted_ -= n;
+    bytesSent += n;
+  }
+
+  // Posts committed bytes that are not yet in flight.
+  ternResult_t postSends(bool* moved) {
+    while (sends_.size() < kMaxInFlight) {
+      const char* p;
+      size_t avail = send_.readable(&p);  // from the oldest unreleased byte
+      if (avail <= posted_) return ternSuccess;
+      // Posted bytes are a prefix of the readable region unless it wrapped.
+      const char* start = p + posted_;
+      size_t n = std::min(avail - posted_, kMaxSend);
+      ucp_request_param_t prm{};
+      void* req = ucp_stream_send_nbx(ep_, start, n, &prm);
+      if (UCS_PTR_IS_ERR(req)) return broken("could not send", UCS_PTR_STATUS(req));
+      *moved = true;
+      posted_ += n;
+      if (req == nullptr) {  // completed in place: release only if nothing older is pending
+        if (sends_.empty()) release(n);
+        else sends_.push_back({nullptr, n});
+      } else {
+        sends_.push_back({req, n});
+      }
+      if (start + n != p + avail) continue;
+      return ternSuccess;  // the rest lies past the wrap: post it once this part is released
+    }
+    return ternSuccess;
+  }
+
+  ternResult_t pumpRecv(bool* moved) {
+    for (;;) {
+      if (recvReq_) {
+        size_t len = 0;
+        ucs_status_t st = ucp_stream_recv_request_test(recvReq_, &len);
+        if (st == UCS_INPROGRESS) return ternSuccess;
+        ucp_request_free(recvReq_);
+        recvReq_ = nullptr;
+        if (st != UCS_OK) {
+          gone = true;  // like a closed socket: what arrived stays readable
+          return ternSuccess;
+        }
+        recv_.produce(len);
+        bytesRecv += len;
+        *moved = true;
+      }
+      if (gone) return ternSuccess;
+      char* p;
+      size_t space = recv_.writable(&p);
+      if (space == 0) return ternSuccess;
+      size_t len = 0;
+      ucp_request_param_t prm{};
+      void* req = ucp_stream_recv_nbx(ep_, p, space, &len, &prm);
+      if (UCS_PTR_IS_ERR(req)) {
+        gone = true;
+        return ternSuccess;
+      }
+      if (req == nullptr) {
+        if (len == 0) return ternSuccess;
+        recv_.produce(len);
+        bytesRecv += len;
+        *moved = true;
+        continue;
+      }
+      recvReq_ = req;
+    }
+  }
+
+  std::shared_ptr<UcxShared> shared_;
+  ucp_ep_h ep_ = nullptr;
+  size_t bytes_;
+  void *sendMem_, *recvMem_;
+  Fifo send_, recv_;
+  std::deque<Send> sends_;
+  size_t posted_ = 0;  // bytes handed to UCX and not yet released
+  void* recvReq_ = nullptr;
+};
+
+}  // namespace
+
+bool ucxAvailable() { return true; }
+
+ternResult_t makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared>* shared,
+                         std::unique_ptr<Conn>* out) {
+  if (!*shared) TERN_CHECK(makeShared(shared));
+  auto c = std::make_unique<UcxConn>(*shared, s.cfg->fifoBytes);
+  c->peer = s.peer;
+  TERN_CHECK(c->connect(s));
+  TERN_LOG(Info, "ucx connection to rank %d", s.peer);
+  *out = std::move(c);
+  return ternSuccess;
+}
+
+}  // namespace tern
