@@ -42,13 +42,17 @@ std::map<std::string, std::string> transportEnv(const std::string& name,
 // GoogleTest expectations: no timeout, every rank exited 0.
 void expectAllRanksOk(const RunResult& r);
 
+// A transport name usable in a test name ("ucx-tcp" -> "ucx_tcp").
+inline std::string testName(std::string t) {
+  for (char& ch : t)
+    if (ch == '-') ch = '_';
+  return t;
+}
+
 // Names a (transport, nranks) test parameter "shm_2ranks".
 template <class Info>
 std::string transportRanksName(const Info& info) {
-  std::string t = std::get<0>(info.param);
-  for (char& ch : t)
-    if (ch == '-') ch = '_';
-  return t + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+  return testName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
 }
 
 // Prints a failure message from a rank (prefixed) and returns 1.

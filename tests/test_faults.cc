@@ -113,12 +113,7 @@ std::vector<std::string> transportsButUcxTcp() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, EarlyExit, ::testing::ValuesIn(transportsButUcxTcp()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return testName(info.param); });
 
 TEST_P(Faults, KilledRankMidAllreduce) {
   RunResult r = runRanks(3, transportEnv(GetParam(), {{"TERN_TIMEOUT", "4"}}), killedBody, 1, 60);
@@ -133,12 +128,7 @@ TEST_P(Faults, StalledRankTimesOut) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Faults, ::testing::ValuesIn(testTransports()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return testName(info.param); });
 
 // The root's address inside a unique id (layout of bootstrap.cc's WireId).
 sockaddr_in6 rootOf(const ternUniqueId& id) {
