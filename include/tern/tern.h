@@ -84,6 +84,10 @@ size_t ternTypeSize(ternDataType_t datatype);
  * "self", "shm" or "tcp" (pointer to a static string, NULL on error). */
 const char* ternCommPeerTransport(const ternComm_t comm, int peer);
 
+/* The ring order ring collectives use: ranks[i] is the rank at position i
+ * (nranks entries).  Ranks of one host are contiguous. */
+ternResult_t ternCommRingOrder(const ternComm_t comm, int* ranks);
+
 /* Bytes this rank has put on the wire / taken off it since the comm was made. */
 typedef struct { unsigned long long bytesSent, bytesRecv, ops; } ternCommStats_t;
 ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats);

@@ -1,5 +1,5 @@
-// Ring allgather: each rank's block travels N-1 hops; rank r forwards block
-// r-t at step t.  Blocks go in TERN_CHUNKSIZE pieces so every rank's first
+// Ring allgather: each rank's block travels N-1 hops; the rank at ring
+// position r forwards the block of position r-t at step t.  Blocks go in TERN_CHUNKSIZE pieces so every rank's first
 // send fits in its fifo (all ranks send before anyone receives).
 #include <algorithm>
 
@@ -9,10 +9,11 @@
 namespace tern {
 
 ternResult_t allGather(Comm& c, const void* src, void* dst, size_t bytesPerRank) {
-  const int n = c.nranks, r = c.rank;
+  const int n = c.nranks, r = ringPos(c);
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
-  auto block = [&](int k) { return d + static_cast<size_t>((k % n + n) % n) * bytesPerRank; };
+  // Position k of the ring carries the block of the rank standing there.
+  auto block = [&](int k) { return d + static_cast<size_t>(ringRank(c, k)) * bytesPerRank; };
   if (n == 1) {
     if (s != d) std::copy(s, s + bytesPerRank, d);
     return ternSuccess;

@@ -1,6 +1,6 @@
 // Pipelined ring allreduce (bandwidth-optimal: each rank sends 2(N-1)/N of
-// the buffer).  The buffer is cut into pieces of N chunks; per piece, rank r
-// runs the classic schedule as streaming steps:
+// the buffer).  The buffer is cut into pieces of N chunks; per piece, the rank
+// at ring position r runs the classic schedule as streaming steps:
 //
 //   send chunk r-1                                  (reduce-scatter starts)
 //   N-2 x  recv chunk r-1-s, reduce with ours, send
@@ -18,7 +18,7 @@ namespace tern {
 
 ternResult_t allReduceRing(Comm& c, const void* src, void* dst, size_t count,
                            ternDataType_t dt, ternRedOp_t op) {
-  const int n = c.nranks, r = c.rank;
+  const int n = c.nranks, r = ringPos(c);  // chunks go by ring position
   const size_t esz = ternTypeSize(dt);
   const size_t maxChunk = std::max<size_t>(1, c.cfg.chunkBytes / esz);
   const char* s = static_cast<const char*>(src);

@@ -121,7 +121,7 @@ ternResult_t globalScales(Comm& c, TernaryState& st, const void* g, ternDataType
 // The ring: reduce-scatter with growing widths, then allgather with decode.
 ternResult_t ternaryRing(Comm& c, const TernaryInput& in, void* dst, ternDataType_t dt, int avgN,
                          uint64_t* payload) {
-  const int n = c.nranks, r = c.rank;
+  const int n = c.nranks, r = ringPos(c);  // chunks go by ring position
   const size_t groups = (in.count + kTernaryGroup - 1) / kTernaryGroup;
   const size_t maxCg = std::max<size_t>(2, c.cfg.chunkBytes / 16 / 2 * 2);
   const int wN = ternaryWidth(n);

@@ -1,4 +1,5 @@
-// Broadcast down the chain root -> root+1 -> ... -> root-1.  One streaming
+// Broadcast down the ring from the root: root -> next -> ... -> the root's
+// ring predecessor.  One streaming
 // step per rank: every middle rank forwards bytes as they arrive, so the
 // chain pipelines at burst granularity without explicit chunking.
 #include <cstring>
@@ -10,7 +11,7 @@ namespace tern {
 
 ternResult_t broadcast(Comm& c, const void* src, void* dst, size_t bytes, int root) {
   const int n = c.nranks;
-  const int pos = (c.rank - root + n) % n;
+  const int pos = (ringPos(c) - c.ringPos[root] + n) % n;
   char* d = static_cast<char*>(dst);
   if (n == 1) {
     if (src != dst) memcpy(d, src, bytes);

@@ -66,8 +66,10 @@ ternResult_t runPrograms(Comm& c, std::vector<Program>& progs, const Reduction& 
                          const char* what);
 ternResult_t runProgram(Comm& c, Program& prog, const Reduction& red, const char* what);
 
-// Ring neighbours' connections.
-inline Conn* nextConn(Comm& c) { return c.conns[(c.rank + 1) % c.nranks].get(); }
-inline Conn* prevConn(Comm& c) { return c.conns[(c.rank + c.nranks - 1) % c.nranks].get(); }
+// Ring positions (see ternComm::ring) and the neighbours' connections.
+inline int ringPos(const Comm& c) { return c.ringPos[c.rank]; }
+inline int ringRank(const Comm& c, int pos) { return c.ring[((pos % c.nranks) + c.nranks) % c.nranks]; }
+inline Conn* nextConn(Comm& c) { return c.conns[ringRank(c, ringPos(c) + 1)].get(); }
+inline Conn* prevConn(Comm& c) { return c.conns[ringRank(c, ringPos(c) - 1)].get(); }
 
 }  // namespace tern

@@ -1,4 +1,4 @@
-// Reduce up the chain root+1 -> root+2 -> ... -> root: each rank adds its
+// Reduce along the ring from the root's successor back to the root: each rank adds its
 // contribution to the stream as it passes, the root writes the result.  One
 // streaming step per rank, pipelined like broadcast.
 #include <cstring>
@@ -17,7 +17,7 @@ ternResult_t reduce(Comm& c, const void* src, void* dst, size_t count, ternDataT
     if (src != dst) memcpy(dst, src, bytes);
     return ternSuccess;
   }
-  const int pos = (c.rank - root - 1 + 2 * n) % n;  // 0: first in chain, n-1: root
+  const int pos = (ringPos(c) - c.ringPos[root] - 1 + 2 * n) % n;  // 0: first, n-1: root
   Program prog;
   if (pos == 0)
     prog.add({nullptr, nextConn(c), s, nullptr, bytes});

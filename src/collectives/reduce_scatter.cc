@@ -1,5 +1,5 @@
-// Ring reduce-scatter: the first half of the ring allreduce.  Rank r ends
-// owning block r, reduced over all ranks.  Pieces of TERN_CHUNKSIZE keep
+// Ring reduce-scatter: the first half of the ring allreduce.  The rank at
+// ring position r ends owning its own block, reduced over all ranks.  Pieces of TERN_CHUNKSIZE keep
 // every rank's first send within its fifo.
 #include <algorithm>
 #include <cstring>
@@ -11,7 +11,7 @@ namespace tern {
 
 ternResult_t reduceScatter(Comm& c, const void* src, void* dst, size_t recvcount,
                            ternDataType_t dt, ternRedOp_t op) {
-  const int n = c.nranks, r = c.rank;
+  const int n = c.nranks, r = ringPos(c);
   const size_t esz = ternTypeSize(dt);
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
@@ -21,7 +21,8 @@ ternResult_t reduceScatter(Comm& c, const void* src, void* dst, size_t recvcount
   }
   const size_t blockBytes = recvcount * esz;
   const size_t chunk = std::max(esz, c.cfg.chunkBytes / esz * esz);
-  auto block = [&](int k) { return s + static_cast<size_t>((k % n + n) % n) * blockBytes; };
+  // Position k of the ring handles the block of the rank standing there.
+  auto block = [&](int k) { return s + static_cast<size_t>(ringRank(c, k)) * blockBytes; };
   Conn* in = prevConn(c);
   Conn* out = nextConn(c);
   Program prog;

@@ -1,6 +1,7 @@
 // The C API: argument checks, then hand-off to the progress thread (or to the
 // open group).  Every failure returns a ternResult_t with a sentence for
 // ternGetLastError; nothing aborts the caller.
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -254,6 +255,13 @@ ternResult_t ternCommUserRank(const ternComm_t comm, int* rank) {
     return fail(nullptr, comm ? ternInvalidUsage : ternInvalidArgument,
                 "comm is not a live communicator");
   *rank = comm->rank;
+  return ternSuccess;
+}
+
+ternResult_t ternCommRingOrder(const ternComm_t comm, int* ranks) {
+  if (!ranks) return fail(nullptr, ternInvalidArgument, "ranks is NULL");
+  TERN_CHECK(checkComm(comm));
+  std::copy(comm->ring.begin(), comm->ring.end(), ranks);
   return ternSuccess;
 }
 

@@ -65,6 +65,22 @@ ternResult_t chooseKind(const Comm& c, int p, Kind* k) {
   return ternSuccess;
 }
 
+// Hosts in order of their lowest rank, ranks of a host in rank order.
+void orderRing(Comm& c) {
+  c.ring.clear();
+  std::vector<bool> placed(c.nranks, false);
+  for (int r = 0; r < c.nranks; ++r) {
+    if (placed[r]) continue;
+    for (int q = r; q < c.nranks; ++q)
+      if (!placed[q] && c.peers[q].hostHash == c.peers[r].hostHash) {
+        c.ring.push_back(q);
+        placed[q] = true;
+      }
+  }
+  c.ringPos.assign(c.nranks, 0);
+  for (int i = 0; i < c.nranks; ++i) c.ringPos[c.ring[i]] = i;
+}
+
 // Peers are visited in increasing rank order on every rank, which visits the
 // pairs in one global order: the pairwise exchanges below cannot deadlock.
 ternResult_t setupTransports(Comm& c, Deadline d) {
@@ -130,6 +146,7 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) 
   close(lfd);
   if (r == ternSuccess) r = setupTransports(*c, d);
   TERN_CHECK(r);
+  orderRing(*c);
   Comm* raw = c.get();
   c->engine = std::make_unique<ProgressEngine>(rank, [raw](ternResult_t e) { raw->fail(e); });
   TERN_LOG(Info, "communicator ready: rank %d of %d", rank, nranks);

@@ -21,6 +21,10 @@ struct ternComm {
   tern::Config cfg;
   tern::Secret secret{};
   std::vector<tern::PeerInfo> peers;
+  // Ring order: ring[i] is the rank at position i; ranks of one host are
+  // contiguous (hosts in order of their lowest rank), so the ring crosses
+  // each host boundary once.  ringPos[r] is rank r's position.
+  std::vector<int> ring, ringPos;
   std::vector<int> meshFd;                          // per peer; -1 for self
   std::shared_ptr<tern::UcxShared> ucx;             // UCP context + worker, if used
   std::vector<std::unique_ptr<tern::Conn>> conns;   // per peer, incl. self
