@@ -202,12 +202,12 @@ std::string blockedPeers(const std::vector<Program>& progs) {
 
 // Backs off from spinning to yielding to sleeping in poll(), so ranks that
 // outnumber cores still get the CPU they need.
-void idleWait(unsigned idle, const std::vector<Conn*>& sockets) {
+void idleWait(unsigned idle, const std::vector<Conn*>& sockets, bool pollable) {
   if (idle < 64) {
     _mm_pause();
   } else if (idle < 4096) {
     sched_yield();
-  } else if (sockets.empty() || sockets[0]->pollFd() < 0) {  // nothing to poll (shm, ucx)
+  } else if (!pollable) {  // shm only, or connections (ucx) that need pumping but have no fd
     usleep(sockets.empty() ? 50 : 5);
   } else {
     pollfd fds[64];
@@ -233,6 +233,9 @@ ternResult_t runPrograms(Comm& c, std::vector<Program>& progs, const Reduction& 
         if (k && k->needsProgress() && std::find(sockets.begin(), sockets.end(), k) == sockets.end())
           sockets.push_back(k);
   }
+  const bool pollable = !sockets.empty() &&
+                        std::all_of(sockets.begin(), sockets.end(),
+                                    [](Conn* k) { return k->pollFd() >= 0; });
   unsigned idle = 0;
   Clock::time_point idleSince, nextHealth;
   for (;;) {
@@ -275,7 +278,7 @@ ternResult_t runPrograms(Comm& c, std::vector<Program>& progs, const Reduction& 
                                          " s (TERN_TIMEOUT) waiting on rank(s) " +
                                          blockedPeers(progs) + ": dead or stalled peer?");
     }
-    idleWait(idle, sockets);
+    idleWait(idle, sockets, pollable);
   }
 }
 
