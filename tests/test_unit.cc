@@ -9,6 +9,7 @@
 #include "collectives/reduce_kernels.h"
 #include "core/auth.h"
 #include "core/socket.h"
+#include "topology/rdma.h"
 #include "transport/fifo.h"
 
 namespace tern {
@@ -109,6 +110,26 @@ TEST(Socket, ParsesAddresses) {
   EXPECT_EQ(pickInterface("=does-not-exist0", &a, &name), ternSystemError);
   ASSERT_EQ(pickInterface("^lo", &a, &name), ternSuccess);
   EXPECT_NE(name, "lo");
+}
+
+TEST(Rdma, ListsPortsOrNoneWithoutFailing) {
+  std::vector<RdmaPort> ports;
+  ASSERT_EQ(listRdmaPorts(&ports), ternSuccess);
+  // This machine has no RDMA hardware: the list is empty and nothing is
+  // suggested.  (With devices, every port has a name and a link layer.)
+  for (const RdmaPort& p : ports) {
+    EXPECT_FALSE(p.device.empty());
+    EXPECT_TRUE(p.linkLayer == "InfiniBand" || p.linkLayer == "Ethernet");
+  }
+  if (ports.empty()) EXPECT_EQ(suggestUcxNetDevices(ports), "");
+}
+
+TEST(Rdma, SuggestsActivePortsForUcx) {
+  std::vector<RdmaPort> ports(3);
+  ports[0] = {"mlx5_0", 1, "InfiniBand", "ACTIVE", 200, ""};
+  ports[1] = {"mlx5_1", 1, "Ethernet", "DOWN", 0, ""};
+  ports[2] = {"mlx5_2", 2, "Ethernet", "ACTIVE", 100, ""};
+  EXPECT_EQ(suggestUcxNetDevices(ports), "mlx5_0:1,mlx5_2:2");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "core/comm.h"
 
 #include "collectives/ternary.h"
+#include "topology/rdma.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -149,6 +150,7 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) 
   orderRing(*c);
   Comm* raw = c.get();
   c->engine = std::make_unique<ProgressEngine>(rank, [raw](ternResult_t e) { raw->fail(e); });
+  reportRdmaOnce();
   TERN_LOG(Info, "communicator ready: rank %d of %d", rank, nranks);
   *out = c.release();
   return ternSuccess;
