@@ -277,6 +277,38 @@ TERN_AVX2 void superMasks256(const TernaryInput& in, uint64_t super, uint32_t m[
   m[3] = gather(neg, 2);
 }
 
+// float32 decode, 8 lanes at a time: each plane word's byte is broadcast,
+// tested against per-lane bit masks and turned into +2^j (or -2^(w-1) for
+// the sign plane).
+TERN_AVX2 void decode256(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
+                         uint32_t block, size_t count, ternDataType_t dt, int avgN, void* dst) {
+  if (dt != ternFloat32) return decodeScalar(planes, w, g0, n, scales, block, count, dt, avgN, dst);
+  float* d = static_cast<float*>(dst);
+  const __m256i laneBit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256 divisor = _mm256_set1_ps(static_cast<float>(avgN));
+  for (size_t k = 0; k < n; ++k) {
+    size_t i0 = 32 * (g0 + k);
+    if (i0 + 32 > count) {
+      decodeScalar(planes + w * k, w, g0 + k, 1, scales, block, count, dt, avgN, dst);
+      continue;
+    }
+    const uint32_t* p = planes + w * k;
+    const __m256 s = _mm256_set1_ps(scales[i0 / block]);
+    for (int h = 0; h < 4; ++h) {
+      __m256i v = _mm256_setzero_si256();
+      for (int j = 0; j < w; ++j) {
+        __m256i bits = _mm256_set1_epi32(static_cast<int>((p[j] >> (8 * h)) & 0xffu));
+        __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(bits, laneBit), laneBit);
+        __m256i weight = _mm256_and_si256(set, _mm256_set1_epi32(1 << j));
+        v = j < w - 1 ? _mm256_add_epi32(v, weight) : _mm256_sub_epi32(v, weight);
+      }
+      __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), s);
+      if (avgN > 0) f = _mm256_div_ps(f, divisor);
+      _mm256_storeu_ps(d + i0 + 8 * h, f);
+    }
+  }
+}
+
 // encode / addEncode for an ISA, given its super-group mask function.
 template <void (*SuperMasks)(const TernaryInput&, uint64_t, uint32_t*)>
 void addEncodeSimd(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes, int win,
@@ -294,7 +326,7 @@ void encodeSimd(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) {
 
 const TernaryKernels kScalar{"scalar", encodeScalar, addEncodeScalar, decodeScalar};
 const TernaryKernels kAvx2{"avx2", encodeSimd<superMasks256>, addEncodeSimd<superMasks256>,
-                           decodeScalar};
+                           decode256};
 const TernaryKernels kAvx512{"avx512", encodeSimd<superMasks512>, addEncodeSimd<superMasks512>,
                              decode512};
 
