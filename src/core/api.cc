@@ -92,46 +92,6 @@ ternResult_t launch(ternComm* c, std::function<ternResult_t()> fn) {
 
 }  // namespace
 
-namespace tern {
-
-ternResult_t runBlocking(const std::vector<GroupWork>& works) {
-  auto job = [](const GroupWork& w) {
-    Comm* c = w.comm;
-    auto colls = w.collectives;
-    auto p2p = w.p2p;
-    return [c, colls, p2p]() -> ternResult_t {
-      for (auto& fn : colls) TERN_CHECK(fn());
-      if (!p2p.empty()) TERN_CHECK(sendRecv(*c, p2p));
-      c->opsDone.fetch_add(1, std::memory_order_relaxed);
-      return ternSuccess;
-    };
-  };
-  auto report = [](Comm* c, ternResult_t r, const std::string& err) {
-    if (r != ternSuccess) {
-      c->setLastError(err);
-      setThreadError(err);
-    }
-    return r;
-  };
-  std::string err;
-  if (works.size() == 1) {  // one communicator: may run right here
-    Comm* c = works[0].comm;
-    return report(c, c->engine->runNow(job(works[0]), &err), err);
-  }
-  // Several communicators progress together, each on its own thread, so a
-  // group spanning them cannot deadlock on their mutual dependencies.
-  std::vector<std::shared_ptr<Operation>> ops;
-  for (const GroupWork& w : works) ops.push_back(w.comm->engine->submit(job(w)));
-  ternResult_t first = ternSuccess;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    ternResult_t r = report(works[i].comm, ops[i]->wait(&err), err);
-    if (first == ternSuccess) first = r;
-  }
-  return first;
-}
-
-}  // namespace tern
-
 extern "C" {
 
 const char* ternGetLastError(ternComm_t comm) {
@@ -276,11 +236,10 @@ ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats) {
     return fail(nullptr, comm ? ternInvalidUsage : ternInvalidArgument,
                 "comm is not a live communicator");
   *stats = {};
-  for (auto& c : comm->conns) {
-    if (!strcmp(c->name(), "self")) continue;  // never leaves the process
-    stats->bytesSent += c->bytesSent;
-    stats->bytesRecv += c->bytesRecv;
-  }
+  uint64_t sent, recv;
+  comm->wireBytes(&sent, &recv);
+  stats->bytesSent = sent;
+  stats->bytesRecv = recv;
   stats->ops = comm->opsDone.load();
   return ternSuccess;
 }

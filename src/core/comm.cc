@@ -195,6 +195,15 @@ ternResult_t ternComm::checkHealth() {
   return ternSuccess;
 }
 
+void ternComm::wireBytes(uint64_t* sent, uint64_t* recv) const {
+  *sent = *recv = 0;
+  for (auto& c : conns) {
+    if (!strcmp(c->name(), "self")) continue;
+    *sent += c->bytesSent;
+    *recv += c->bytesRecv;
+  }
+}
+
 void ternComm::setLastError(const std::string& e) {
   std::lock_guard<std::mutex> lk(errMu);
   lastError = e;

@@ -48,6 +48,9 @@ struct ternComm {
   // liveness is refreshed for the caller to judge.
   ternResult_t checkHealth();
 
+  // Bytes put on / taken off the wire (self connections never leave).
+  void wireBytes(uint64_t* sent, uint64_t* recv) const;
+
   void setLastError(const std::string& e);
   std::string getLastError();
   ~ternComm();
