@@ -2,7 +2,7 @@
 # Installs the Debian packages that tern's build, tests and benchmarks need,
 # only those missing (a fresh Debian bookworm has none of them).
 set -euo pipefail
-pkgs=(cmake g++ make pkg-config libgtest-dev openmpi-bin libopenmpi-dev libgloo-dev libucx-dev libibverbs-dev
+pkgs=(cmake g++ make pkg-config libgtest-dev openmpi-bin libopenmpi-dev libgloo-dev libucx-dev libibverbs-dev libhwloc-dev
       iproute2 python3)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -9,6 +9,7 @@
 
 #include "collectives/ternary.h"
 #include "topology/rdma.h"
+#include "topology/topology.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -143,6 +144,8 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) 
            ifname.c_str());
   ternResult_t r = exchangeWithRoot(id.root, c->secret, rank, nranks,
                                     makePeerInfo(listenAddr, localHostHash()), d, &c->peers);
+  std::vector<int> bindCpus;
+  if (r == ternSuccess) r = placeComm(*c, &bindCpus);
   if (r == ternSuccess) r = formMesh(*c, lfd, d);
   close(lfd);
   if (r == ternSuccess) r = setupTransports(*c, d);
@@ -150,6 +153,8 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) 
   orderRing(*c);
   Comm* raw = c.get();
   c->engine = std::make_unique<ProgressEngine>(rank, [raw](ternResult_t e) { raw->fail(e); });
+  if (!bindCpus.empty() && !c->engine->bindTo(bindCpus))
+    TERN_LOG(Warn, "could not bind the progress thread to CPUs %s", formatPus(bindCpus).c_str());
   reportRdmaOnce();
   TERN_LOG(Info, "communicator ready: rank %d of %d", rank, nranks);
   *out = c.release();

@@ -62,4 +62,7 @@ using Comm = ::ternComm;
 // Creates a communicator: rendezvous through the root, authenticated mesh,
 // a transport per peer, and the progress thread.
 ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out);
+// Reads the host topology and decides this rank's GPU, NIC and progress-thread
+// CPUs (returned in bindCpus; empty: leave unbound); writes TERN_TOPO_DUMP.
+ternResult_t placeComm(Comm& c, std::vector<int>* bindCpus);
 }  // namespace tern

@@ -38,6 +38,10 @@ Config readConfig() {
   if (c.smallBytes > c.fifoBytes / 4) c.smallBytes = c.fifoBytes / 4;
   c.transport = envString("TERN_TRANSPORT", "auto");
   c.ifname = envString("TERN_SOCKET_IFNAME", "");
+  c.topoXml = envString("TERN_TOPO_XML", "");
+  c.topoDump = envString("TERN_TOPO_DUMP", "");
+  c.pinMode = envString("TERN_PIN_PROGRESS", "auto");
+  c.gpu = static_cast<int>(envInt("TERN_GPU", -1));
   return c;
 }
 

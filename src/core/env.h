@@ -15,8 +15,13 @@ struct Config {
   size_t fifoBytes;        // TERN_BUFFSIZE: bytes per direction per connection
   size_t chunkBytes;       // TERN_CHUNKSIZE: ring pipeline chunk
   size_t smallBytes;       // TERN_SMALL_THRESHOLD: allreduce below uses recursive doubling
-  std::string transport;   // TERN_TRANSPORT: auto|shm|tcp
+  std::string transport;   // TERN_TRANSPORT: auto|shm|tcp|ucx
   std::string ifname;      // TERN_SOCKET_IFNAME
+  std::string topoXml;     // TERN_TOPO_XML: decide from this hwloc XML, not the host
+  std::string topoDump;    // TERN_TOPO_DUMP: write what was detected and decided
+  std::string pinMode;     // TERN_PIN_PROGRESS: auto|on|off
+  int gpu;                 // TERN_GPU: this rank's GPU index (-1: local rank mod GPUs)
+  std::string ucxNetDevices;  // decided from the topology, for UCX (not an env var)
 };
 
 // Reads the environment once per call (comms made later see new values).

@@ -1,6 +1,8 @@
 #include "core/progress.h"
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <chrono>
 
@@ -81,6 +83,14 @@ void ProgressEngine::stop() {
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
+}
+
+bool ProgressEngine::bindTo(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus)
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+  return pthread_setaffinity_np(thread_.native_handle(), sizeof set, &set) == 0;
 }
 
 void ProgressEngine::loop() {

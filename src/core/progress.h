@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tern/tern.h"
 
@@ -47,6 +48,8 @@ class ProgressEngine {
   // operations of one communicator run one at a time, in issue order.
   ternResult_t runNow(std::function<ternResult_t()> fn, std::string* error);
   void stop();
+  // Binds the progress thread to these CPUs (OS indices); false if refused.
+  bool bindTo(const std::vector<int>& cpus);
 
  private:
   void loop();

@@ -39,11 +39,17 @@ ternResult_t ucxError(const char* what, ucs_status_t st) {
   return setError(ternSystemError, std::string(what) + ": " + ucs_status_string(st));
 }
 
-ternResult_t makeShared(std::shared_ptr<UcxShared>* out) {
+ternResult_t makeShared(const Config& tc, std::shared_ptr<UcxShared>* out) {
   auto s = std::make_shared<UcxShared>();
   ucp_config_t* cfg;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
   if (st != UCS_OK) return ucxError("ucp_config_read", st);
+  // The NIC nearest this rank's GPU (topology), unless UCX_NET_DEVICES says.
+  if (!tc.ucxNetDevices.empty() &&
+      (st = ucp_config_modify(cfg, "NET_DEVICES", tc.ucxNetDevices.c_str())) != UCS_OK) {
+    ucp_config_release(cfg);
+    return ucxError("ucp_config_modify(NET_DEVICES)", st);
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_STREAM;
@@ -259,7 +265,7 @@ bool ucxAvailable() { return true; }
 
 ternResult_t makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared>* shared,
                          std::unique_ptr<Conn>* out) {
-  if (!*shared) TERN_CHECK(makeShared(shared));
+  if (!*shared) TERN_CHECK(makeShared(*s.cfg, shared));
   auto c = std::make_unique<UcxConn>(*shared, s.cfg->fifoBytes);
   c->peer = s.peer;
   TERN_CHECK(c->connect(s));
