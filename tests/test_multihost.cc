@@ -68,6 +68,12 @@ bool enterHost(const std::string& ns) {
   return mount(ns.c_str(), "/sys", "sysfs", 0, nullptr) == 0;
 }
 
+#ifdef TERN_TEST_UCX
+constexpr bool kUcxBuilt = true;
+#else
+constexpr bool kUcxBuilt = false;
+#endif
+
 int multiHostBody(RankCtx& ctx, const Hosts& hosts, const std::string& transport) {
   if (!enterHost(hosts.name(hostOf(ctx.rank)))) return failf(ctx, "cannot enter the host's namespace");
   setenv("TERN_RANK", std::to_string(ctx.rank).c_str(), 1);
@@ -85,9 +91,13 @@ int multiHostBody(RankCtx& ctx, const Hosts& hosts, const std::string& transport
   if (ring != want) fails += failf(ctx, "ring order is not host-contiguous");
   for (int p = 0; p < ctx.nranks; ++p) {
     std::string got = ternCommPeerTransport(comm, p);
-    std::string expect = p == ctx.rank ? "self"
-                         : transport == "ucx" ? "ucx"
-                         : hostOf(p) == hostOf(ctx.rank) ? "shm" : "tcp";
+    // auto: shm inside a host, UCX between hosts when built with it, else tcp.
+    bool sameHost = hostOf(p) == hostOf(ctx.rank);
+    std::string expect = p == ctx.rank                  ? "self"
+                         : transport != "auto"          ? transport
+                         : sameHost                     ? "shm"
+                         : kUcxBuilt                    ? "ucx"
+                                                        : "tcp";
     if (got != expect)
       fails += failf(ctx, "transport to rank %d is %s, want %s", p, got.c_str(), expect.c_str());
   }
@@ -127,13 +137,14 @@ TEST_P(MultiHost, RingCrossesEachHostOnceAndResultsAreRight) {
   std::map<std::string, std::string> env = {{"TERN_ROOT", root}, {"TERN_TIMEOUT", "30"},
                                             {"TERN_SECRET", "0123456789abcdef0123456789abcdef"}};
   if (GetParam() == "ucx") env = transportEnv("ucx-tcp", env);
+  if (GetParam() == "tcp") env["TERN_TRANSPORT"] = "tcp";
   expectAllRanksOk(runRanks(kRanks, env,
                             [&](RankCtx& c) { return multiHostBody(c, hosts, GetParam()); },
                             0, 120));
 }
 
 std::vector<std::string> multiHostTransports() {
-  std::vector<std::string> t = {"auto"};
+  std::vector<std::string> t = {"auto", "tcp"};
   for (const std::string& x : testTransports())
     if (x == "ucx-tcp") t.push_back("ucx");
   return t;

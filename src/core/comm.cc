@@ -63,8 +63,25 @@ ternResult_t chooseKind(const Comm& c, int p, Kind* k) {
                                           " and " + std::to_string(p) +
                                           " are on different hosts");
   bool shm = c.cfg.transport == "shm" || (c.cfg.transport == "auto" && sameHost);
-  *k = shm ? Kind::Shm : c.cfg.transport == "ucx" ? Kind::Ucx : Kind::Tcp;
+  // Across hosts auto prefers UCX (the RDMA path; over plain TCP it measured
+  // level with tern's tcp, perf/RESULTS.md) when this build has it.
+  bool ucx = c.cfg.transport == "ucx" || (c.cfg.transport == "auto" && ucxAvailable());
+  *k = shm ? Kind::Shm : ucx ? Kind::Ucx : Kind::Tcp;
   return ternSuccess;
+}
+
+// Both ends must agree.  Under auto a build without UCX meets one with it on
+// tcp; any other disagreement is a configuration error.
+ternResult_t agreeKind(const Comm& c, int p, Kind* k, Kind theirs) {
+  if (theirs == *k) return ternSuccess;
+  bool ucxVsTcp = (*k == Kind::Ucx && theirs == Kind::Tcp) || (*k == Kind::Tcp && theirs == Kind::Ucx);
+  if (c.cfg.transport == "auto" && ucxVsTcp) {
+    *k = Kind::Tcp;
+    return ternSuccess;
+  }
+  return setError(ternInvalidUsage, "ranks " + std::to_string(c.rank) + " and " + std::to_string(p) +
+                                        " chose different transports; set TERN_TRANSPORT the same "
+                                        "on every rank");
 }
 
 // Hosts in order of their lowest rank, ranks of a host in rank order.
@@ -93,14 +110,10 @@ ternResult_t setupTransports(Comm& c, Deadline d) {
     if (k == Kind::Self) {
       TERN_CHECK(makeSelfConn(c.cfg, &c.conns[p]));
     } else {
-      char theirs = 0;
+      Kind theirs{};
       TERN_CHECK(sendAll(c.meshFd[p], &k, 1, d));
       TERN_CHECK(recvAll(c.meshFd[p], &theirs, 1, d));
-      if (theirs != static_cast<char>(k))
-        return setError(ternInvalidUsage, "ranks " + std::to_string(c.rank) + " and " +
-                                              std::to_string(p) +
-                                              " chose different transports; set "
-                                              "TERN_TRANSPORT the same on every rank");
+      TERN_CHECK(agreeKind(c, p, &k, theirs));
       ConnSetup s{c.rank, p, c.meshFd[p], &c.cfg, d};
       if (k == Kind::Shm) TERN_CHECK(makeShmConn(s, &c.conns[p]));
       else if (k == Kind::Ucx) TERN_CHECK(makeUcxConn(s, &c.ucx, &c.conns[p]));
