@@ -1,0 +1,323 @@
+// Python bindings of the C API (module tern._tern; the package tern wraps it).
+// Buffers are anything with the buffer protocol (numpy arrays, bytearray,
+// memoryview); the datatype comes from the buffer's format unless given
+// (bfloat16 has no buffer format: pass a uint16 buffer and dtype="bfloat16").
+// Every call that talks to peers releases the GIL while it waits.
+#include <pybind11/pybind11.h>
+#include <pybind11/eval.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "tern/tern.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// Raised for every failed call; carries the result code and the sentence.
+PyObject* gError = nullptr;
+
+void check(ternResult_t r, ternComm_t comm = nullptr) {
+  if (r == ternSuccess) return;
+  std::string msg = std::string(ternGetErrorString(r)) + ": " + ternGetLastError(comm);
+  py::object err = py::reinterpret_borrow<py::object>(gError)(msg, static_cast<int>(r));
+  PyErr_SetObject(gError, err.ptr());
+  throw py::error_already_set();
+}
+
+// Runs a blocking call without the GIL; raises on failure.
+template <class F>
+void call(ternComm_t comm, F&& f) {
+  ternResult_t r;
+  {
+    py::gil_scoped_release nogil;
+    r = f();
+  }
+  check(r, comm);
+}
+
+const std::map<std::string, ternDataType_t>& dtypeNames() {
+  static const std::map<std::string, ternDataType_t> m = {
+      {"int8", ternInt8},       {"uint8", ternUint8},     {"int32", ternInt32},
+      {"uint32", ternUint32},   {"int64", ternInt64},     {"uint64", ternUint64},
+      {"float16", ternFloat16}, {"float32", ternFloat32}, {"float64", ternFloat64},
+      {"bfloat16", ternBfloat16}};
+  return m;
+}
+
+ternDataType_t dtypeOfFormat(const py::buffer_info& b) {
+  std::string f = b.format;
+  if (!f.empty() && strchr("@=<>!", f[0])) f.erase(0, 1);
+  bool isSigned = f == "b" || f == "h" || f == "i" || f == "l" || f == "q";
+  bool isUnsigned = f == "B" || f == "H" || f == "I" || f == "L" || f == "Q";
+  if (f == "e") return ternFloat16;
+  if (f == "f") return ternFloat32;
+  if (f == "d") return ternFloat64;
+  if (isSigned || isUnsigned) {
+    switch (b.itemsize) {
+      case 1: return isSigned ? ternInt8 : ternUint8;
+      case 4: return isSigned ? ternInt32 : ternUint32;
+      case 8: return isSigned ? ternInt64 : ternUint64;
+      default: break;
+    }
+  }
+  throw py::type_error("tern cannot reduce buffers of format '" + b.format + "' (itemsize " +
+                       std::to_string(b.itemsize) + "); pass dtype= for bfloat16 stored as uint16");
+}
+
+ternRedOp_t opOf(const std::string& op) {
+  static const std::map<std::string, ternRedOp_t> m = {
+      {"sum", ternSum}, {"prod", ternProd}, {"max", ternMax}, {"min", ternMin}, {"avg", ternAvg}};
+  auto it = m.find(op);
+  if (it == m.end()) throw py::value_error("op must be one of sum, prod, max, min, avg; got '" + op + "'");
+  return it->second;
+}
+
+// A contiguous view of a Python buffer with its tern datatype and count.
+struct Buf {
+  py::buffer_info info;
+  ternDataType_t dtype;
+  size_t count;
+  void* ptr() const { return info.ptr; }
+};
+
+Buf view(const py::buffer& obj, bool writable, const std::string& dtype, const char* what) {
+  Buf b{obj.request(writable), ternFloat32, 0};
+  ssize_t expect = b.info.itemsize;
+  for (ssize_t d = b.info.ndim - 1; d >= 0; --d) {
+    if (b.info.shape[d] > 1 && b.info.strides[d] != expect)
+      throw py::value_error(std::string(what) + " must be C-contiguous");
+    expect *= b.info.shape[d];
+  }
+  if (dtype.empty()) {
+    b.dtype = dtypeOfFormat(b.info);
+  } else {
+    auto it = dtypeNames().find(dtype);
+    if (it == dtypeNames().end()) throw py::value_error("unknown dtype '" + dtype + "'");
+    b.dtype = it->second;
+  }
+  size_t bytes = static_cast<size_t>(b.info.size) * b.info.itemsize;
+  if (bytes % ternTypeSize(b.dtype))
+    throw py::value_error(std::string(what) + " is not a whole number of " + dtype + " elements");
+  b.count = bytes / ternTypeSize(b.dtype);
+  return b;
+}
+
+// recv defaults to send (in place); otherwise it must hold `need` elements of
+// the same type.
+Buf outView(const py::buffer& send, const py::object& recv, const Buf& in, size_t need,
+            const std::string& dtype) {
+  Buf out = view(recv.is_none() ? send : recv.cast<py::buffer>(), true, dtype, "recv");
+  if (out.dtype != in.dtype) throw py::type_error("send and recv have different datatypes");
+  if (out.count != need)
+    throw py::value_error("recv holds " + std::to_string(out.count) + " elements; the call needs " +
+                          std::to_string(need));
+  return out;
+}
+
+class Comm {
+ public:
+  explicit Comm(ternComm_t c) : c_(c) {}
+  ~Comm() {
+    if (c_) ternCommDestroy(c_);
+  }
+  ternComm_t get() const {
+    if (!c_) throw py::value_error("the communicator was destroyed");
+    return c_;
+  }
+  void destroy() {
+    ternComm_t c = get();
+    c_ = nullptr;
+    call(nullptr, [&] { return ternCommDestroy(c); });
+  }
+  void abort() {
+    ternComm_t c = get();
+    c_ = nullptr;
+    check(ternCommAbort(c));
+  }
+  int rank() const {
+    int r;
+    check(ternCommUserRank(get(), &r), get());
+    return r;
+  }
+  int size() const {
+    int n;
+    check(ternCommCount(get(), &n), get());
+    return n;
+  }
+
+ private:
+  ternComm_t c_;
+};
+
+py::bytes uniqueId() {
+  ternUniqueId id;
+  check(ternGetUniqueId(&id));
+  return py::bytes(id.internal, sizeof id.internal);
+}
+
+ternUniqueId idOf(const py::bytes& b) {
+  std::string s = b;
+  if (s.size() != TERN_UNIQUE_ID_BYTES)
+    throw py::value_error("a unique id is " + std::to_string(TERN_UNIQUE_ID_BYTES) + " bytes");
+  ternUniqueId id;
+  memcpy(id.internal, s.data(), sizeof id.internal);
+  return id;
+}
+
+void bindCollectives(py::class_<Comm>& c) {
+  using A = py::arg;
+  c.def("allreduce", [](Comm& self, py::buffer send, py::object recv, const std::string& op,
+                        const std::string& dtype) {
+        Buf in = view(send, false, dtype, "send");
+        Buf out = outView(send, recv, in, in.count, dtype);
+        ternRedOp_t o = opOf(op);
+        call(self.get(), [&] { return ternAllReduce(in.ptr(), out.ptr(), in.count, in.dtype, o, self.get(), nullptr); });
+      }, A("send"), A("recv") = py::none(), A("op") = "sum", A("dtype") = "");
+  c.def("allreduce_ternary", [](Comm& self, py::buffer send, py::object recv, const std::string& op,
+                                py::object handle, const std::string& dtype) {
+        Buf in = view(send, false, dtype, "send");
+        Buf out = outView(send, recv, in, in.count, dtype);
+        ternRedOp_t o = opOf(op);
+        // The handle keys the error-feedback residual; default: the buffer.
+        const void* h = handle.is_none() ? in.ptr() : reinterpret_cast<const void*>(handle.cast<uintptr_t>());
+        call(self.get(), [&] {
+          return ternAllReduceTernaryEx(in.ptr(), out.ptr(), in.count, in.dtype, o, h, self.get(), nullptr);
+        });
+      }, A("send"), A("recv") = py::none(), A("op") = "avg", A("handle") = py::none(), A("dtype") = "");
+  c.def("broadcast", [](Comm& self, py::buffer buf, int root, const std::string& dtype) {
+        Buf b = view(buf, true, dtype, "buffer");
+        call(self.get(), [&] { return ternBroadcast(b.ptr(), b.ptr(), b.count, b.dtype, root, self.get(), nullptr); });
+      }, A("buffer"), A("root") = 0, A("dtype") = "");
+  c.def("reduce", [](Comm& self, py::buffer send, py::object recv, int root, const std::string& op,
+                     const std::string& dtype) {
+        Buf in = view(send, false, dtype, "send");
+        Buf out = outView(send, recv, in, in.count, dtype);
+        ternRedOp_t o = opOf(op);
+        call(self.get(), [&] { return ternReduce(in.ptr(), out.ptr(), in.count, in.dtype, o, root, self.get(), nullptr); });
+      }, A("send"), A("recv") = py::none(), A("root") = 0, A("op") = "sum", A("dtype") = "");
+  c.def("allgather", [](Comm& self, py::buffer send, py::buffer recv, const std::string& dtype) {
+        Buf in = view(send, false, dtype, "send");
+        Buf out = outView(send, recv, in, in.count * self.size(), dtype);
+        call(self.get(), [&] { return ternAllGather(in.ptr(), out.ptr(), in.count, in.dtype, self.get(), nullptr); });
+      }, A("send"), A("recv"), A("dtype") = "");
+  c.def("reduce_scatter", [](Comm& self, py::buffer send, py::buffer recv, const std::string& op,
+                             const std::string& dtype) {
+        Buf out = view(recv, true, dtype, "recv");
+        Buf in = view(send, false, dtype, "send");
+        if (in.dtype != out.dtype) throw py::type_error("send and recv have different datatypes");
+        if (in.count != out.count * self.size())
+          throw py::value_error("send must hold size() x len(recv) elements");
+        ternRedOp_t o = opOf(op);
+        call(self.get(), [&] { return ternReduceScatter(in.ptr(), out.ptr(), out.count, in.dtype, o, self.get(), nullptr); });
+      }, A("send"), A("recv"), A("op") = "sum", A("dtype") = "");
+  c.def("send", [](Comm& self, py::buffer buf, int peer, const std::string& dtype) {
+        Buf b = view(buf, false, dtype, "buffer");
+        call(self.get(), [&] { return ternSend(b.ptr(), b.count, b.dtype, peer, self.get(), nullptr); });
+      }, A("buffer"), A("peer"), A("dtype") = "");
+  c.def("recv", [](Comm& self, py::buffer buf, int peer, const std::string& dtype) {
+        Buf b = view(buf, true, dtype, "buffer");
+        call(self.get(), [&] { return ternRecv(b.ptr(), b.count, b.dtype, peer, self.get(), nullptr); });
+      }, A("buffer"), A("peer"), A("dtype") = "");
+  c.def("barrier", [](Comm& self) { call(self.get(), [&] { return ternBarrier(self.get()); }); });
+}
+
+void bindTernaryOptions(py::class_<Comm>& c) {
+  c.def("ternary_config", [](Comm& self) {
+    ternTernaryConfig_t t;
+    check(ternCommGetTernaryConfig(self.get(), &t), self.get());
+    py::dict d;
+    d["seed"] = t.seed;
+    d["block"] = t.blockSize;
+    d["clip"] = t.clip;
+    d["error_feedback"] = static_cast<bool>(t.errorFeedback);
+    d["min_bytes"] = t.minBytes;
+    return d;
+  });
+  c.def("set_ternary_config", [](Comm& self, py::object seed, py::object block, py::object clip,
+                                 py::object errorFeedback, py::object minBytes) {
+        ternTernaryConfig_t t;
+        check(ternCommGetTernaryConfig(self.get(), &t), self.get());
+        if (!seed.is_none()) t.seed = seed.cast<unsigned long long>();
+        if (!block.is_none()) t.blockSize = block.cast<int>();
+        if (!clip.is_none()) t.clip = clip.cast<float>();
+        if (!errorFeedback.is_none()) t.errorFeedback = errorFeedback.cast<bool>();
+        if (!minBytes.is_none()) t.minBytes = minBytes.cast<size_t>();
+        check(ternCommSetTernaryConfig(self.get(), &t), self.get());
+      }, py::arg("seed") = py::none(), py::arg("block") = py::none(), py::arg("clip") = py::none(),
+      py::arg("error_feedback") = py::none(), py::arg("min_bytes") = py::none());
+  c.def("release_tensor", [](Comm& self, uintptr_t handle) {
+    check(ternCommReleaseTensor(self.get(), reinterpret_cast<const void*>(handle)), self.get());
+  });
+  c.def("ternary_stats", [](Comm& self) {
+    ternTernaryStats_t s;
+    check(ternCommGetTernaryStats(self.get(), &s), self.get());
+    py::dict d;
+    d["calls"] = s.calls;
+    d["fallbacks"] = s.fallbacks;
+    d["elements"] = s.elements;
+    d["payload_bytes"] = s.payloadBytes;
+    d["wire_bytes"] = s.wireBytes;
+    d["dense_bytes"] = s.denseBytes;
+    return d;
+  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_tern, m) {
+  m.doc() = "tern collective communication (C API bindings; use the tern package)";
+  py::object runtimeError = py::reinterpret_borrow<py::object>(PyExc_RuntimeError);
+  py::dict ns;
+  ns["RuntimeError"] = runtimeError;
+  // A RuntimeError subclass, so torch-style `except RuntimeError` catches it.
+  py::exec(R"(
+class Error(RuntimeError):
+    """A failed tern call: str() is the sentence from ternGetLastError, .code the ternResult_t."""
+    def __init__(self, message, code=0):
+        super().__init__(message)
+        self.code = code
+)", ns);
+  py::object err = ns["Error"];
+  err.attr("__module__") = "tern";
+  m.attr("Error") = err;
+  gError = err.ptr();
+  Py_INCREF(gError);
+
+  m.def("unique_id", &uniqueId, "A fresh unique id (bytes): make it on one rank, share it, then Comm(id, size, rank)");
+  m.def("version", [] {
+    int v;
+    check(ternGetVersion(&v));
+    return v;
+  });
+  m.def("group_start", [] { check(ternGroupStart()); });
+  m.def("group_end", [] { call(nullptr, [] { return ternGroupEnd(); }); });
+
+  py::class_<Comm> c(m, "Comm");
+  c.def(py::init([](py::bytes id, int size, int rank) {
+          ternUniqueId u = idOf(id);
+          ternComm_t comm;
+          call(nullptr, [&] { return ternCommInitRank(&comm, size, u, rank); });
+          return new Comm(comm);
+        }), py::arg("unique_id"), py::arg("size"), py::arg("rank"));
+  c.def_static("from_env", [] {
+    ternComm_t comm;
+    call(nullptr, [&] { return ternCommInitFromEnv(&comm); });
+    return new Comm(comm);
+  }, py::return_value_policy::take_ownership,
+     "From ternrun / mpirun / srun / torchrun variables (see docs/ENV.md)");
+  c.def_property_readonly("rank", &Comm::rank);
+  c.def_property_readonly("size", &Comm::size);
+  c.def("destroy", &Comm::destroy);
+  c.def("abort", &Comm::abort);
+  c.def("peer_transport", [](Comm& self, int peer) {
+    const char* t = ternCommPeerTransport(self.get(), peer);
+    if (!t) throw py::value_error("peer " + std::to_string(peer) + " is not a rank of this communicator");
+    return std::string(t);
+  });
+  bindCollectives(c);
+  bindTernaryOptions(c);
+}
