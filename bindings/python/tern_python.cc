@@ -20,12 +20,18 @@ namespace {
 // Raised for every failed call; carries the result code and the sentence.
 PyObject* gError = nullptr;
 
-void check(ternResult_t r, ternComm_t comm = nullptr) {
-  if (r == ternSuccess) return;
-  std::string msg = std::string(ternGetErrorString(r)) + ": " + ternGetLastError(comm);
+[[noreturn]] void raise(ternResult_t r, const std::string& sentence) {
+  std::string msg = std::string(ternGetErrorString(r)) + ": " + sentence;
   py::object err = py::reinterpret_borrow<py::object>(gError)(msg, static_cast<int>(r));
   PyErr_SetObject(gError, err.ptr());
   throw py::error_already_set();
+}
+
+// Misuse caught here, before any tern call: the same exception as tern's own.
+[[noreturn]] void badArgument(const std::string& sentence) { raise(ternInvalidArgument, sentence); }
+
+void check(ternResult_t r, ternComm_t comm = nullptr) {
+  if (r != ternSuccess) raise(r, ternGetLastError(comm));
 }
 
 // Runs a blocking call without the GIL; raises on failure.
@@ -64,7 +70,7 @@ ternDataType_t dtypeOfFormat(const py::buffer_info& b) {
       default: break;
     }
   }
-  throw py::type_error("tern cannot reduce buffers of format '" + b.format + "' (itemsize " +
+  badArgument("tern cannot reduce buffers of format '" + b.format + "' (itemsize " +
                        std::to_string(b.itemsize) + "); pass dtype= for bfloat16 stored as uint16");
 }
 
@@ -72,7 +78,7 @@ ternRedOp_t opOf(const std::string& op) {
   static const std::map<std::string, ternRedOp_t> m = {
       {"sum", ternSum}, {"prod", ternProd}, {"max", ternMax}, {"min", ternMin}, {"avg", ternAvg}};
   auto it = m.find(op);
-  if (it == m.end()) throw py::value_error("op must be one of sum, prod, max, min, avg; got '" + op + "'");
+  if (it == m.end()) badArgument("op must be one of sum, prod, max, min, avg; got '" + op + "'");
   return it->second;
 }
 
@@ -89,19 +95,19 @@ Buf view(const py::buffer& obj, bool writable, const std::string& dtype, const c
   ssize_t expect = b.info.itemsize;
   for (ssize_t d = b.info.ndim - 1; d >= 0; --d) {
     if (b.info.shape[d] > 1 && b.info.strides[d] != expect)
-      throw py::value_error(std::string(what) + " must be C-contiguous");
+      badArgument(std::string(what) + " must be C-contiguous");
     expect *= b.info.shape[d];
   }
   if (dtype.empty()) {
     b.dtype = dtypeOfFormat(b.info);
   } else {
     auto it = dtypeNames().find(dtype);
-    if (it == dtypeNames().end()) throw py::value_error("unknown dtype '" + dtype + "'");
+    if (it == dtypeNames().end()) badArgument("unknown dtype '" + dtype + "'");
     b.dtype = it->second;
   }
   size_t bytes = static_cast<size_t>(b.info.size) * b.info.itemsize;
   if (bytes % ternTypeSize(b.dtype))
-    throw py::value_error(std::string(what) + " is not a whole number of " + dtype + " elements");
+    badArgument(std::string(what) + " is not a whole number of " + dtype + " elements");
   b.count = bytes / ternTypeSize(b.dtype);
   return b;
 }
@@ -111,9 +117,9 @@ Buf view(const py::buffer& obj, bool writable, const std::string& dtype, const c
 Buf outView(const py::buffer& send, const py::object& recv, const Buf& in, size_t need,
             const std::string& dtype) {
   Buf out = view(recv.is_none() ? send : recv.cast<py::buffer>(), true, dtype, "recv");
-  if (out.dtype != in.dtype) throw py::type_error("send and recv have different datatypes");
+  if (out.dtype != in.dtype) badArgument("send and recv have different datatypes");
   if (out.count != need)
-    throw py::value_error("recv holds " + std::to_string(out.count) + " elements; the call needs " +
+    badArgument("recv holds " + std::to_string(out.count) + " elements; the call needs " +
                           std::to_string(need));
   return out;
 }
@@ -125,7 +131,7 @@ class Comm {
     if (c_) ternCommDestroy(c_);
   }
   ternComm_t get() const {
-    if (!c_) throw py::value_error("the communicator was destroyed");
+    if (!c_) badArgument("the communicator was destroyed");
     return c_;
   }
   void destroy() {
@@ -162,7 +168,7 @@ py::bytes uniqueId() {
 ternUniqueId idOf(const py::bytes& b) {
   std::string s = b;
   if (s.size() != TERN_UNIQUE_ID_BYTES)
-    throw py::value_error("a unique id is " + std::to_string(TERN_UNIQUE_ID_BYTES) + " bytes");
+    badArgument("a unique id is " + std::to_string(TERN_UNIQUE_ID_BYTES) + " bytes");
   ternUniqueId id;
   memcpy(id.internal, s.data(), sizeof id.internal);
   return id;
@@ -208,9 +214,9 @@ void bindCollectives(py::class_<Comm>& c) {
                              const std::string& dtype) {
         Buf out = view(recv, true, dtype, "recv");
         Buf in = view(send, false, dtype, "send");
-        if (in.dtype != out.dtype) throw py::type_error("send and recv have different datatypes");
+        if (in.dtype != out.dtype) badArgument("send and recv have different datatypes");
         if (in.count != out.count * self.size())
-          throw py::value_error("send must hold size() x len(recv) elements");
+          badArgument("send must hold size() x len(recv) elements");
         ternRedOp_t o = opOf(op);
         call(self.get(), [&] { return ternReduceScatter(in.ptr(), out.ptr(), out.count, in.dtype, o, self.get(), nullptr); });
       }, A("send"), A("recv"), A("op") = "sum", A("dtype") = "");
@@ -315,7 +321,7 @@ class Error(RuntimeError):
   c.def("abort", &Comm::abort);
   c.def("peer_transport", [](Comm& self, int peer) {
     const char* t = ternCommPeerTransport(self.get(), peer);
-    if (!t) throw py::value_error("peer " + std::to_string(peer) + " is not a rank of this communicator");
+    if (!t) badArgument("peer " + std::to_string(peer) + " is not a rank of this communicator");
     return std::string(t);
   });
   bindCollectives(c);

@@ -75,6 +75,7 @@ class TernaryState:
                                    error_feedback=error_feedback, min_bytes=min_bytes)
         self._handles = {}   # bucket key -> handle
         self._used = set()
+        self.buckets_last_step = 0
         self._next = 1
 
     def handle(self, bucket):
@@ -90,6 +91,7 @@ class TernaryState:
     def end_step(self):
         for key in [k for k in self._handles if k not in self._used]:
             self.pg.release_tensor(self._handles.pop(key))
+        self.buckets_last_step = len(self._used)
         self._used.clear()
         self.step += 1
 

@@ -1,0 +1,257 @@
+"""The c10d backend "tern": every op, float32/float64/int64/bfloat16, 2 and 3
+processes, against the gloo backend on the same inputs in the same run.
+Where gloo cannot do an op (AVG, reduce_scatter, bfloat16 in places) the
+reference is computed locally from every rank's inputs, and the test says so
+in its result instead of skipping."""
+import functools
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ranks
+import tern.torch  # noqa: F401 - registers "tern"
+
+DTYPES = [torch.float32, torch.float64, torch.int64, torch.bfloat16]
+R = dist.ReduceOp
+
+
+def inputs(rank, dtype, count=513):
+    g = torch.Generator().manual_seed(100 + rank)
+    return torch.randint(-3, 4, (count,), generator=g).to(dtype)
+
+
+def init(rank, n, store_path):
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank, world_size=n)
+    return dist.new_group(backend="tern")
+
+
+class Compare:
+    """Runs one op through both groups; falls back to a local reference
+    where gloo raises."""
+
+    def __init__(self, tern_pg, n):
+        self.tern, self.n, self.local = tern_pg, n, []
+
+    def check(self, name, fn, reference=None):
+        got = fn(self.tern)
+        try:
+            want = fn(None)  # the default group: gloo
+        except RuntimeError:
+            assert reference is not None, name + ": gloo cannot and there is no reference"
+            want = reference()
+            self.local.append(name)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and torch.equal(g, w), "%s:\n tern %s\n want %s" % (name, g, w)
+
+
+def all_inputs(n, dtype, count=513):
+    return [inputs(r, dtype, count) for r in range(n)]
+
+
+def ops(rank, n, store_path):
+    tg = init(rank, n, store_path)
+    c = Compare(tg, n)
+    for dt in DTYPES:
+        x = inputs(rank, dt)
+        every = torch.stack(all_inputs(n, dt))
+        refs = {"SUM": lambda: every.sum(0), "PRODUCT": lambda: every.double().prod(0),
+                "MIN": lambda: every.min(0).values, "MAX": lambda: every.max(0).values}
+        if not dt.is_floating_point:
+            refs.update(BAND=lambda: functools.reduce(torch.bitwise_and, every),
+                        BOR=lambda: functools.reduce(torch.bitwise_or, every),
+                        BXOR=lambda: functools.reduce(torch.bitwise_xor, every))
+        for name, ref in refs.items():
+            def allreduce(g, op=getattr(R, name)):
+                t = x.clone()
+                dist.all_reduce(t, op=op, group=g)
+                return [t]
+            c.check("all_reduce %s %s" % (dt, name), allreduce, lambda ref=ref: [ref().to(dt)])
+        if dt.is_floating_point:
+            def avg(g):
+                t = x.clone()
+                dist.all_reduce(t, op=R.AVG, group=g)
+                return [t]
+            c.check("all_reduce %s AVG" % dt, avg, lambda: [(every.to(torch.float64).sum(0) / n).to(dt)])
+
+        def coalesced(g):
+            ts = [x[:100].clone(), x[100:].clone().view(-1, 1)]
+            dist.all_reduce_coalesced(ts, group=g)
+            return ts
+        c.check("all_reduce_coalesced %s" % dt, coalesced,
+                lambda: [every[:, :100].sum(0), every[:, 100:].sum(0).view(-1, 1)])
+
+        def broadcast(g):
+            t = x.clone()
+            dist.broadcast(t, src=n - 1, group=g)
+            return [t]
+        c.check("broadcast %s" % dt, broadcast, lambda: [every[n - 1]])
+
+        def reduce(g):
+            t = x.clone()
+            dist.reduce(t, dst=1, op=R.MAX, group=g)
+            return [t] if rank == 1 else []
+        c.check("reduce %s" % dt, reduce, lambda: [every.max(0).values] if rank == 1 else [])
+
+        def all_gather(g):
+            out = [torch.empty_like(x) for _ in range(n)]
+            dist.all_gather(out, x, group=g)
+            return out
+        c.check("all_gather %s" % dt, all_gather, lambda: list(every))
+
+        def all_gather_base(g):
+            out = torch.empty(n * x.numel(), dtype=dt)
+            dist._all_gather_base(out, x, group=g)
+            return [out]
+        c.check("_all_gather_base %s" % dt, all_gather_base, lambda: [every.reshape(-1)])
+
+        chunks = [inputs(rank * 10 + k, dt, 77) for k in range(n)]
+        mine = lambda: [sum(inputs(q * 10 + rank, dt, 77) for q in range(n))]  # noqa: E731
+
+        def reduce_scatter(g):
+            out = torch.empty(77, dtype=dt)
+            dist.reduce_scatter(out, [t.clone() for t in chunks], group=g)
+            return [out]
+        c.check("reduce_scatter %s" % dt, reduce_scatter, mine)
+
+        def reduce_scatter_base(g):
+            out = torch.empty(77, dtype=dt)
+            dist._reduce_scatter_base(out, torch.cat(chunks), group=g)
+            return [out]
+        c.check("_reduce_scatter_base %s" % dt, reduce_scatter_base, mine)
+
+        def all_to_all(g):
+            out = torch.empty(4 * n, dtype=dt)
+            dist.all_to_all_single(out, x[:4 * n].clone(), group=g)
+            return [out]
+        c.check("all_to_all_single %s" % dt, all_to_all,
+                lambda: [torch.cat([every[q, 4 * rank:4 * rank + 4] for q in range(n)])])
+
+        splits_in = [(rank + q) % 3 + 1 for q in range(n)]          # what I send to q
+        splits_out = [(q + rank) % 3 + 1 for q in range(n)]         # what q sends me
+
+        def all_to_all_uneven(g):
+            out = torch.empty(sum(splits_out), dtype=dt)
+            dist.all_to_all_single(out, x[:sum(splits_in)].clone(), splits_out, splits_in, group=g)
+            return [out]
+
+        def uneven_ref():
+            parts = []
+            for q in range(n):
+                sq = [(q + p) % 3 + 1 for p in range(n)]
+                off = sum(sq[:rank])
+                parts.append(every[q, off:off + sq[rank]])
+            return [torch.cat(parts)]
+        c.check("all_to_all_single uneven %s" % dt, all_to_all_uneven, uneven_ref)
+
+        def send_recv(g):
+            got = torch.empty_like(x)
+            if rank == 0:
+                dist.send(x, dst=1, group=g)
+                return []
+            if rank == 1:
+                dist.recv(got, src=0, group=g)
+                return [got]
+            return []
+        c.check("send/recv %s" % dt, send_recv, lambda: [every[0]] if rank == 1 else [])
+    dist.barrier(group=tg)
+    return c.local
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_op_matches_gloo(n, tmp_path):
+    local = ranks.run(ops, n, str(tmp_path / "store"), timeout=300)[0]
+    # Only what gloo 1.13 lacks may use the local reference.
+    for name in local:
+        assert any(k in name for k in ("AVG", "reduce_scatter", "bfloat16", "_all_gather_base")), name
+
+
+def async_op(rank, n, store_path):
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+    if rank == 1:
+        time.sleep(1.0)
+    t = torch.full((1 << 16,), float(rank + 1))
+    start = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    returned = time.monotonic() - start
+    done_at_once = work.is_completed()
+    fut = work.get_future()
+    value = fut.wait()[0]
+    work.wait()
+    dist.destroy_process_group()
+    return returned, done_at_once, float(value[0]), float(t[-1])
+
+
+def test_async_op_returns_at_once_and_its_future_completes(tmp_path):
+    res = ranks.run(async_op, 2, str(tmp_path / "store"))
+    returned, done_at_once, fut_value, tensor_value = res[0]
+    assert returned < 0.2, returned       # rank 1 joins ~1 s later
+    assert not done_at_once
+    assert fut_value == 3.0 and tensor_value == 3.0
+
+
+def torchrun_env(rank, n, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(n), LOCAL_RANK=str(rank))
+    dist.init_process_group("tern")  # env:// as torchrun sets it up
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    name = dist.get_backend()
+    dist.destroy_process_group()
+    return name, t.tolist()
+
+
+def test_init_from_torchrun_style_env():
+    res = ranks.run(torchrun_env, 2, ranks.free_port())
+    assert res == [("tern", [2.0, 2.0, 2.0])] * 2
+
+
+def bad_input(rank, n, store_path):
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+    msgs = []
+    for bad in (lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int16)),
+                lambda: dist.all_reduce(torch.zeros(4, 4)[:, 0]),
+                lambda: dist.all_reduce(torch.zeros(3), op=R.PREMUL_SUM if hasattr(R, "PREMUL_SUM") else 99),
+                lambda: dist.all_reduce(torch.zeros(3), op=R.BAND)):
+        try:
+            bad()
+            msgs.append(None)
+        except (RuntimeError, ValueError, TypeError, AttributeError) as e:
+            msgs.append(str(e))
+    t = torch.ones(2)
+    dist.all_reduce(t)  # the group still works
+    dist.destroy_process_group()
+    return msgs, t.tolist()
+
+
+def test_bad_input_raises(tmp_path):
+    msgs, after = ranks.run(bad_input, 2, str(tmp_path / "store"))[0]
+    assert all(m for m in msgs), msgs
+    assert "dtype" in msgs[0]
+    assert "contiguous" in msgs[1]
+    assert "integer" in msgs[3]
+    assert after == [2.0, 2.0]
+
+
+def dead_peer(rank, n, store_path):
+    os.environ["TERN_TIMEOUT"] = "20"
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+    dist.barrier()
+    if rank == 1:
+        os._exit(0)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as e:
+        for _ in range(50):
+            dist.all_reduce(torch.ones(1 << 20))
+    return time.monotonic() - start, str(e.value)
+
+
+def test_dead_peer_raises_runtime_error(tmp_path):
+    elapsed, msg = ranks.run(dead_peer, 2, str(tmp_path / "store"), timeout=60)[0]
+    assert elapsed < 20, elapsed
+    assert "tern" in msg, msg
