@@ -255,3 +255,18 @@ def test_dead_peer_raises_runtime_error(tmp_path):
     elapsed, msg = ranks.run(dead_peer, 2, str(tmp_path / "store"), timeout=60)[0]
     assert elapsed < 20, elapsed
     assert "tern" in msg, msg
+
+
+def spawned(rank, n, store_path, out_dir):
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+    t = torch.full((5,), float(rank))
+    dist.all_reduce(t, op=R.MAX)
+    with open(os.path.join(out_dir, str(rank)), "w") as f:
+        f.write("%s %g" % (dist.get_backend(), t[0].item()))
+    dist.destroy_process_group()
+
+
+def test_init_under_mp_spawn(tmp_path):
+    import torch.multiprocessing as mp
+    mp.spawn(spawned, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    assert [(tmp_path / str(r)).read_text() for r in range(2)] == ["tern 1"] * 2
