@@ -98,12 +98,16 @@ class UcxConn : public Conn {
     for (auto& snd : sends_)
       if (snd.req) ucp_request_free(snd.req);
     if (recvReq_) ucp_request_free(recvReq_);
+    for (ucp_mem_h h : {sendMemh_, recvMemh_})
+      if (h) ucp_mem_unmap(shared_->context, h);
     freePrefaulted(sendMem_, bytes_);
     freePrefaulted(recvMem_, bytes_);
   }
 
   ternResult_t connect(const ConnSetup& s) {
     if (!sendMem_ || !recvMem_) return setSysError("cannot allocate ucx staging buffers");
+    TERN_CHECK(mapStaging(sendMem_, &sendMemh_));
+    TERN_CHECK(mapStaging(recvMem_, &recvMemh_));
     ucp_address_t* addr;
     size_t len;
     ucs_status_t st = ucp_worker_get_address(shared_->worker, &addr, &len);
@@ -158,6 +162,22 @@ class UcxConn : public Conn {
  private:
   struct Send { void* req; size_t len; };
 
+  ternResult_t mapStaging(void* mem, ucp_mem_h* h) {
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = mem;
+    mp.length = bytes_;
+    ucs_status_t st = ucp_mem_map(shared_->context, &mp, h);
+    return st == UCS_OK ? ternSuccess : ucxError("ucp_mem_map", st);
+  }
+
+  static ucp_request_param_t withMemh(ucp_mem_h h) {
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+    prm.memh = h;
+    return prm;
+  }
+
   ternResult_t broken(const char* what, ucs_status_t st) {
     gone = true;
     return setError(ternRemoteError, "ucx connection to rank " + std::to_string(peer) + " " +
@@ -194,7 +214,7 @@ class UcxConn : public Conn {
       // Posted bytes are a prefix of the readable region unless it wrapped.
       const char* start = p + posted_;
       size_t n = std::min(avail - posted_, kMaxSend);
-      ucp_request_param_t prm{};
+      ucp_request_param_t prm = withMemh(sendMemh_);
       void* req = ucp_stream_send_nbx(ep_, start, n, &prm);
       if (UCS_PTR_IS_ERR(req)) return broken("could not send", UCS_PTR_STATUS(req));
       *moved = true;
@@ -232,7 +252,7 @@ class UcxConn : public Conn {
       size_t space = recv_.writable(&p);
       if (space == 0) return ternSuccess;
       size_t len = 0;
-      ucp_request_param_t prm{};
+      ucp_request_param_t prm = withMemh(recvMemh_);
       void* req = ucp_stream_recv_nbx(ep_, p, space, &len, &prm);
       if (UCS_PTR_IS_ERR(req)) {
         gone = true;
@@ -253,6 +273,7 @@ class UcxConn : public Conn {
   ucp_ep_h ep_ = nullptr;
   size_t bytes_;
   void *sendMem_, *recvMem_;
+  ucp_mem_h sendMemh_ = nullptr, recvMemh_ = nullptr;  // the fifos, mapped once
   Fifo send_, recv_;
   std::deque<Send> sends_;
   size_t posted_ = 0;  // bytes handed to UCX and not yet released
