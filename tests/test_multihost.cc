@@ -78,6 +78,7 @@ int multiHostBody(RankCtx& ctx, const Hosts& hosts, const std::string& transport
   if (!enterHost(hosts.name(hostOf(ctx.rank)))) return failf(ctx, "cannot enter the host's namespace");
   setenv("TERN_RANK", std::to_string(ctx.rank).c_str(), 1);
   setenv("TERN_NRANKS", std::to_string(ctx.nranks).c_str(), 1);
+  if (transport == "mixed" && hostOf(ctx.rank) == 0) setenv("TERN_NET", "tcp", 1);
   ternComm_t comm;
   if (ternCommInitFromEnv(&comm) != ternSuccess)
     return failf(ctx, "init failed: %s", ternGetLastError(nullptr));
@@ -91,13 +92,15 @@ int multiHostBody(RankCtx& ctx, const Hosts& hosts, const std::string& transport
   if (ring != want) fails += failf(ctx, "ring order is not host-contiguous");
   for (int p = 0; p < ctx.nranks; ++p) {
     std::string got = ternCommPeerTransport(comm, p);
-    // auto: shm inside a host, UCX between hosts when built with it, else tcp.
+    // auto: shm inside a host, UCX between hosts when built with it, else
+    // tcp; "mixed": host 0 says TERN_NET=tcp, so its pairs settle on tcp.
     bool sameHost = hostOf(p) == hostOf(ctx.rank);
-    std::string expect = p == ctx.rank                  ? "self"
-                         : transport != "auto"          ? transport
-                         : sameHost                     ? "shm"
-                         : kUcxBuilt                    ? "ucx"
-                                                        : "tcp";
+    bool tcpHost = transport == "mixed" && (hostOf(p) == 0 || hostOf(ctx.rank) == 0);
+    std::string expect = p == ctx.rank                                   ? "self"
+                         : transport == "tcp" || transport == "ucx"      ? transport
+                         : sameHost                                      ? "shm"
+                         : kUcxBuilt && !tcpHost                         ? "ucx"
+                                                                         : "tcp";
     if (got != expect)
       fails += failf(ctx, "transport to rank %d is %s, want %s", p, got.c_str(), expect.c_str());
   }
@@ -144,7 +147,7 @@ TEST_P(MultiHost, RingCrossesEachHostOnceAndResultsAreRight) {
 }
 
 std::vector<std::string> multiHostTransports() {
-  std::vector<std::string> t = {"auto", "tcp"};
+  std::vector<std::string> t = {"auto", "tcp", "mixed"};
   for (const std::string& x : testTransports())
     if (x == "ucx-tcp") t.push_back("ucx");
   return t;

@@ -126,7 +126,8 @@ TEST(Pinning, AutoLeavesThreadsAloneWhenEveryCpuIsEquallyNear) {
 TEST(Placement, BadSettingsAreInvalidArguments) {
   for (auto [var, value, word] :
        {std::tuple<const char*, const char*, const char*>{"TERN_PIN_PROGRESS", "sometimes", "TERN_PIN_PROGRESS"},
-        {"TERN_TOPO_XML", "/nonexistent.xml", "topology XML"}}) {
+        {"TERN_TOPO_XML", "/nonexistent.xml", "topology XML"},
+        {"TERN_NET", "carrier-pigeon", "TERN_NET"}}) {
     setenv(var, value, 1);
     ternUniqueId id;
     ternComm_t comm = nullptr;

@@ -64,8 +64,10 @@ ternResult_t chooseKind(const Comm& c, int p, Kind* k) {
                                           " are on different hosts");
   bool shm = c.cfg.transport == "shm" || (c.cfg.transport == "auto" && sameHost);
   // Across hosts auto prefers UCX (the RDMA path; over plain TCP it measured
-  // level with tern's tcp, perf/RESULTS.md) when this build has it.
-  bool ucx = c.cfg.transport == "ucx" || (c.cfg.transport == "auto" && ucxAvailable());
+  // level with tern's tcp, perf/RESULTS.md) when this build has it, unless
+  // TERN_NET says otherwise.
+  bool autoUcx = c.cfg.net == "ucx" || (c.cfg.net == "auto" && ucxAvailable());
+  bool ucx = c.cfg.transport == "ucx" || (c.cfg.transport == "auto" && autoUcx);
   *k = shm ? Kind::Shm : ucx ? Kind::Ucx : Kind::Tcp;
   return ternSuccess;
 }
@@ -76,6 +78,7 @@ ternResult_t agreeKind(const Comm& c, int p, Kind* k, Kind theirs) {
   if (theirs == *k) return ternSuccess;
   bool ucxVsTcp = (*k == Kind::Ucx && theirs == Kind::Tcp) || (*k == Kind::Tcp && theirs == Kind::Ucx);
   if (c.cfg.transport == "auto" && ucxVsTcp) {
+    TERN_LOG(Info, "rank %d cannot or will not use ucx: tcp to it", p);
     *k = Kind::Tcp;
     return ternSuccess;
   }
@@ -144,8 +147,10 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) 
       c->cfg.transport != "ucx")
     return setError(ternInvalidArgument, "TERN_TRANSPORT='" + c->cfg.transport +
                                              "' is not one of auto, shm, tcp, ucx");
-  if (c->cfg.transport == "ucx" && !ucxAvailable())
-    return setError(ternInvalidUsage, "TERN_TRANSPORT=ucx but tern was built without UCX "
+  if (c->cfg.net != "auto" && c->cfg.net != "ucx" && c->cfg.net != "tcp")
+    return setError(ternInvalidArgument, "TERN_NET='" + c->cfg.net + "' is not one of auto, ucx, tcp");
+  if ((c->cfg.transport == "ucx" || c->cfg.net == "ucx") && !ucxAvailable())
+    return setError(ternInvalidUsage, "TERN_TRANSPORT=ucx or TERN_NET=ucx but tern was built without UCX "
                                       "(install libucx-dev and rebuild)");
   Deadline d = deadlineAfter(c->cfg.timeoutSec);
   SockAddr bindAddr, listenAddr;

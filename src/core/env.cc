@@ -37,6 +37,7 @@ Config readConfig() {
   c.smallBytes = static_cast<size_t>(envInt("TERN_SMALL_THRESHOLD", 32 << 10));
   if (c.smallBytes > c.fifoBytes / 4) c.smallBytes = c.fifoBytes / 4;
   c.transport = envString("TERN_TRANSPORT", "auto");
+  c.net = envString("TERN_NET", "auto");
   c.ifname = envString("TERN_SOCKET_IFNAME", "");
   c.topoXml = envString("TERN_TOPO_XML", "");
   c.topoDump = envString("TERN_TOPO_DUMP", "");

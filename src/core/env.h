@@ -16,6 +16,7 @@ struct Config {
   size_t chunkBytes;       // TERN_CHUNKSIZE: ring pipeline chunk
   size_t smallBytes;       // TERN_SMALL_THRESHOLD: allreduce below uses recursive doubling
   std::string transport;   // TERN_TRANSPORT: auto|shm|tcp|ucx
+  std::string net;         // TERN_NET: auto|ucx|tcp, what auto uses across hosts
   std::string ifname;      // TERN_SOCKET_IFNAME
   std::string topoXml;     // TERN_TOPO_XML: decide from this hwloc XML, not the host
   std::string topoDump;    // TERN_TOPO_DUMP: write what was detected and decided
