@@ -420,9 +420,20 @@ class ProcessGroupTern : public Base {
 };
 
 c10::intrusive_ptr<ProcessGroupTern> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                            int size, std::chrono::milliseconds /*timeout*/) {
+                                            int size, std::chrono::milliseconds timeout) {
   pybind11::gil_scoped_release nogil;  // rendezvous waits on the other ranks
-  return c10::make_intrusive<ProcessGroupTern>(store, rank, size);
+  // c10d's timeout becomes the communicator's TERN_TIMEOUT unless the user set
+  // one; the variable is read while the communicator is made, then restored.
+  bool own = !getenv("TERN_TIMEOUT");
+  if (own) setenv("TERN_TIMEOUT", std::to_string(timeout.count() / 1000.0).c_str(), 1);
+  try {
+    auto pg = c10::make_intrusive<ProcessGroupTern>(store, rank, size);
+    if (own) unsetenv("TERN_TIMEOUT");
+    return pg;
+  } catch (...) {
+    if (own) unsetenv("TERN_TIMEOUT");
+    throw;
+  }
 }
 
 }  // namespace tern_torch

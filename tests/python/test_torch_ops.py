@@ -270,3 +270,23 @@ def test_init_under_mp_spawn(tmp_path):
     import torch.multiprocessing as mp
     mp.spawn(spawned, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
     assert [(tmp_path / str(r)).read_text() for r in range(2)] == ["tern 1"] * 2
+
+
+def stalled_peer(rank, n, store_path):
+    import datetime
+    os.environ.pop("TERN_TIMEOUT", None)
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n,
+                            timeout=datetime.timedelta(seconds=3))
+    if rank == 1:
+        time.sleep(8)  # alive but silent: only the timeout can tell
+        return None
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as e:
+        dist.all_reduce(torch.ones(4))
+    return time.monotonic() - start, str(e.value)
+
+
+def test_c10d_timeout_bounds_a_stalled_peer(tmp_path):
+    elapsed, msg = ranks.run(stalled_peer, 2, str(tmp_path / "store"), timeout=60)[0]
+    assert 2.5 < elapsed < 7, elapsed
+    assert "timeout" in msg.lower() or "timed out" in msg.lower(), msg
