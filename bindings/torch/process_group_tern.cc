@@ -2,12 +2,9 @@
 // whose operations run tern collectives on CPU tensors.
 //
 // Every call checks its arguments at once (a c10::Error -> RuntimeError in
-// Python), then queues the operation on the group's worker thread and returns
-// a Work at once; the Work's future completes when tern's operation does.  One
-// worker per group keeps operations in issue order, which is what makes the
-// same sequence of calls on every rank match up.  Point-to-point operations
-// that are queued back to back run as one tern group (receives before sends),
-// so an isend/irecv exchange larger than the fifo does not deadlock.
+// Python), then queues the operation on the group's worker (work_queue.h)
+// and returns a Work at once; the Work's future completes when tern's
+// operation does.
 #include <torch/python.h>
 #include <torch/version.h>
 
@@ -20,13 +17,11 @@
 
 #include <pybind11/chrono.h>
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
+#include <memory>
 
 #include "tern/tern.h"
+#include "work_queue.h"
 
 namespace tern_torch {
 
@@ -37,7 +32,6 @@ using Base = c10d::ProcessGroup;
 #endif
 using c10d::OpType;
 using c10d::Work;
-using Tensors = std::vector<at::Tensor>;
 
 // Raised on the worker thread, carried to the Work's waiter.
 struct TernFailure : std::runtime_error {
@@ -100,24 +94,6 @@ ternRedOp_t redOpOf(const c10d::ReduceOp& op) {
   return ternSum;
 }
 
-class TernWork : public Work {
- public:
-  TernWork(int rank, OpType type, Tensors outputs)
-      : Work(rank, type), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::ofTensors())) {}
-  void complete(std::exception_ptr e) {
-    finish(e);
-    if (e) future_->setError(e);
-    else future_->markCompleted(c10::IValue(outputs_));
-  }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  Tensors result() override { return outputs_; }
-
- private:
-  Tensors outputs_;
-  c10::intrusive_ptr<at::ivalue::Future> future_;
-};
-
 class ProcessGroupTern : public Base {
  public:
   ProcessGroupTern(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size)
@@ -132,16 +108,11 @@ class ProcessGroupTern : public Base {
       std::copy(v.begin(), v.end(), id.internal);
     }
     check(ternCommInitRank(&comm_, size, id, rank), nullptr);
-    worker_ = std::thread([this] { loop(); });
+    queue_->start([this](std::vector<Job>& jobs, bool p2p) { run(jobs, p2p); });
   }
 
   ~ProcessGroupTern() override {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    worker_.join();
+    queue_->stop();  // runs what is queued first
     ternCommDestroy(comm_);
   }
 
@@ -312,12 +283,6 @@ class ProcessGroupTern : public Base {
   ternComm_t comm() const { return comm_; }
 
  private:
-  struct Job {
-    c10::intrusive_ptr<TernWork> work;
-    std::function<void()> fn;
-    bool p2p;
-  };
-
   void checkRoot(int64_t r) const {
     TORCH_CHECK(r >= 0 && r < getSize(), "tern: rank ", r, " is outside the group of ", getSize());
   }
@@ -366,40 +331,19 @@ class ProcessGroupTern : public Base {
 
   c10::intrusive_ptr<TernWork> enqueue(OpType type, Tensors outputs, std::function<void()> fn,
                                        bool p2p = false) {
-    auto w = c10::make_intrusive<TernWork>(getRank(), type, std::move(outputs));
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      queue_.push_back({w, std::move(fn), p2p});
-    }
-    cv_.notify_one();
-    return w;
+    return queue_->push(getRank(), type, std::move(outputs), std::move(fn), p2p);
   }
 
-  void loop() {
-    for (;;) {
-      std::vector<Job> batch;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        do {  // consecutive point-to-point jobs go as one group
-          batch.push_back(std::move(queue_.front()));
-          queue_.pop_front();
-        } while (batch.back().p2p && !queue_.empty() && queue_.front().p2p);
-      }
-      run(batch);
-    }
-  }
-
-  void run(std::vector<Job>& batch) {
+  // On the worker: a point-to-point batch runs as one tern group.
+  void run(std::vector<Job>& jobs, bool p2p) {
     std::exception_ptr e;
     bool grouped = false;
     try {
-      if (batch.size() > 1) {
+      if (p2p) {
         check(ternGroupStart(), comm_);
         grouped = true;
       }
-      for (auto& j : batch) j.fn();
+      for (auto& j : jobs) j.fn();
       if (grouped) {
         grouped = false;
         check(ternGroupEnd(), comm_);
@@ -408,15 +352,11 @@ class ProcessGroupTern : public Base {
       e = std::current_exception();
       if (grouped) ternGroupEnd();  // leave no group open on this thread
     }
-    for (auto& j : batch) j.work->complete(e);
+    for (auto& j : jobs) j.work->complete(e);
   }
 
   ternComm_t comm_ = nullptr;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> queue_;
-  bool stopping_ = false;
-  std::thread worker_;
+  std::shared_ptr<WorkQueue> queue_ = std::make_shared<WorkQueue>();
 };
 
 c10::intrusive_ptr<ProcessGroupTern> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,

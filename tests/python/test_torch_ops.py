@@ -290,3 +290,41 @@ def test_c10d_timeout_bounds_a_stalled_peer(tmp_path):
     elapsed, msg = ranks.run(stalled_peer, 2, str(tmp_path / "store"), timeout=60)[0]
     assert 2.5 < elapsed < 7, elapsed
     assert "timeout" in msg.lower() or "timed out" in msg.lower(), msg
+
+
+def exchange(rank, n, store_path):
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+    big = torch.full((16 << 20,), float(rank))  # 64 MiB, 16x the fifo
+    right, left = (rank + 1) % n, (rank - 1) % n
+    results = []
+    for delay in (0.0, 0.02):  # irecv right away, and after some "compute"
+        got = torch.empty_like(big)
+        send = dist.isend(big, right)
+        time.sleep(delay)
+        recv = dist.irecv(got, left)
+        send.wait()
+        recv.wait()
+        results.append(float(got[-1]))
+    ops = [dist.P2POp(dist.isend, big, right), dist.P2POp(dist.irecv, got, left)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    results.append(float(got[0]))
+    small = torch.zeros(3)  # posted and only polled: runs after the hold-back window
+    w = dist.irecv(small, left) if rank % 2 else dist.isend(torch.ones(3), right)
+    if n % 2 == 0:
+        deadline = time.monotonic() + 10
+        while not w.is_completed() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        results.append(w.is_completed())
+    dist.destroy_process_group()
+    return results
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_isend_irecv_larger_than_the_fifo_do_not_deadlock(n, tmp_path):
+    res = ranks.run(exchange, n, str(tmp_path / "store"), timeout=120)
+    for rank, r in enumerate(res):
+        left = float((rank - 1) % n)
+        assert r[:3] == [left] * 3, (rank, r)
+        if n % 2 == 0:
+            assert r[3] is True
