@@ -157,20 +157,16 @@ class ProcessGroupTern : public Base {
     ternRedOp_t op = redOpOf(o.reduceOp);
     int root = static_cast<int>(o.rootRank);
     return enqueue(OpType::REDUCE, ts, [this, t, op, root] {
-      // Non-roots keep their input, as with gloo.
-      at::Tensor out = getRank() == root ? t : at::empty_like(t);
-      check(ternReduce(t.data_ptr(), out.data_ptr(), t.numel(), dtypeOf(t), op, root, comm_, nullptr), comm_);
+      // In place: ternReduce writes recvbuff on the root only, so non-roots
+      // keep their input, as with gloo.
+      check(ternReduce(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), op, root, comm_, nullptr), comm_);
     });
   }
 
   c10::intrusive_ptr<Work> allgather(std::vector<Tensors>& outs, Tensors& ins,
                                      const c10d::AllgatherOptions&) override {
     checkSingle(ins);
-    TORCH_CHECK(outs.size() == 1 && static_cast<int>(outs[0].size()) == getSize(),
-                "tern: allgather needs one output list of world-size tensors");
-    checkSameAs(ins[0], outs[0]);
-    for (auto& o : outs[0])
-      TORCH_CHECK(o.numel() == ins[0].numel(), "tern: allgather outputs must match the input size");
+    checkWorldList(ins[0], outs, "allgather outputs");
     at::Tensor in = ins[0];
     Tensors out = outs[0];
     return enqueue(OpType::ALLGATHER, out, [this, in, out] {
@@ -193,11 +189,7 @@ class ProcessGroupTern : public Base {
   c10::intrusive_ptr<Work> reduce_scatter(Tensors& outs, std::vector<Tensors>& ins,
                                           const c10d::ReduceScatterOptions& o) override {
     checkSingle(outs);
-    TORCH_CHECK(ins.size() == 1 && static_cast<int>(ins[0].size()) == getSize(),
-                "tern: reduce_scatter needs one input list of world-size tensors");
-    checkSameAs(outs[0], ins[0]);
-    for (auto& i : ins[0])
-      TORCH_CHECK(i.numel() == outs[0].numel(), "tern: reduce_scatter inputs must match the output size");
+    checkWorldList(outs[0], ins, "reduce_scatter inputs");
     at::Tensor out = outs[0];
     Tensors in = ins[0];
     ternRedOp_t op = redOpOf(o.reduceOp);
@@ -285,6 +277,15 @@ class ProcessGroupTern : public Base {
  private:
   void checkRoot(int64_t r) const {
     TORCH_CHECK(r >= 0 && r < getSize(), "tern: rank ", r, " is outside the group of ", getSize());
+  }
+
+  // `lists` is one list of world-size tensors, each like `ref` in dtype and size.
+  void checkWorldList(const at::Tensor& ref, const std::vector<Tensors>& lists, const char* what) const {
+    TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == getSize(), "tern: ", what,
+                " must be one list of world-size tensors");
+    checkSameAs(ref, lists[0]);
+    for (auto& t : lists[0])
+      TORCH_CHECK(t.numel() == ref.numel(), "tern: ", what, " must each have ", ref.numel(), " elements");
   }
 
   static Tensors flatViews(const Tensors& ts) {
