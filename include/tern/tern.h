@@ -75,6 +75,28 @@ ternResult_t ternBarrier(ternComm_t comm);
 ternResult_t ternAllReduceTernary(const void* sendbuff, void* recvbuff, size_t count,
     ternDataType_t datatype, ternRedOp_t op, ternComm_t comm, ternStream_t stream);
 
+/* ---- Priorities and asynchronous requests -------------------------------- */
+
+#define TERN_PRIORITY_LEVELS 8          /* 0 = most urgent ... 7 = bulk */
+#define TERN_PRIORITY_DEFAULT 4
+typedef struct ternRequest* ternRequest_t;
+
+/* Priority of the calling thread's subsequent operations (all communicators).
+ * Operations are matched across ranks per level, in issue order: the k-th
+ * collective of level p meets the k-th collective of level p on the other
+ * ranks; send/recv match per peer pair and level.  Levels are independent:
+ * an urgent operation overtakes bulk ones at the next chunk boundary. */
+ternResult_t ternSetPriority(int priority);           /* ternInvalidArgument outside 0..7 */
+ternResult_t ternGetPriority(int* priority);
+
+/* Like ternGroupEnd, but returns at once: the group's operations go on in the background. */
+ternResult_t ternGroupEndAsync(ternRequest_t* request);
+/* *done = 0: still running (returns ternSuccess). *done = 1: finished; returns the
+ * operations' result (first error) and releases the request. */
+ternResult_t ternRequestTest(ternRequest_t request, int* done);
+/* Waits for completion (bounded by the timeout), returns the result, releases the request. */
+ternResult_t ternRequestWait(ternRequest_t request);
+
 /* ---- Extensions --------------------------------------------------------- */
 
 /* Size in bytes of one element of datatype, or 0 for an invalid type. */

@@ -11,21 +11,23 @@
 // Each step streams through the fifos, so a chunk flows on to the next rank
 // while it is still arriving.  Chunks are bounded by TERN_CHUNKSIZE so the
 // first send of every rank always fits in its fifo: no ring-wide deadlock.
+#include <algorithm>
+
 #include "collectives/collectives.h"
-#include "collectives/primitives.h"
 
 namespace tern {
 
-ternResult_t allReduceRing(Comm& c, const void* src, void* dst, size_t count,
-                           ternDataType_t dt, ternRedOp_t op) {
-  const int n = c.nranks, r = ringPos(c);  // chunks go by ring position
+void planAllReduceRing(const PlanCtx& x, const void* src, void* dst, size_t count,
+                       ternDataType_t dt, ternRedOp_t op, Phase* ph) {
+  const int n = x.nranks, r = x.pos();  // chunks go by ring position
   const size_t esz = ternTypeSize(dt);
-  const size_t maxChunk = std::max<size_t>(1, c.cfg.chunkBytes / esz);
+  const size_t maxChunk = std::max<size_t>(1, x.cfg->chunkBytes / esz);
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
-  Conn* in = prevConn(c);
-  Conn* out = nextConn(c);
-  Program prog;
+  Conn* in = x.prev();
+  Conn* out = x.next();
+  ph->progs.resize(1);
+  Program& prog = ph->progs[0];
   for (size_t base = 0; base < count;) {
     size_t left = count - base;
     size_t ce = std::min(maxChunk, (left + n - 1) / n);
@@ -53,7 +55,8 @@ ternResult_t allReduceRing(Comm& c, const void* src, void* dst, size_t count,
     prog.add({in, nullptr, nullptr, d + off, len});
     base += piece;
   }
-  return runProgram(c, prog, {dt, op}, "allreduce (ring)");
+  ph->red = {dt, op};
+  ph->what = "allreduce (ring)";
 }
 
 }  // namespace tern

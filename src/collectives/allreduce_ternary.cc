@@ -10,7 +10,7 @@
 //   3. allgather of the w(N)-bit sums, each hop forwarding the chunk and
 //      decoding it (x scale, / N for ternAvg) into recvbuff on the way.
 //
-// Chunks go in framed codec steps (primitives.h): the receiver checks width
+// Chunks go in framed codec steps (engine/program.h): the receiver checks width
 // and group count in each header before touching the payload.
 #include <algorithm>
 #include <cmath>
@@ -20,7 +20,6 @@
 
 #include "codec/ternary_cpu.h"
 #include "collectives/collectives.h"
-#include "collectives/primitives.h"
 #include "collectives/ternary.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -91,43 +90,19 @@ class TernaryCodec : public GroupCodec {
   int avgN_;
 };
 
-uint64_t bytesSentSoFar(const Comm& c) {
-  uint64_t sent, recv;
-  c.wireBytes(&sent, &recv);
-  return sent;
-}
-
-// Global per-block scales, identical on every rank.
-ternResult_t globalScales(Comm& c, TernaryState& st, const void* g, ternDataType_t dt,
-                          size_t count) {
-  const uint32_t B = static_cast<uint32_t>(st.cfg.blockSize);
-  const size_t nb = (count + B - 1) / B;
-  const bool clip = st.cfg.clip > 0;
-  st.maxAbs.resize(std::max(st.maxAbs.size(), nb));
-  if (clip) st.sumSq.resize(std::max(st.sumSq.size(), nb));
-  ternaryBlockStats(g, dt, count, B, st.maxAbs.data(), clip ? st.sumSq.data() : nullptr);
-  TERN_CHECK(allReduce(c, st.maxAbs.data(), st.maxAbs.data(), nb, ternFloat32, ternMax));
-  if (!clip) return ternSuccess;
-  TERN_CHECK(allReduce(c, st.sumSq.data(), st.sumSq.data(), nb, ternFloat32, ternSum));
-  for (size_t b = 0; b < nb; ++b) {
-    size_t len = std::min<size_t>(B, count - b * B);
-    float sigma = std::sqrt(st.sumSq[b] / (static_cast<float>(c.nranks) * len));
-    st.maxAbs[b] = std::min(st.maxAbs[b], st.cfg.clip * sigma);
-  }
-  return ternSuccess;
-}
-
 // The ring: reduce-scatter with growing widths, then allgather with decode.
-ternResult_t ternaryRing(Comm& c, const TernaryInput& in, void* dst, ternDataType_t dt, int avgN,
-                         uint64_t* payload) {
-  const int n = c.nranks, r = ringPos(c);  // chunks go by ring position
+void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDataType_t dt,
+                     int avgN, std::vector<std::unique_ptr<TernaryCodec>>& codecs, Phase* ph,
+                     uint64_t* payload) {
+  const int n = x.nranks, r = x.pos();  // chunks go by ring position
   const size_t groups = (in.count + kTernaryGroup - 1) / kTernaryGroup;
-  const size_t maxCg = std::max<size_t>(2, c.cfg.chunkBytes / 16 / 2 * 2);
+  const size_t maxCg = std::max<size_t>(2, x.cfg->chunkBytes / 16 / 2 * 2);
   const int wN = ternaryWidth(n);
-  Conn* prev = prevConn(c);
-  Conn* next = nextConn(c);
-  std::vector<std::unique_ptr<TernaryCodec>> codecs;
-  Program prog;
+  Conn* prev = x.prev();
+  Conn* next = x.next();
+  codecs.clear();
+  ph->progs.resize(1);
+  Program& prog = ph->progs[0];
   auto add = [&](Conn* from, Conn* to, size_t g0, size_t len, int win, int wout, bool code,
                  bool decode) {
     if (len == 0) return;
@@ -170,7 +145,7 @@ ternResult_t ternaryRing(Comm& c, const TernaryInput& in, void* dst, ternDataTyp
     add(prev, nullptr, g0, len, wN, wN, false, true);
     base += piece;
   }
-  return runProgram(c, prog, {}, "ternary allreduce");
+  ph->what = "ternary allreduce";
 }
 
 // Error feedback: residual = (g + old residual) - s * t, recomputing t
@@ -192,51 +167,167 @@ void updateResidual(const TernaryInput& in, std::vector<float>& res) {
 
 }  // namespace
 
-ternResult_t allReduceTernary(Comm& c, const void* src, void* dst, size_t count,
-                              ternDataType_t dt, ternRedOp_t op, const void* handle) {
-  TernaryState& st = *c.ternary;
-  const size_t esz = ternTypeSize(dt);
-  const char* why = c.nranks == 1 ? "a single rank"
-                    : count * esz < st.cfg.minBytes ? "below TERN_TERNARY_MIN_BYTES"
-                    : ternaryWidth(c.nranks) > kTernaryMaxWidth ? "more than 511 ranks"
-                                                                : nullptr;
+
+namespace {
+
+// Bytes this rank has put on the wire towards its peers at the operation's
+// level (the level's collectives run one at a time, so these are its own).
+uint64_t bytesSentAtLevel(const PlanCtx& x) {
+  uint64_t sent = 0;
+  for (int p = 0; p < x.nranks; ++p)
+    if (p != x.rank) sent += x.conns[p]->bytesSent.load(std::memory_order_relaxed);
+  return sent;
+}
+
+// The ternary allreduce as phases: block maxima made global (allreduce-max),
+// optionally the block sums of squares for clipping (allreduce-sum), then the
+// ring with growing widths; local work between them.
+class TernaryTask : public Task {
+ public:
+  TernaryTask(TernaryState& st, const TernaryCall& call) : st_(st), c_(call) {}
+  ~TernaryTask() override {
+    if (!corrected_.empty()) st_.giveBack(std::move(corrected_));
+  }
+
+  ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
+    *more = true;
+    switch (stage_++) {
+      case 0: return scales(x, ph);
+      case 1:
+        if (clip()) planAllReduce(x, sumSq_.data(), sumSq_.data(), nb_, ternFloat32, ternSum, ph);
+        return ternSuccess;
+      case 2: return ring(x, ph);
+      default: finish(x);
+    }
+    *more = false;
+    return ternSuccess;
+  }
+
+ private:
+  bool clip() const { return c_.cfg.clip > 0; }
+
+  // Global per-block scales, identical on every rank.
+  ternResult_t scales(const PlanCtx& x, Phase* ph) {
+    const uint32_t B = static_cast<uint32_t>(c_.cfg.blockSize);
+    nb_ = (c_.count + B - 1) / B;
+    maxAbs_.resize(nb_);
+    if (clip()) sumSq_.resize(nb_);
+    sentBefore_ = bytesSentAtLevel(x);
+    ternaryBlockStats(c_.src, c_.dt, c_.count, B, maxAbs_.data(), clip() ? sumSq_.data() : nullptr);
+    planAllReduce(x, maxAbs_.data(), maxAbs_.data(), nb_, ternFloat32, ternMax, ph);
+    return ternSuccess;
+  }
+
+  ternResult_t ring(const PlanCtx& x, Phase* ph) {
+    const uint32_t B = static_cast<uint32_t>(c_.cfg.blockSize);
+    if (clip())
+      for (size_t b = 0; b < nb_; ++b) {
+        size_t len = std::min<size_t>(B, c_.count - b * B);
+        float sigma = std::sqrt(sumSq_[b] / (static_cast<float>(x.nranks) * len));
+        maxAbs_[b] = std::min(maxAbs_[b], c_.cfg.clip * sigma);
+      }
+    // Scales always come from the raw gradient.  With error feedback the
+    // codes are drawn for g + residual, which clips against that scale; the
+    // residual then stays below the scale in magnitude (scales taken from
+    // g + residual would grow without bound).
+    const void* g = c_.src;
+    ternDataType_t gdt = c_.dt;
+    if (c_.residual) {
+      std::vector<float>& res = *c_.residual;
+      if (res.size() != c_.count) res.assign(c_.count, 0.0f);
+      corrected_ = st_.borrow(c_.count);
+      for (size_t i = 0; i < c_.count; ++i) corrected_[i] = ternaryLoad(c_.src, c_.dt, i) + res[i];
+      g = corrected_.data();
+      gdt = ternFloat32;
+    }
+    in_ = TernaryInput{g, gdt, c_.count, maxAbs_.data(), B,
+                       ternaryKey(c_.cfg.seed, static_cast<uint32_t>(x.rank), c_.index)};
+    planTernaryRing(x, in_, c_.dst, c_.dt, c_.op == ternAvg ? x.nranks : 0, codecs_, ph, &payload_);
+    return ternSuccess;
+  }
+
+  void finish(const PlanCtx& x) {
+    if (c_.residual) updateResidual(in_, *c_.residual);
+    const size_t dense = 2 * (x.nranks - 1) * c_.count * ternTypeSize(c_.dt) / x.nranks;
+    st_.record(c_.count, payload_, bytesSentAtLevel(x) - sentBefore_, dense);
+    TERN_LOG(Trace, "ternary allreduce %zu elements: %llu payload bytes sent (dense ring: %zu)",
+             c_.count, (unsigned long long)payload_, dense);
+  }
+
+  TernaryState& st_;
+  TernaryCall c_;
+  int stage_ = 0;
+  size_t nb_ = 0;
+  std::vector<float> maxAbs_, sumSq_, corrected_;
+  TernaryInput in_{};
+  std::vector<std::unique_ptr<TernaryCodec>> codecs_;
+  uint64_t payload_ = 0, sentBefore_ = 0;
+};
+
+}  // namespace
+
+// Called at issue, in issue order: the Philox call index and the options
+// are fixed here, so they agree across ranks whatever runs concurrently.
+std::unique_ptr<Task> makeTernaryTask(TernaryState& st, const CollArgs& a, const void* handle,
+                                      int nranks, int level) {
+  std::lock_guard<std::mutex> lk(st.mu);
+  const size_t esz = ternTypeSize(a.dt);
+  const char* why = nranks == 1 ? "a single rank"
+                    : a.count * esz < st.cfg.minBytes ? "below TERN_TERNARY_MIN_BYTES"
+                    : ternaryWidth(nranks) > kTernaryMaxWidth ? "more than 511 ranks"
+                                                              : nullptr;
   ++st.stats.calls;
   if (why) {
     ++st.stats.fallbacks;
-    TERN_LOG(Info, "ternary allreduce of %zu bytes on %d ranks runs dense (%s)", count * esz,
-             c.nranks, why);
-    return allReduce(c, src, dst, count, dt, op);
+    TERN_LOG(Info, "ternary allreduce of %zu bytes on %d ranks runs dense (%s)", a.count * esz,
+             nranks, why);
+    CollArgs dense = a;
+    dense.kind = OpKind::AllReduce;
+    return makeTask(dense);
   }
-  const uint64_t call = st.calls++;
-  const uint64_t sentBefore = bytesSentSoFar(c);
-  // Scales always come from the raw gradient.  With error feedback the codes
-  // are drawn for g + residual, which clips against that scale; the residual
-  // then stays below the scale in magnitude (scales taken from g + residual
-  // would grow without bound).
-  TERN_CHECK(globalScales(c, st, src, dt, count));
-  const void* g = src;
-  ternDataType_t gdt = dt;
-  std::vector<float>* residual = nullptr;
+  TernaryCall call;
+  call.src = a.src;
+  call.dst = a.dst;
+  call.count = a.count;
+  call.dt = a.dt;
+  call.op = a.op;
+  call.cfg = st.cfg;
+  // Levels count their calls separately (they are matched separately); the
+  // default level keeps the plain 0, 1, 2, ... sequence.
+  uint64_t n = st.callsAtLevel[level]++;
+  call.index = level == TERN_PRIORITY_DEFAULT ? n : (static_cast<uint64_t>(level + 1) << 48) | n;
   if (st.cfg.errorFeedback) {
-    residual = &st.residuals[handle ? handle : src];
-    if (residual->size() != count) residual->assign(count, 0.0f);
-    st.corrected.resize(std::max(st.corrected.size(), count));
-    for (size_t i = 0; i < count; ++i) st.corrected[i] = ternaryLoad(src, dt, i) + (*residual)[i];
-    g = st.corrected.data();
-    gdt = ternFloat32;
+    auto& slot = st.residuals[handle ? handle : a.src];
+    if (!slot) slot = std::make_shared<std::vector<float>>();
+    call.residual = slot;
   }
-  TernaryInput in{g, gdt, count, st.maxAbs.data(), static_cast<uint32_t>(st.cfg.blockSize),
-                  ternaryKey(st.cfg.seed, static_cast<uint32_t>(c.rank), call)};
-  uint64_t payload = 0;
-  TERN_CHECK(ternaryRing(c, in, dst, dt, op == ternAvg ? c.nranks : 0, &payload));
-  if (residual) updateResidual(in, *residual);
-  st.stats.elements += count;
-  st.stats.payloadBytes += payload;
-  st.stats.wireBytes += bytesSentSoFar(c) - sentBefore;
-  st.stats.denseBytes += 2 * (c.nranks - 1) * count * esz / c.nranks;
-  TERN_LOG(Trace, "ternary allreduce %zu elements: %llu payload bytes sent (dense ring: %zu)",
-           count, (unsigned long long)payload, 2 * (c.nranks - 1) * count * esz / c.nranks);
-  return ternSuccess;
+  return std::make_unique<TernaryTask>(st, call);
+}
+
+std::vector<float> TernaryState::borrow(size_t n) {
+  std::vector<float> v;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!spare.empty()) {
+      v = std::move(spare.back());
+      spare.pop_back();
+    }
+  }
+  if (v.size() < n) v.resize(n);
+  return v;
+}
+
+void TernaryState::giveBack(std::vector<float> v) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (spare.size() < 4) spare.push_back(std::move(v));
+}
+
+void TernaryState::record(size_t elements, uint64_t payload, uint64_t wire, uint64_t dense) {
+  std::lock_guard<std::mutex> lk(mu);
+  stats.elements += elements;
+  stats.payloadBytes += payload;
+  stats.wireBytes += wire;
+  stats.denseBytes += dense;
 }
 
 }  // namespace tern

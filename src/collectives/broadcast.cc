@@ -1,28 +1,27 @@
-// Broadcast down the ring from the root: root -> next -> ... -> the root's
-// ring predecessor.  One streaming
-// step per rank: every middle rank forwards bytes as they arrive, so the
-// chain pipelines at burst granularity without explicit chunking.
+// Ring broadcast (pipelined): the root streams its buffer to the next rank,
+// every rank forwards what arrives while writing it out, the last one only
+// writes.  Bandwidth-optimal for large buffers (each link carries it once).
 #include <cstring>
 
 #include "collectives/collectives.h"
-#include "collectives/primitives.h"
 
 namespace tern {
 
-ternResult_t broadcast(Comm& c, const void* src, void* dst, size_t bytes, int root) {
-  const int n = c.nranks;
-  const int pos = (ringPos(c) - c.ringPos[root] + n) % n;
+void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, int root,
+                   Phase* ph) {
+  const int n = x.nranks;
+  const int pos = (x.pos() - x.posOf(root) + n) % n;
   char* d = static_cast<char*>(dst);
+  ph->what = "broadcast";
   if (n == 1) {
     if (src != dst) memcpy(d, src, bytes);
-    return ternSuccess;
+    return;
   }
-  Program prog;
+  ph->progs.resize(1);
   if (pos == 0)
-    prog.add({nullptr, nextConn(c), static_cast<const char*>(src), src != dst ? d : nullptr, bytes});
+    ph->progs[0].add({nullptr, x.next(), static_cast<const char*>(src), src != dst ? d : nullptr, bytes});
   else
-    prog.add({prevConn(c), pos == n - 1 ? nullptr : nextConn(c), nullptr, d, bytes});
-  return runProgram(c, prog, {}, "broadcast");
+    ph->progs[0].add({x.prev(), pos == n - 1 ? nullptr : x.next(), nullptr, d, bytes});
 }
 
 }  // namespace tern

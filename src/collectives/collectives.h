@@ -1,42 +1,45 @@
-// Entry points of the collective algorithms.  Each runs on the progress
-// thread, on host buffers, after the API layer validated its arguments.
+// The collective algorithms as plans.  Each plan function lists the Steps a
+// rank runs (engine/program.h) for one collective, on host buffers, after the
+// API layer validated its arguments; it moves no data itself (except local
+// copies that belong before the first step).  Tasks (engine/operation.h) tie
+// an operation to its plans, phase by phase.
 #pragma once
 #include <cstddef>
-#include <vector>
+#include <memory>
 
-#include "core/comm.h"
+#include "engine/operation.h"
+#include "engine/program.h"
 
 namespace tern {
 
 // Allreduce: recursive doubling below TERN_SMALL_THRESHOLD bytes (latency),
-// pipelined ring above it (bandwidth).
-ternResult_t allReduce(Comm& c, const void* src, void* dst, size_t count, ternDataType_t dt,
-                       ternRedOp_t op);
-ternResult_t allReduceRing(Comm& c, const void* src, void* dst, size_t count,
-                           ternDataType_t dt, ternRedOp_t op);
-ternResult_t allReduceRecursiveDoubling(Comm& c, const void* src, void* dst, size_t count,
-                                        ternDataType_t dt, ternRedOp_t op);
-ternResult_t broadcast(Comm& c, const void* src, void* dst, size_t bytes, int root);
-ternResult_t reduce(Comm& c, const void* src, void* dst, size_t count, ternDataType_t dt,
-                    ternRedOp_t op, int root);
-ternResult_t allGather(Comm& c, const void* src, void* dst, size_t bytesPerRank);
-ternResult_t reduceScatter(Comm& c, const void* src, void* dst, size_t recvcount,
-                           ternDataType_t dt, ternRedOp_t op);
-ternResult_t barrier(Comm& c);
+// pipelined ring above it (bandwidth).  Recursive doubling leaves ternAvg's
+// division to the caller (allReduceNeedsDivide).
+void planAllReduce(const PlanCtx& x, const void* src, void* dst, size_t count, ternDataType_t dt,
+                   ternRedOp_t op, Phase* ph);
+bool allReduceNeedsDivide(const PlanCtx& x, size_t count, ternDataType_t dt, ternRedOp_t op);
+void planAllReduceRing(const PlanCtx& x, const void* src, void* dst, size_t count,
+                       ternDataType_t dt, ternRedOp_t op, Phase* ph);
+void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst, size_t count,
+                                    ternDataType_t dt, ternRedOp_t op, Phase* ph);
+void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, int root, Phase* ph);
+void planReduce(const PlanCtx& x, const void* src, void* dst, size_t count, ternDataType_t dt,
+                ternRedOp_t op, int root, Phase* ph);
+void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph);
+void planReduceScatter(const PlanCtx& x, const void* src, void* dst, size_t recvcount,
+                       ternDataType_t dt, ternRedOp_t op, Phase* ph);
 
-// Ternary-compressed allreduce (allreduce_ternary.cc); falls back to allReduce
-// where compression does not pay.  `handle` keys the error-feedback residual.
-ternResult_t allReduceTernary(Comm& c, const void* src, void* dst, size_t count,
-                              ternDataType_t dt, ternRedOp_t op, const void* handle);
-
-// Point-to-point: every transfer of a group is driven at once, so matched
-// send/recv pairs never deadlock, whatever their order in the group.
-struct P2P {
-  int peer;
-  bool send;
-  char* buf;
-  size_t bytes;
+// What a dense collective, a barrier or a transfer was asked to do.
+struct CollArgs {
+  OpKind kind = OpKind::AllReduce;
+  const void* src = nullptr;
+  void* dst = nullptr;
+  size_t count = 0;  // elements (allgather, reduce-scatter: per rank)
+  ternDataType_t dt = ternUint8;
+  ternRedOp_t op = ternSum;
+  int root = -1;     // broadcast/reduce root; send/recv peer
 };
-ternResult_t sendRecv(Comm& c, const std::vector<P2P>& ops);
+// Dense collectives, the barrier, send and recv.
+std::unique_ptr<Task> makeTask(const CollArgs& a);
 
 }  // namespace tern

@@ -2,9 +2,12 @@
 //   1. listen on the chosen interface (TERN_SOCKET_IFNAME),
 //   2. swap addresses with everyone through the bootstrap root,
 //   3. build an authenticated full mesh of sockets (connect to lower ranks,
-//      accept from higher ones; strangers are logged and dropped),
-//   4. pick a transport per peer and set it up over the mesh socket,
-//   5. start the progress thread.
+//      accept from higher ones; strangers are logged and dropped): per peer
+//      one control socket and one socket per priority level (kept for tcp
+//      peers only),
+//   4. pick a transport per peer and set up one connection per level over
+//      the control socket,
+//   5. start the executor.
 #include "core/comm.h"
 
 #include "collectives/ternary.h"
@@ -15,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
@@ -24,27 +28,40 @@ namespace tern {
 
 namespace {
 
-ternResult_t formMesh(Comm& c, int lfd, Deadline d) {
+// Sockets per peer pair: slot 0 is the control socket, slot 1 + L the data
+// socket of level L (used when the pair talks tcp).
+constexpr int kSlots = 1 + kLevels;
+
+ternResult_t formMesh(Comm& c, int lfd, Deadline d, std::vector<int> dataFd[kLevels]) {
   c.meshFd.assign(c.nranks, -1);
-  for (int p = 0; p < c.rank; ++p) {
-    int fd;
-    TERN_CHECK(connectBefore(c.peers[p].sockAddr(), d, &fd));
-    c.meshFd[p] = fd;
-    TERN_CHECK(authConnect(fd, c.secret, ConnKind::Mesh, c.rank, d));
-  }
-  for (int need = c.nranks - 1 - c.rank; need > 0;) {
+  for (auto* v = dataFd; v != dataFd + kLevels; ++v) v->assign(c.nranks, -1);
+  auto slotFd = [&](int peer, int slot) -> int& {
+    return slot == 0 ? c.meshFd[peer] : dataFd[slot - 1][peer];
+  };
+  for (int p = 0; p < c.rank; ++p)
+    for (char slot = 0; slot < kSlots; ++slot) {
+      int fd;
+      TERN_CHECK(connectBefore(c.peers[p].sockAddr(), d, &fd));
+      slotFd(p, slot) = fd;
+      TERN_CHECK(authConnect(fd, c.secret, ConnKind::Mesh, c.rank, d));
+      TERN_CHECK(sendAll(fd, &slot, 1, d));
+    }
+  for (int need = (c.nranks - 1 - c.rank) * kSlots; need > 0;) {
     int fd, peer = -1;
+    char slot = -1;
     SockAddr from;
     TERN_CHECK(acceptBefore(lfd, d, &fd, &from));
-    if (authAccept(fd, c.secret, ConnKind::Mesh, std::min(d, deadlineAfter(10)), &peer) !=
-            ternSuccess ||
-        peer <= c.rank || peer >= c.nranks || c.meshFd[peer] >= 0) {
+    Deadline hs = std::min(d, deadlineAfter(10));
+    bool ok = authAccept(fd, c.secret, ConnKind::Mesh, hs, &peer) == ternSuccess &&
+              recvAll(fd, &slot, 1, hs) == ternSuccess && peer > c.rank && peer < c.nranks &&
+              slot >= 0 && slot < kSlots && slotFd(peer, slot) < 0;
+    if (!ok) {
       TERN_LOG(Warn, "rejected a connection from %s: %s", from.str().c_str(),
-               peer >= 0 ? "unexpected rank" : lastThreadError().c_str());
+               peer >= 0 ? "unexpected rank or socket" : lastThreadError().c_str());
       closeFd(fd);
       continue;
     }
-    c.meshFd[peer] = fd;
+    slotFd(peer, slot) = fd;
     --need;
   }
   return ternSuccess;
@@ -105,24 +122,33 @@ void orderRing(Comm& c) {
 
 // Peers are visited in increasing rank order on every rank, which visits the
 // pairs in one global order: the pairwise exchanges below cannot deadlock.
-ternResult_t setupTransports(Comm& c, Deadline d) {
-  c.conns.resize(c.nranks);
+// Levels other than the default one are set up lazy: they cost memory only
+// once an operation uses them.
+ternResult_t setupTransports(Comm& c, Deadline d, std::vector<int> dataFd[kLevels]) {
+  for (auto& lv : c.conns) lv.resize(c.nranks);
   for (int p = 0; p < c.nranks; ++p) {
     Kind k;
     TERN_CHECK(chooseKind(c, p, &k));
-    if (k == Kind::Self) {
-      TERN_CHECK(makeSelfConn(c.cfg, &c.conns[p]));
-    } else {
+    if (k != Kind::Self) {
       Kind theirs{};
       TERN_CHECK(sendAll(c.meshFd[p], &k, 1, d));
       TERN_CHECK(recvAll(c.meshFd[p], &theirs, 1, d));
       TERN_CHECK(agreeKind(c, p, &k, theirs));
-      ConnSetup s{c.rank, p, c.meshFd[p], &c.cfg, d};
-      if (k == Kind::Shm) TERN_CHECK(makeShmConn(s, &c.conns[p]));
-      else if (k == Kind::Ucx) TERN_CHECK(makeUcxConn(s, &c.ucx, &c.conns[p]));
-      else TERN_CHECK(makeTcpConn(s, &c.conns[p]));
     }
-    c.conns[p]->peer = p;
+    for (int level = 0; level < kLevels; ++level) {
+      std::unique_ptr<Conn>& conn = c.conns[level][p];
+      ConnSetup s{c.rank, p, c.meshFd[p], dataFd[level][p], level,
+                  level != TERN_PRIORITY_DEFAULT, &c.cfg, d};
+      if (k == Kind::Self) TERN_CHECK(makeSelfConn(c.cfg, &conn));
+      else if (k == Kind::Shm) TERN_CHECK(makeShmConn(s, &conn));
+      else if (k == Kind::Ucx) TERN_CHECK(makeUcxConn(s, &c.ucx, &conn));
+      else {
+        TERN_CHECK(makeTcpConn(s, &conn));
+        dataFd[level][p] = -1;  // the connection owns it now
+      }
+      conn->peer = p;
+    }
+    for (auto* v = dataFd; v != dataFd + kLevels; ++v) closeFd((*v)[p]);
   }
   return ternSuccess;
 }
@@ -163,14 +189,17 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) 
   ternResult_t r = exchangeWithRoot(id.root, c->secret, rank, nranks,
                                     makePeerInfo(listenAddr, localHostHash()), d, &c->peers);
   std::vector<int> bindCpus;
+  std::vector<int> dataFd[kLevels];
   if (r == ternSuccess) r = placeComm(*c, &bindCpus);
-  if (r == ternSuccess) r = formMesh(*c, lfd, d);
+  if (r == ternSuccess) r = formMesh(*c, lfd, d, dataFd);
   close(lfd);
-  if (r == ternSuccess) r = setupTransports(*c, d);
+  if (r == ternSuccess) r = setupTransports(*c, d, dataFd);
+  for (auto& v : dataFd)
+    for (int& fd : v) closeFd(fd);
   TERN_CHECK(r);
   orderRing(*c);
-  Comm* raw = c.get();
-  c->engine = std::make_unique<ProgressEngine>(rank, [raw](ternResult_t e) { raw->fail(e); });
+  c->startBookkeeping();
+  c->engine = std::make_unique<Executor>(*c, rank, c->cfg.timeoutSec);
   if (!bindCpus.empty() && !c->engine->bindTo(bindCpus))
     TERN_LOG(Warn, "could not bind the progress thread to CPUs %s", formatPus(bindCpus).c_str());
   reportRdmaOnce();
@@ -183,48 +212,136 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) 
 
 using namespace tern;
 
+PlanCtx ternComm::planCtx(int level) const {
+  PlanCtx x;
+  x.rank = rank;
+  x.nranks = nranks;
+  x.ring = &ring;
+  x.ringPos = &ringPos;
+  x.cfg = &cfg;
+  x.conns.reserve(nranks);
+  for (auto& k : conns[level]) x.conns.push_back(k.get());
+  return x;
+}
+
+void ternComm::startBookkeeping() {
+  p2pSeq.assign(static_cast<size_t>(nranks) * 2 * kLevels, 0);
+  ctlIn.assign(nranks, std::string());
+  ctlClosed.assign(nranks, false);
+}
+
+void ternComm::issue(const std::vector<OpPtr>& ops, bool wake) {
+  std::lock_guard<std::mutex> lk(issueMu);
+  for (const OpPtr& op : ops) {
+    op->ctx = planCtx(op->level);
+    op->desc.seq = op->collective
+                       ? collSeq[op->level]++
+                       : p2pSeq[(static_cast<size_t>(op->peer) * 2 + op->send) * kLevels + op->level]++;
+    TERN_LOG(Trace, "issue %s", describe(op->desc).c_str());
+  }
+  engine->submit(ops, wake);
+}
+
+namespace {
+// What a failing rank tells its peers before closing: code and sentence.
+struct NoticeHeader {
+  uint32_t magic, code, len;
+};
+constexpr uint32_t kNoticeMagic = 0x4e544354;  // "TCTN"
+}  // namespace
+
 void ternComm::fail(ternResult_t r) {
   int expected = ternSuccess;
   asyncError.compare_exchange_strong(expected, r);
-  for (auto& c : conns) c->gone = true;  // nothing more goes out: no graceful close
+  for (auto& lv : conns)
+    for (auto& c : lv) c->gone = true;  // nothing more goes out: no graceful close
   for (int fd : meshFd)
     if (fd >= 0) shutdown(fd, SHUT_RDWR);
+}
+
+void ternComm::failWith(ternResult_t r, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lk(errMu);
+    if (failReason.empty()) failReason = why;
+  }
+  fail(r);
+}
+
+void ternComm::onFailure(ternResult_t r, const std::string& why) {
+  // Ranks that called different operations: every peer learns the sentence
+  // before our sockets close, so all of them report the same mismatch.
+  if (r == ternInvalidUsage && asyncError.load() == ternSuccess && !aborted.load()) {
+    NoticeHeader h{kNoticeMagic, static_cast<uint32_t>(r), static_cast<uint32_t>(why.size())};
+    std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
+    msg += why;
+    for (int fd : meshFd)
+      if (fd >= 0) (void)!::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  failWith(r, why);
+}
+
+void ternComm::readNotices(int p) {
+  char buf[4096];
+  for (;;) {
+    ssize_t k = recv(meshFd[p], buf, sizeof buf, MSG_DONTWAIT);
+    if (k > 0) {
+      ctlIn[p].append(buf, static_cast<size_t>(k));
+      continue;
+    }
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+    for (auto& lv : conns) lv[p]->gone = true;  // closed: the peer exited or failed
+    ctlClosed[p] = true;
+    break;
+  }
+  std::string& in = ctlIn[p];
+  NoticeHeader h;
+  if (in.size() < sizeof h) return;
+  memcpy(&h, in.data(), sizeof h);
+  if (h.magic != kNoticeMagic || h.len > 65536) {
+    in.clear();
+    return;
+  }
+  if (in.size() < sizeof h + h.len) return;
+  failWith(static_cast<ternResult_t>(h.code), in.substr(sizeof h, h.len));
 }
 
 void ternComm::refreshLiveness() {
   std::vector<pollfd> fds;
   std::vector<int> who;
   for (int p = 0; p < nranks; ++p) {
-    // tcp peers report a closed socket through progress(); only idle mesh
-    // sockets (shm peers) need watching here.
-    if (meshFd[p] < 0 || conns[p]->pollFd() >= 0 || conns[p]->gone) continue;
+    // Polled even when a data connection saw the peer go: a notice it sent
+    // before closing must still be read.
+    if (meshFd[p] < 0 || ctlClosed[p]) continue;
     fds.push_back({meshFd[p], POLLIN, 0});
     who.push_back(p);
   }
   if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return;
-  for (size_t i = 0; i < fds.size(); ++i) {
-    char b;
-    if (fds[i].revents && recv(fds[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)
-      conns[who[i]]->gone = true;
-  }
+  for (size_t i = 0; i < fds.size(); ++i)
+    if (fds[i].revents) readNotices(who[i]);
 }
 
 ternResult_t ternComm::checkHealth() {
   if (aborted.load()) return setError(ternInvalidUsage, "the communicator was aborted");
+  if (asyncError.load() == ternSuccess) refreshLiveness();
   int e = asyncError.load();
-  if (e != ternSuccess)
-    return setError(static_cast<ternResult_t>(e), "the communicator failed earlier");
-  refreshLiveness();
-  return ternSuccess;
+  if (e == ternSuccess) return ternSuccess;
+  std::lock_guard<std::mutex> lk(errMu);
+  return setError(static_cast<ternResult_t>(e),
+                  failReason.empty() ? std::string("the communicator failed earlier") : failReason);
 }
 
 void ternComm::wireBytes(uint64_t* sent, uint64_t* recv) const {
   *sent = *recv = 0;
-  for (auto& c : conns) {
-    if (!strcmp(c->name(), "self")) continue;
-    *sent += c->bytesSent;
-    *recv += c->bytesRecv;
-  }
+  for (auto& lv : conns)
+    for (auto& c : lv) {
+      if (c->peer == rank) continue;
+      *sent += c->bytesSent.load(std::memory_order_relaxed);
+      *recv += c->bytesRecv.load(std::memory_order_relaxed);
+    }
+}
+
+const char* ternComm::transportName(int peer) const {
+  return conns[TERN_PRIORITY_DEFAULT][peer]->name();
 }
 
 void ternComm::setLastError(const std::string& e) {
@@ -238,8 +355,12 @@ std::string ternComm::getLastError() {
 }
 
 ternComm::~ternComm() {
-  engine.reset();  // joins the progress thread first: nothing uses conns after
-  conns.clear();
+  if (engine) {
+    engine->drain();  // every admitted operation ends (done, or failed within the timeout)
+    engine->stop();
+    engine.reset();   // nothing uses conns after this
+  }
+  for (auto& lv : conns) lv.clear();
   ucx.reset();     // after its endpoints
   for (int& fd : meshFd) closeFd(fd);
 }

@@ -1,5 +1,6 @@
-// The communicator: who we are, one connection per peer, the progress engine,
-// and the error state every API call consults.
+// The communicator: who we are, the connections to every peer (one per
+// priority level, plus an authenticated control socket), the executor that
+// runs operations over them, and the error state every API call consults.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -9,14 +10,14 @@
 
 #include "core/bootstrap.h"
 #include "core/env.h"
-#include "core/progress.h"
+#include "engine/executor.h"
 #include "transport/transport.h"
 
 namespace tern {
 struct TernaryState;
 }
 
-struct ternComm {
+struct ternComm : public tern::EngineHost {
   int rank = 0, nranks = 0;
   tern::Config cfg;
   tern::Secret secret{};
@@ -25,42 +26,63 @@ struct ternComm {
   // contiguous (hosts in order of their lowest rank), so the ring crosses
   // each host boundary once.  ringPos[r] is rank r's position.
   std::vector<int> ring, ringPos;
-  std::vector<int> meshFd;                          // per peer; -1 for self
-  std::shared_ptr<tern::UcxShared> ucx;             // UCP context + worker, if used
-  std::vector<std::unique_ptr<tern::Conn>> conns;   // per peer, incl. self
-  std::unique_ptr<tern::ProgressEngine> engine;
+  // Control socket per peer (-1 for self): setup exchanges, liveness, and
+  // the notice a failing rank sends before it closes (e.g. a mismatch).
+  std::vector<int> meshFd;
+  std::shared_ptr<tern::UcxShared> ucx;                        // UCP context + worker, if used
+  std::vector<std::unique_ptr<tern::Conn>> conns[tern::kLevels];  // [level][peer], self included
+  std::unique_ptr<tern::Executor> engine;
   std::unique_ptr<tern::TernaryState> ternary;      // options, call index, residuals
 
   std::atomic<int> asyncError{ternSuccess};         // first failure, sticky
   std::atomic<bool> aborted{false};
   std::atomic<unsigned long long> opsDone{0};
 
-  std::mutex errMu;
-  std::string lastError;
+  // The connections and ring a plan at `level` works with.
+  tern::PlanCtx planCtx(int level) const;
+  // Numbers the operations (per level; p2p per peer, direction and level) and
+  // hands them to the executor, atomically: issue order is admission order.
+  void issue(const std::vector<tern::OpPtr>& ops, bool wake);
+  // Sizes the per-peer bookkeeping once the peers are known.
+  void startBookkeeping();
 
   // Marks the communicator failed and shuts every socket down, so peers
   // blocked on us fail fast instead of waiting out their timeout.
   void fail(ternResult_t r);
-  // Polls the idle mesh sockets of shm peers: one that closed marks its
-  // connection gone (the peer exited, failed or aborted).
+  // Polls the control sockets: a notice from a peer fails us with its
+  // sentence; a closed one marks that peer's connections gone.
   void refreshLiveness();
-  // Checked by every wait loop: abort and earlier failure are errors; peers'
-  // liveness is refreshed for the caller to judge.
-  ternResult_t checkHealth();
-
   // Bytes put on / taken off the wire (self connections never leave).
   void wireBytes(uint64_t* sent, uint64_t* recv) const;
+  const char* transportName(int peer) const;
 
   void setLastError(const std::string& e);
   std::string getLastError();
-  ~ternComm();
+
+  // tern::EngineHost
+  ternResult_t checkHealth() override;
+  void onFailure(ternResult_t r, const std::string& why) override;
+  void onComplete() override { opsDone.fetch_add(1, std::memory_order_relaxed); }
+
+  ~ternComm() override;
+
+ private:
+  void failWith(ternResult_t r, const std::string& why);
+  void readNotices(int peer);
+  std::mutex errMu;
+  std::string lastError, failReason;
+  std::mutex issueMu;
+  uint64_t collSeq[tern::kLevels] = {};
+  std::vector<uint64_t> p2pSeq;            // [(peer * 2 + send) * kLevels + level]
+  std::vector<std::string> ctlIn;          // bytes of notices read so far, per peer
+  std::vector<bool> ctlClosed;             // the peer closed its control socket
 };
 
 namespace tern {
 using Comm = ::ternComm;
 
 // Creates a communicator: rendezvous through the root, authenticated mesh,
-// a transport per peer, and the progress thread.
+// a transport per peer and level, and the executor.
 ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out);
 // Reads the host topology and decides this rank's GPU, NIC and progress-thread
 // CPUs (returned in bindCpus; empty: leave unbound); writes TERN_TOPO_DUMP.

@@ -17,3 +17,30 @@ void freePrefaulted(void* p, size_t bytes) {
 }
 
 }  // namespace tern
+
+namespace tern {
+
+size_t Staging::footprint() const { return fifoFootprint(cap_); }
+
+ternResult_t Staging::allocate() {
+  if (ready()) return ternSuccess;
+  void* s = allocPrefaulted(footprint());
+  void* r = allocPrefaulted(footprint());
+  if (!s || !r) {
+    freePrefaulted(s, footprint());
+    freePrefaulted(r, footprint());
+    return ternSystemError;
+  }
+  send_ = s;
+  recv_ = r;
+  sendFifo_.attach(send_, cap_, true);
+  recvFifo_.attach(recv_, cap_, true);
+  return ternSuccess;
+}
+
+Staging::~Staging() {
+  freePrefaulted(send_, footprint());
+  freePrefaulted(recv_, footprint());
+}
+
+}  // namespace tern

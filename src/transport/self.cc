@@ -1,4 +1,5 @@
 // Loopback connection for a rank that sends to itself inside a group.
+#include "core/error.h"
 #include "transport/fifo.h"
 #include "transport/transport.h"
 
@@ -7,30 +8,27 @@ namespace tern {
 namespace {
 class SelfConn : public Conn {
  public:
-  explicit SelfConn(size_t cap) : bytes_(fifoFootprint(cap)), mem_(allocPrefaulted(bytes_)) {
-    if (mem_) fifo_.attach(mem_, cap, true);
+  explicit SelfConn(size_t cap) : st_(cap) {}
+  ternResult_t activate() override {
+    if (st_.allocate() != ternSuccess) return setSysError("cannot allocate a loopback fifo");
+    return ternSuccess;
   }
-  ~SelfConn() override { freePrefaulted(mem_, bytes_); }
-  bool ok() const { return mem_ != nullptr; }
   const char* name() const override { return "self"; }
-  size_t sendSpace(char** p) override { return fifo_.writable(p); }
-  void sendCommit(size_t n) override { fifo_.produce(n); }
-  size_t recvAvail(const char** p) override { return fifo_.readable(p); }
-  void recvConsume(size_t n) override { fifo_.consume(n); }
-  uint64_t sendPos() const override { return fifo_.produced(); }
-  uint64_t recvPos() const override { return fifo_.consumed(); }
+  size_t sendSpace(char** p) override { return st_.send().writable(p); }
+  void sendCommit(size_t n) override { st_.send().produce(n); }
+  size_t recvAvail(const char** p) override { return st_.send().readable(p); }
+  void recvConsume(size_t n) override { st_.send().consume(n); }
+  uint64_t sendPos() const override { return st_.ready() ? fifo().produced() : 0; }
+  uint64_t recvPos() const override { return st_.ready() ? fifo().consumed() : 0; }
 
  private:
-  size_t bytes_;
-  void* mem_;
-  Fifo fifo_;
+  const Fifo& fifo() const { return const_cast<Staging&>(st_).send(); }
+  Staging st_;  // one fifo used both ways (the recv half stays unused)
 };
 }  // namespace
 
 ternResult_t makeSelfConn(const Config& cfg, std::unique_ptr<Conn>* out) {
-  auto c = std::make_unique<SelfConn>(cfg.fifoBytes);
-  if (!c->ok()) return ternSystemError;
-  *out = std::move(c);
+  *out = std::make_unique<SelfConn>(cfg.fifoBytes);
   return ternSuccess;
 }
 

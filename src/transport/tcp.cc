@@ -1,5 +1,6 @@
-// TCP transport: the authenticated mesh socket, nonblocking, with private
-// pre-faulted staging fifos on both sides.  progress() pushes committed bytes
+// TCP transport: one authenticated socket per peer and priority level,
+// nonblocking, with private pre-faulted staging fifos on both sides
+// (allocated on the level's first use).  progress() pushes committed bytes
 // to the kernel and pulls whatever has arrived, in bursts, never blocking.
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,27 +19,22 @@ namespace {
 
 class TcpConn : public Conn {
  public:
-  TcpConn(int fd, int peer, size_t cap) : fd_(fd), peer_(peer), cap_(cap) {
-    bytes_ = fifoFootprint(cap);
-    sendMem_ = allocPrefaulted(bytes_);
-    recvMem_ = allocPrefaulted(bytes_);
-    if (sendMem_) send_.attach(sendMem_, cap, true);
-    if (recvMem_) recv_.attach(recvMem_, cap, true);
+  TcpConn(int fd, int peer, size_t cap) : fd_(fd), peer_(peer), st_(cap) {
     setNonBlocking(fd_, true);
   }
-  ~TcpConn() override {
-    freePrefaulted(sendMem_, bytes_);
-    freePrefaulted(recvMem_, bytes_);
+  ~TcpConn() override { closeFd(fd_); }
+  ternResult_t activate() override {
+    if (st_.allocate() != ternSuccess) return setSysError("cannot allocate tcp staging buffers");
+    return ternSuccess;
   }
-  bool ok() const { return sendMem_ && recvMem_; }
   const char* name() const override { return "tcp"; }
-  size_t sendSpace(char** p) override { return send_.writable(p); }
-  void sendCommit(size_t n) override { send_.produce(n); }
-  size_t recvAvail(const char** p) override { return recv_.readable(p); }
-  uint64_t sendPos() const override { return send_.produced(); }
-  uint64_t recvPos() const override { return recv_.consumed(); }
-  void recvConsume(size_t n) override { recv_.consume(n); }
-  bool flushed() const override { return send_.empty(); }
+  size_t sendSpace(char** p) override { return st_.send().writable(p); }
+  void sendCommit(size_t n) override { st_.send().produce(n); }
+  size_t recvAvail(const char** p) override { return st_.recv().readable(p); }
+  uint64_t sendPos() const override { return st_.ready() ? send_().produced() : 0; }
+  uint64_t recvPos() const override { return st_.ready() ? recv_().consumed() : 0; }
+  void recvConsume(size_t n) override { st_.recv().consume(n); }
+  bool flushed() const override { return !st_.ready() || send_().empty(); }
   int pollFd() const override { return fd_; }
 
   ternResult_t progress(bool* moved) override {
@@ -54,15 +50,18 @@ class TcpConn : public Conn {
                                          (err ? std::string(": ") + strerror(err) : ""));
   }
 
+  const Fifo& send_() const { return const_cast<Staging&>(st_).send(); }
+  const Fifo& recv_() const { return const_cast<Staging&>(st_).recv(); }
+
   ternResult_t pushOut(bool* moved) {
     for (;;) {
       const char* p;
-      size_t n = send_.readable(&p);
+      size_t n = st_.send().readable(&p);
       if (n == 0) return ternSuccess;
       ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) {
-        send_.consume(static_cast<size_t>(k));
-        bytesSent += static_cast<uint64_t>(k);
+        st_.send().consume(static_cast<size_t>(k));
+        countSent(static_cast<uint64_t>(k));
         *moved = true;
         if (static_cast<size_t>(k) < n) return ternSuccess;
         continue;
@@ -75,12 +74,12 @@ class TcpConn : public Conn {
   ternResult_t pullIn(bool* moved) {
     while (!gone) {
       char* p;
-      size_t n = recv_.writable(&p);
+      size_t n = st_.recv().writable(&p);
       if (n == 0) return ternSuccess;
       ssize_t k = ::recv(fd_, p, n, MSG_DONTWAIT);
       if (k > 0) {
-        recv_.produce(static_cast<size_t>(k));
-        bytesRecv += static_cast<uint64_t>(k);
+        st_.recv().produce(static_cast<size_t>(k));
+        countRecv(static_cast<uint64_t>(k));
         *moved = true;
         if (static_cast<size_t>(k) < n) return ternSuccess;
         continue;
@@ -96,17 +95,15 @@ class TcpConn : public Conn {
   }
 
   int fd_, peer_;
-  size_t cap_, bytes_;
-  void *sendMem_, *recvMem_;
-  Fifo send_, recv_;
+  Staging st_;
 };
 
 }  // namespace
 
 ternResult_t makeTcpConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
-  auto c = std::make_unique<TcpConn>(s.meshFd, s.peer, s.cfg->fifoBytes);
-  if (!c->ok()) return setSysError("cannot allocate tcp staging buffers");
-  TERN_LOG(Info, "tcp connection to rank %d", s.peer);
+  auto c = std::make_unique<TcpConn>(s.dataFd, s.peer, s.cfg->fifoBytes);
+  if (!s.lazy) TERN_CHECK(c->activate());
+  TERN_LOG(Trace, "tcp connection to rank %d at level %d", s.peer, s.level);
   *out = std::move(c);
   return ternSuccess;
 }

@@ -3,6 +3,7 @@
 // of the receive buffer and into the send buffer (one pass, no staging copy on
 // shm).  Transports know bytes only: no datatypes, no reductions.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "core/env.h"
 #include "core/socket.h"
+#include "transport/fifo.h"
 #include "tern/tern.h"
 
 namespace tern {
@@ -42,25 +44,38 @@ class Conn {
   virtual int pollFd() const { return -1; }
   // Whether progress() must be called to move bytes (tcp, ucx; not shm).
   virtual bool needsProgress() const { return pollFd() >= 0; }
+  // Called before the first byte moves.  Connections of priority levels a
+  // job never uses cost no memory: their staging buffers are allocated and
+  // pre-faulted here, once, on first use.
+  virtual ternResult_t activate() { return ternSuccess; }
 
   int peer = -1;  // the rank at the other end
   // The peer closed its end (exited or failed).  Not an error by itself: a
   // peer may finish and exit while we still drain what it sent; it is one
-  // when a step is blocked on this connection (see runPrograms).
-  bool gone = false;
-  uint64_t bytesSent = 0, bytesRecv = 0;
+  // when a step is blocked on this connection (see Executor::checkIdle).
+  std::atomic<bool> gone{false};
+  // Read by statistics calls on other threads while traffic runs.
+  std::atomic<uint64_t> bytesSent{0}, bytesRecv{0};
+  // One writer (the driving thread): no locked add needed.
+  void countSent(uint64_t n) { bytesSent.store(bytesSent.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  void countRecv(uint64_t n) { bytesRecv.store(bytesRecv.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
 };
 
+// Each priority level has its own connection to each peer (see
+// docs/ARCHITECTURE.md, "Why one connection per level").
 struct ConnSetup {
   int rank, peer;      // this rank and the peer
-  int meshFd;          // authenticated socket to the peer (tcp takes it over)
+  int meshFd;          // authenticated control socket to the peer (setup exchanges)
+  int dataFd;          // tcp: the level's own authenticated socket (taken over)
+  int level;           // priority level this connection carries
+  bool lazy;           // allocate / pre-fault buffers in activate(), not now
   const Config* cfg;
   Deadline deadline;
 };
 
 // shm: two segments, one per direction, each created by its reader.
 ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out);
-// tcp: the mesh socket itself, nonblocking, with private staging fifos.
+// tcp: the level's socket, nonblocking, with private staging fifos.
 ternResult_t makeTcpConn(const ConnSetup& s, std::unique_ptr<Conn>* out);
 // ucx: UCP stream endpoints on one worker per communicator (`shared` is
 // created by the first connection and kept by the communicator).
@@ -70,6 +85,26 @@ ternResult_t makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared>* shared,
 bool ucxAvailable();
 // self: one private fifo, for a rank sending to itself inside a group.
 ternResult_t makeSelfConn(const Config& cfg, std::unique_ptr<Conn>* out);
+
+// Private staging fifo pair, allocated and pre-faulted on first use (tcp,
+// ucx and self keep their bytes in these).
+class Staging {
+ public:
+  explicit Staging(size_t capacity) : cap_(capacity) {}
+  ~Staging();
+  ternResult_t allocate();   // idempotent
+  bool ready() const { return send_ != nullptr; }
+  Fifo& send() { return sendFifo_; }
+  Fifo& recv() { return recvFifo_; }
+  void* sendMem() const { return send_; }
+  void* recvMem() const { return recv_; }
+  size_t footprint() const;
+
+ private:
+  size_t cap_;
+  void *send_ = nullptr, *recv_ = nullptr;
+  Fifo sendFifo_, recvFifo_;
+};
 
 // Private, pre-faulted memory for staging fifos (first touch is slow here, so
 // it happens once, at communicator creation, never on the data path).

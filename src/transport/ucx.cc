@@ -67,13 +67,7 @@ ternResult_t makeShared(const Config& tc, std::shared_ptr<UcxShared>* out) {
 
 class UcxConn : public Conn {
  public:
-  UcxConn(std::shared_ptr<UcxShared> shared, size_t cap) : shared_(std::move(shared)) {
-    bytes_ = fifoFootprint(cap);
-    sendMem_ = allocPrefaulted(bytes_);
-    recvMem_ = allocPrefaulted(bytes_);
-    if (sendMem_) send_.attach(sendMem_, cap, true);
-    if (recvMem_) recv_.attach(recvMem_, cap, true);
-  }
+  UcxConn(std::shared_ptr<UcxShared> shared, size_t cap) : shared_(std::move(shared)), st_(cap) {}
   ~UcxConn() override {
     // Close gracefully (delivering what is in flight) for up to a second,
     // then by force; outstanding requests then complete and can be freed.
@@ -100,14 +94,19 @@ class UcxConn : public Conn {
     if (recvReq_) ucp_request_free(recvReq_);
     for (ucp_mem_h h : {sendMemh_, recvMemh_})
       if (h) ucp_mem_unmap(shared_->context, h);
-    freePrefaulted(sendMem_, bytes_);
-    freePrefaulted(recvMem_, bytes_);
   }
 
+  // Staging fifos on first use, mapped once for UCX.
+  ternResult_t activate() override {
+    if (st_.ready()) return ternSuccess;
+    if (st_.allocate() != ternSuccess) return setSysError("cannot allocate ucx staging buffers");
+    TERN_CHECK(mapStaging(st_.sendMem(), &sendMemh_));
+    return mapStaging(st_.recvMem(), &recvMemh_);
+  }
+
+  // Every level's endpoint is made in the same order on both sides, which is
+  // how UCP pairs the endpoints two workers create to each other.
   ternResult_t connect(const ConnSetup& s) {
-    if (!sendMem_ || !recvMem_) return setSysError("cannot allocate ucx staging buffers");
-    TERN_CHECK(mapStaging(sendMem_, &sendMemh_));
-    TERN_CHECK(mapStaging(recvMem_, &recvMemh_));
     ucp_address_t* addr;
     size_t len;
     ucs_status_t st = ucp_worker_get_address(shared_->worker, &addr, &len);
@@ -143,13 +142,13 @@ class UcxConn : public Conn {
   }
 
   const char* name() const override { return "ucx"; }
-  size_t sendSpace(char** p) override { return send_.writable(p); }
-  void sendCommit(size_t n) override { send_.produce(n); }
-  size_t recvAvail(const char** p) override { return recv_.readable(p); }
-  void recvConsume(size_t n) override { recv_.consume(n); }
-  uint64_t sendPos() const override { return send_.produced(); }
-  uint64_t recvPos() const override { return recv_.consumed(); }
-  bool flushed() const override { return send_.empty() && sends_.empty(); }
+  size_t sendSpace(char** p) override { return send_().writable(p); }
+  void sendCommit(size_t n) override { send_().produce(n); }
+  size_t recvAvail(const char** p) override { return recv_().readable(p); }
+  void recvConsume(size_t n) override { recv_().consume(n); }
+  uint64_t sendPos() const override { return st_.ready() ? cst().send().produced() : 0; }
+  uint64_t recvPos() const override { return st_.ready() ? cst().recv().consumed() : 0; }
+  bool flushed() const override { return !st_.ready() || (cst().send().empty() && sends_.empty()); }
   bool needsProgress() const override { return true; }
 
   ternResult_t progress(bool* moved) override {
@@ -166,7 +165,7 @@ class UcxConn : public Conn {
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     mp.address = mem;
-    mp.length = bytes_;
+    mp.length = st_.footprint();
     ucs_status_t st = ucp_mem_map(shared_->context, &mp, h);
     return st == UCS_OK ? ternSuccess : ucxError("ucp_mem_map", st);
   }
@@ -200,16 +199,16 @@ class UcxConn : public Conn {
   }
 
   void release(size_t n) {
-    send_.consume(n);
+    send_().consume(n);
     posted_ -= n;
-    bytesSent += n;
+    countSent(n);
   }
 
   // Posts committed bytes that are not yet in flight.
   ternResult_t postSends(bool* moved) {
     while (sends_.size() < kMaxInFlight) {
       const char* p;
-      size_t avail = send_.readable(&p);  // from the oldest unreleased byte
+      size_t avail = send_().readable(&p);  // from the oldest unreleased byte
       if (avail <= posted_) return ternSuccess;
       // Posted bytes are a prefix of the readable region unless it wrapped.
       const char* start = p + posted_;
@@ -243,13 +242,13 @@ class UcxConn : public Conn {
           gone = true;  // like a closed socket: what arrived stays readable
           return ternSuccess;
         }
-        recv_.produce(len);
-        bytesRecv += len;
+        recv_().produce(len);
+        countRecv(len);
         *moved = true;
       }
       if (gone) return ternSuccess;
       char* p;
-      size_t space = recv_.writable(&p);
+      size_t space = recv_().writable(&p);
       if (space == 0) return ternSuccess;
       size_t len = 0;
       ucp_request_param_t prm = withMemh(recvMemh_);
@@ -260,8 +259,8 @@ class UcxConn : public Conn {
       }
       if (req == nullptr) {
         if (len == 0) return ternSuccess;
-        recv_.produce(len);
-        bytesRecv += len;
+        recv_().produce(len);
+        countRecv(len);
         *moved = true;
         continue;
       }
@@ -269,12 +268,14 @@ class UcxConn : public Conn {
     }
   }
 
+  Fifo& send_() { return st_.send(); }
+  Fifo& recv_() { return st_.recv(); }
+  Staging& cst() const { return const_cast<Staging&>(st_); }
+
   std::shared_ptr<UcxShared> shared_;
   ucp_ep_h ep_ = nullptr;
-  size_t bytes_;
-  void *sendMem_, *recvMem_;
+  Staging st_;
   ucp_mem_h sendMemh_ = nullptr, recvMemh_ = nullptr;  // the fifos, mapped once
-  Fifo send_, recv_;
   std::deque<Send> sends_;
   size_t posted_ = 0;  // bytes handed to UCX and not yet released
   void* recvReq_ = nullptr;
@@ -290,7 +291,8 @@ ternResult_t makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared>* shared,
   auto c = std::make_unique<UcxConn>(*shared, s.cfg->fifoBytes);
   c->peer = s.peer;
   TERN_CHECK(c->connect(s));
-  TERN_LOG(Info, "ucx connection to rank %d", s.peer);
+  if (!s.lazy) TERN_CHECK(c->activate());
+  TERN_LOG(Trace, "ucx connection to rank %d at level %d", s.peer, s.level);
   *out = std::move(c);
   return ternSuccess;
 }

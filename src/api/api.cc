@@ -1,6 +1,6 @@
-// The C API: argument checks, then hand-off to the progress thread (or to the
-// open group).  Every failure returns a ternResult_t with a sentence for
-// ternGetLastError; nothing aborts the caller.
+// The C API: argument checks, then an Operation for the communicator's
+// executor (or for the open group).  Every failure returns a ternResult_t
+// with a sentence for ternGetLastError; nothing aborts the caller.
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -8,12 +8,12 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "api/group.h"
 #include "collectives/collectives.h"
 #include "collectives/ternary.h"
 #include "core/comm.h"
 #include "core/env_init.h"
 #include "core/error.h"
-#include "core/group.h"
 #include "core/log.h"
 
 using namespace tern;
@@ -81,13 +81,47 @@ ternResult_t checkRank(ternComm* c, int r, const char* role, const char* what) {
   return ternSuccess;
 }
 
-// Runs a collective now, or queues it when a group is open.
-ternResult_t launch(ternComm* c, std::function<ternResult_t()> fn) {
+// The operation the arguments describe, at the calling thread's priority.
+OpPtr makeOp(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task) {
+  auto op = std::make_shared<Operation>();
+  op->level = currentPriority();
+  op->collective = args.kind != OpKind::Send && args.kind != OpKind::Recv;
+  op->peer = op->collective ? -1 : args.root;
+  op->send = args.kind == OpKind::Send;
+  OpDesc& d = op->desc;
+  d.magic = kDescMagic;
+  d.kind = args.kind;
+  d.dtype = static_cast<uint8_t>(args.dt);
+  d.redop = static_cast<uint8_t>(args.op);
+  d.level = static_cast<uint8_t>(op->level);
+  d.root = args.root;
+  d.rank = c->rank;
+  d.count = args.count;
+  op->task = task ? std::move(task) : makeTask(args);
+  return op;
+}
+
+// Runs an operation now, or adds it to the open group.
+ternResult_t launch(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task = nullptr) {
+  OpPtr op = makeOp(c, args, std::move(task));
   if (groupOpen()) {
-    groupAddCollective(c, std::move(fn));
+    groupAdd(c, std::move(op));
     return ternSuccess;
   }
-  return runBlocking({{c, {std::move(fn)}, {}}});
+  return runBlocking({{c, std::move(op)}});
+}
+
+CollArgs collArgs(OpKind kind, const void* src, void* dst, size_t count, ternDataType_t dt,
+                  ternRedOp_t op = ternSum, int root = -1) {
+  CollArgs a;
+  a.kind = kind;
+  a.src = src;
+  a.dst = dst;
+  a.count = count;
+  a.dt = dt;
+  a.op = op;
+  a.root = root;
+  return a;
 }
 
 }  // namespace
@@ -168,6 +202,13 @@ ternResult_t ternCommInitFromEnv(ternComm_t* comm) {
   return registerNew(comm, job.nranks, job.id, job.rank);
 }
 
+// Every operation admitted on the communicator ends first (done, or failed
+// within the timeout), then the requests nobody waited on are released.
+static void finishOutstanding(ternComm_t comm) {
+  comm->engine->drain();
+  releaseRequestsOf(comm);
+}
+
 static ternResult_t unregister(ternComm_t comm) {
   if (!comm) return fail(nullptr, ternInvalidArgument, "comm is NULL");
   std::lock_guard<std::mutex> lk(registryMu);
@@ -179,6 +220,7 @@ static ternResult_t unregister(ternComm_t comm) {
 
 ternResult_t ternCommDestroy(ternComm_t comm) {
   TERN_CHECK(unregister(comm));
+  finishOutstanding(comm);
   delete comm;
   return ternSuccess;
 }
@@ -187,6 +229,7 @@ ternResult_t ternCommAbort(ternComm_t comm) {
   TERN_CHECK(unregister(comm));
   comm->aborted.store(true);
   comm->fail(ternRemoteError);  // wake peers: our sockets close now
+  finishOutstanding(comm);      // in-flight operations fail at once
   delete comm;
   return ternSuccess;
 }
@@ -227,7 +270,7 @@ ternResult_t ternCommRingOrder(const ternComm_t comm, int* ranks) {
 
 const char* ternCommPeerTransport(const ternComm_t comm, int peer) {
   if (!comm || !isLive(comm) || peer < 0 || peer >= comm->nranks) return nullptr;
-  return comm->conns[peer]->name();
+  return comm->transportName(peer);
 }
 
 ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats) {
@@ -250,7 +293,7 @@ ternResult_t ternAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, count, datatype, stream, "ternAllReduce"));
   TERN_CHECK(checkOp(comm, op, "ternAllReduce"));
   if (count == 0) return ternSuccess;
-  return launch(comm, [=] { return allReduce(*comm, sendbuff, recvbuff, count, datatype, op); });
+  return launch(comm, collArgs(OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op));
 }
 
 ternResult_t ternBroadcast(const void* sendbuff, void* recvbuff, size_t count,
@@ -261,8 +304,8 @@ ternResult_t ternBroadcast(const void* sendbuff, void* recvbuff, size_t count,
   if (comm->rank == root && count > 0 && !sendbuff)
     return fail(comm, ternInvalidArgument, "ternBroadcast: sendbuff is NULL on the root");
   if (count == 0) return ternSuccess;
-  size_t bytes = count * ternTypeSize(datatype);
-  return launch(comm, [=] { return broadcast(*comm, sendbuff, recvbuff, bytes, root); });
+  return launch(comm,
+                collArgs(OpKind::Broadcast, sendbuff, recvbuff, count, datatype, ternSum, root));
 }
 
 ternResult_t ternReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -274,16 +317,14 @@ ternResult_t ternReduce(const void* sendbuff, void* recvbuff, size_t count,
   if (comm->rank == root && count > 0 && !recvbuff)
     return fail(comm, ternInvalidArgument, "ternReduce: recvbuff is NULL on the root");
   if (count == 0) return ternSuccess;
-  return launch(comm,
-                [=] { return reduce(*comm, sendbuff, recvbuff, count, datatype, op, root); });
+  return launch(comm, collArgs(OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root));
 }
 
 ternResult_t ternAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
   TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, sendcount, datatype, stream, "ternAllGather"));
   if (sendcount == 0) return ternSuccess;
-  size_t bytes = sendcount * ternTypeSize(datatype);
-  return launch(comm, [=] { return allGather(*comm, sendbuff, recvbuff, bytes); });
+  return launch(comm, collArgs(OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype));
 }
 
 ternResult_t ternReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -293,9 +334,8 @@ ternResult_t ternReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                        "ternReduceScatter"));
   TERN_CHECK(checkOp(comm, op, "ternReduceScatter"));
   if (recvcount == 0) return ternSuccess;
-  return launch(comm, [=] {
-    return reduceScatter(*comm, sendbuff, recvbuff, recvcount, datatype, op);
-  });
+  return launch(comm,
+                collArgs(OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op));
 }
 
 static ternResult_t pointToPoint(const void* buf, size_t count, ternDataType_t datatype, int peer,
@@ -304,17 +344,13 @@ static ternResult_t pointToPoint(const void* buf, size_t count, ternDataType_t d
   TERN_CHECK(checkArgs(comm, buf, buf, count, datatype, stream, what));
   TERN_CHECK(checkRank(comm, peer, "peer", what));
   if (count == 0) return ternSuccess;
-  P2P p{peer, send, const_cast<char*>(static_cast<const char*>(buf)),
-        count * ternTypeSize(datatype)};
   if (peer == comm->rank && !groupOpen())
     return fail(comm, ternInvalidUsage,
                 std::string(what) + " to self outside a group would wait forever; "
                                     "pair it with its match inside ternGroupStart/End");
-  if (groupOpen()) {
-    groupAddP2P(comm, p);
-    return ternSuccess;
-  }
-  return runBlocking({{comm, {}, {p}}});
+  void* b = const_cast<void*>(buf);
+  return launch(comm, collArgs(send ? OpKind::Send : OpKind::Recv, buf, b, count, datatype,
+                               ternSum, peer));
 }
 
 ternResult_t ternSend(const void* sendbuff, size_t count, ternDataType_t datatype, int peer,
@@ -343,9 +379,10 @@ ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t
                 std::string(what) + ": op must be ternSum or ternAvg (ternary codes cannot "
                                     "express products, maxima or minima)");
   if (count == 0) return ternSuccess;
-  return launch(comm, [=] {
-    return allReduceTernary(*comm, sendbuff, recvbuff, count, datatype, op, tensorHandle);
-  });
+  CollArgs args = collArgs(OpKind::Ternary, sendbuff, recvbuff, count, datatype, op);
+  return launch(comm, args,
+                makeTernaryTask(*comm->ternary, args, tensorHandle, comm->nranks,
+                                currentPriority()));
 }
 
 ternResult_t ternAllReduceTernary(const void* sendbuff, void* recvbuff, size_t count,
@@ -357,6 +394,7 @@ ternResult_t ternAllReduceTernary(const void* sendbuff, void* recvbuff, size_t c
 ternResult_t ternCommGetTernaryConfig(const ternComm_t comm, ternTernaryConfig_t* config) {
   if (!config) return fail(nullptr, ternInvalidArgument, "config is NULL");
   TERN_CHECK(checkComm(comm));
+  std::lock_guard<std::mutex> lk(comm->ternary->mu);
   *config = comm->ternary->cfg;
   return ternSuccess;
 }
@@ -368,25 +406,24 @@ ternResult_t ternCommSetTernaryConfig(ternComm_t comm, const ternTernaryConfig_t
     return fail(comm, ternInvalidArgument, std::string("ternCommSetTernaryConfig: ") + bad);
   if (groupOpen())
     return fail(comm, ternInvalidUsage, "ternCommSetTernaryConfig cannot be called inside a group");
-  // Through the engine, so it never changes under a running operation.
-  ternTernaryConfig_t cfg = *config;
-  return launch(comm, [=] {
-    comm->ternary->cfg = cfg;
-    return ternSuccess;
-  });
+  // Calls issued from now on use it; running ones keep the options they
+  // were issued with.
+  std::lock_guard<std::mutex> lk(comm->ternary->mu);
+  comm->ternary->cfg = *config;
+  return ternSuccess;
 }
 
 ternResult_t ternCommReleaseTensor(ternComm_t comm, const void* tensorHandle) {
   TERN_CHECK(checkComm(comm));
-  return launch(comm, [=] {
-    comm->ternary->residuals.erase(tensorHandle);
-    return ternSuccess;
-  });
+  std::lock_guard<std::mutex> lk(comm->ternary->mu);  // a running call keeps its own reference
+  comm->ternary->residuals.erase(tensorHandle);
+  return ternSuccess;
 }
 
 ternResult_t ternCommGetTernaryStats(const ternComm_t comm, ternTernaryStats_t* stats) {
   if (!stats) return fail(nullptr, ternInvalidArgument, "stats is NULL");
   TERN_CHECK(checkComm(comm));
+  std::lock_guard<std::mutex> lk(comm->ternary->mu);
   *stats = comm->ternary->stats;
   return ternSuccess;
 }
@@ -395,7 +432,7 @@ ternResult_t ternBarrier(ternComm_t comm) {
   TERN_CHECK(checkComm(comm));
   if (groupOpen())
     return fail(comm, ternInvalidUsage, "ternBarrier cannot be called inside a group");
-  return launch(comm, [=] { return barrier(*comm); });
+  return launch(comm, collArgs(OpKind::Barrier, nullptr, nullptr, 1, ternInt32));
 }
 
 }  // extern "C"

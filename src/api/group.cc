@@ -1,0 +1,172 @@
+#include "api/group.h"
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace tern {
+
+namespace {
+thread_local int depth = 0;
+thread_local IssuedOps pending;
+thread_local int priority = TERN_PRIORITY_DEFAULT;
+
+std::mutex requestsMu;
+std::unordered_set<ternRequest*> requests;  // live ones
+
+// Every communicator's operations in call order; `wake` when the caller will
+// not drive them itself (several communicators progress at once, each on its
+// own thread, so a group spanning them cannot deadlock on their mutual
+// dependencies).
+void issueAll(const IssuedOps& ops, bool wake) {
+  std::vector<Comm*> comms;
+  for (auto& [c, op] : ops)
+    if (std::find(comms.begin(), comms.end(), c) == comms.end()) comms.push_back(c);
+  wake |= comms.size() > 1;
+  for (Comm* c : comms) {
+    std::vector<OpPtr> mine;
+    for (auto& [k, op] : ops)
+      if (k == c) mine.push_back(op);
+    c->issue(mine, wake);
+  }
+}
+
+bool liveRequest(ternRequest* r) {
+  std::lock_guard<std::mutex> lk(requestsMu);
+  return requests.count(r) != 0;
+}
+
+// Removes the request from the live set; false if it was not there (another
+// thread released it, or it never existed).
+bool takeRequest(ternRequest* r) {
+  std::lock_guard<std::mutex> lk(requestsMu);
+  return requests.erase(r) != 0;
+}
+
+}  // namespace
+
+bool groupOpen() { return depth > 0; }
+void groupAdd(Comm* c, OpPtr op) { pending.emplace_back(c, std::move(op)); }
+int currentPriority() { return priority; }
+
+ternResult_t waitAll(const IssuedOps& ops) {
+  ternResult_t first = ternSuccess;
+  for (auto& [c, op] : ops) {
+    std::string err;
+    ternResult_t r = c->engine->wait(*op, &err);
+    if (r != ternSuccess) {
+      c->setLastError(err);
+      setThreadError(err);
+      if (first == ternSuccess) first = r;
+    }
+  }
+  return first;
+}
+
+ternResult_t runBlocking(const IssuedOps& ops) {
+  issueAll(ops, false);
+  return waitAll(ops);
+}
+
+void releaseRequestsOf(const Comm* c) {
+  std::vector<ternRequest*> mine;
+  {
+    std::lock_guard<std::mutex> lk(requestsMu);
+    for (ternRequest* r : requests)
+      for (auto& [k, op] : r->ops)
+        if (k == c) {
+          mine.push_back(r);
+          break;
+        }
+    for (ternRequest* r : mine) requests.erase(r);
+  }
+  for (ternRequest* r : mine) {
+    waitAll(r->ops);  // the others' operations too: nothing may still point at its buffers
+    delete r;
+  }
+}
+
+}  // namespace tern
+
+using namespace tern;
+
+extern "C" ternResult_t ternGroupStart(void) {
+  ++depth;
+  return ternSuccess;
+}
+
+static ternResult_t groupEnd(ternRequest_t* request) {
+  if (depth == 0)
+    return setError(ternInvalidUsage, "ternGroupEnd without a matching ternGroupStart");
+  if (--depth > 0) {
+    if (request) {
+      ++depth;
+      return setError(ternInvalidUsage,
+                      "ternGroupEndAsync must close the outermost group (it is nested)");
+    }
+    return ternSuccess;
+  }
+  IssuedOps ops;
+  ops.swap(pending);
+  if (!request) return ops.empty() ? ternSuccess : runBlocking(ops);
+  issueAll(ops, true);
+  auto* r = new ternRequest{std::move(ops)};
+  {
+    std::lock_guard<std::mutex> lk(requestsMu);
+    requests.insert(r);
+  }
+  *request = r;
+  return ternSuccess;
+}
+
+extern "C" ternResult_t ternGroupEnd(void) { return groupEnd(nullptr); }
+
+extern "C" ternResult_t ternGroupEndAsync(ternRequest_t* request) {
+  if (!request) return setError(ternInvalidArgument, "ternGroupEndAsync: request is NULL");
+  *request = nullptr;
+  return groupEnd(request);
+}
+
+extern "C" ternResult_t ternRequestTest(ternRequest_t request, int* done) {
+  if (!done) return setError(ternInvalidArgument, "ternRequestTest: done is NULL");
+  *done = 0;
+  if (!request || !liveRequest(request))
+    return setError(ternInvalidUsage,
+                    "ternRequestTest: not a live request (NULL, already completed and released, "
+                    "or released by ternCommDestroy)");
+  for (auto& [c, op] : request->ops)
+    if (!op->done.load(std::memory_order_acquire)) return ternSuccess;
+  if (!takeRequest(request)) return ternSuccess;  // another thread released it meanwhile
+  *done = 1;
+  ternResult_t r = waitAll(request->ops);
+  delete request;
+  return r;
+}
+
+extern "C" ternResult_t ternRequestWait(ternRequest_t request) {
+  if (!request || !takeRequest(request))
+    return setError(ternInvalidUsage,
+                    "ternRequestWait: not a live request (NULL, already completed and released, "
+                    "or released by ternCommDestroy)");
+  ternResult_t r = waitAll(request->ops);
+  delete request;
+  return r;
+}
+
+extern "C" ternResult_t ternSetPriority(int level) {
+  if (level < 0 || level >= TERN_PRIORITY_LEVELS)
+    return setError(ternInvalidArgument, "ternSetPriority: level " + std::to_string(level) +
+                                             " is not in [0, " +
+                                             std::to_string(TERN_PRIORITY_LEVELS) +
+                                             ") (0 = most urgent, 7 = bulk)");
+  priority = level;
+  return ternSuccess;
+}
+
+extern "C" ternResult_t ternGetPriority(int* level) {
+  if (!level) return setError(ternInvalidArgument, "ternGetPriority: priority is NULL");
+  *level = priority;
+  return ternSuccess;
+}

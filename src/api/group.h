@@ -1,0 +1,35 @@
+// Groups, priorities and requests of the API layer.
+//
+// ternGroupStart/End: operations issued between them are collected per
+// thread and issued together at the outermost ternGroupEnd, each to its
+// communicator's executor in call order, so send/recv pairs progress together
+// and cannot deadlock.  ternGroupEndAsync returns a request instead of
+// waiting.  The priority level of an operation is the calling thread's at the
+// time of the call (ternSetPriority).
+#pragma once
+#include <utility>
+#include <vector>
+
+#include "core/comm.h"
+#include "engine/operation.h"
+
+struct ternRequest {
+  std::vector<std::pair<ternComm*, tern::OpPtr>> ops;
+};
+
+namespace tern {
+
+using IssuedOps = std::vector<std::pair<Comm*, OpPtr>>;
+
+bool groupOpen();
+void groupAdd(Comm* c, OpPtr op);
+int currentPriority();
+// Issues the operations and waits for every one; the first failure's code.
+ternResult_t runBlocking(const IssuedOps& ops);
+// Waits for issued operations; records failures on their communicators.
+ternResult_t waitAll(const IssuedOps& ops);
+// A request that is never waited on is released by ternCommDestroy of any
+// communicator it has operations on (after they completed).
+void releaseRequestsOf(const Comm* c);
+
+}  // namespace tern

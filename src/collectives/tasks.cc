@@ -1,0 +1,65 @@
+// Tasks of the dense collectives, the barrier and point-to-point transfers:
+// one phase of programs, then any local work that belongs after it.
+#include "collectives/collectives.h"
+#include "collectives/reduce_kernels.h"
+
+namespace tern {
+
+namespace {
+
+class DenseTask : public Task {
+ public:
+  explicit DenseTask(const CollArgs& a) : a_(a) {}
+
+  ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
+    *more = stage_++ == 0;
+    if (*more) {
+      plan(x, ph);
+      return ternSuccess;
+    }
+    // After the programs: recursive doubling leaves the average's division.
+    if (a_.kind == OpKind::AllReduce && allReduceNeedsDivide(x, a_.count, a_.dt, a_.op))
+      divideKernel(a_.dst, a_.count, a_.dt, x.nranks);
+    return ternSuccess;
+  }
+
+ private:
+  void plan(const PlanCtx& x, Phase* ph) {
+    const size_t bytes = a_.count * ternTypeSize(a_.dt);
+    switch (a_.kind) {
+      case OpKind::AllReduce: return planAllReduce(x, a_.src, a_.dst, a_.count, a_.dt, a_.op, ph);
+      case OpKind::Broadcast: return planBroadcast(x, a_.src, a_.dst, bytes, a_.root, ph);
+      case OpKind::Reduce: return planReduce(x, a_.src, a_.dst, a_.count, a_.dt, a_.op, a_.root, ph);
+      case OpKind::AllGather: return planAllGather(x, a_.src, a_.dst, bytes, ph);
+      case OpKind::ReduceScatter:
+        return planReduceScatter(x, a_.src, a_.dst, a_.count, a_.dt, a_.op, ph);
+      case OpKind::Barrier:  // a one-integer allreduce: nobody leaves before all arrived
+        ph->what = "barrier";
+        if (x.nranks > 1) planAllReduceRecursiveDoubling(x, &token_, &token_, 1, ternInt32, ternMax, ph);
+        return;
+      case OpKind::Send:
+      case OpKind::Recv: {
+        ph->what = "send/recv";
+        ph->progs.resize(1);
+        Conn* c = x.conns[a_.root];
+        if (a_.kind == OpKind::Send)
+          ph->progs[0].add({nullptr, c, static_cast<const char*>(a_.src), nullptr, bytes});
+        else
+          ph->progs[0].add({c, nullptr, nullptr, static_cast<char*>(a_.dst), bytes});
+        return;
+      }
+      case OpKind::Ternary:
+        return;  // not dense (allreduce_ternary.cc)
+    }
+  }
+
+  CollArgs a_;
+  int stage_ = 0;
+  int token_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> makeTask(const CollArgs& a) { return std::make_unique<DenseTask>(a); }
+
+}  // namespace tern

@@ -1,0 +1,335 @@
+#include "engine/executor.h"
+
+#include <immintrin.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tern {
+
+namespace {
+
+// Payload bytes one program may move per visit.  Alone, an operation runs
+// until it blocks; with more urgent work admitted it hands the CPU back after
+// a small chunk, which bounds how long an urgent operation waits for it.
+constexpr size_t kBudgetAlone = 8 << 20;
+constexpr size_t kBudgetYielding = 64 << 10;
+
+}  // namespace
+
+Executor::Executor(EngineHost& host, int rank, double timeoutSec)
+    : host_(host), rank_(rank), timeoutSec_(timeoutSec) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Executor::~Executor() { stop(); }
+
+void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    for (const OpPtr& op : ops) pending_.push_back(op);
+    outstanding_.fetch_add(static_cast<int>(ops.size()));
+  }
+  // A blocking caller drives its own operation (see wait()): waking the
+  // progress thread for it would cost a futile context switch.
+  if (wake) cv_.notify_all();
+}
+
+ternResult_t Executor::wait(Operation& op, std::string* error) {
+  while (!op.done.load(std::memory_order_acquire)) {
+    if (drive_.try_lock()) {
+      bool finished = driveUntil(&op);
+      drive_.unlock();
+      // Work left over (async requests, other threads' calls): hand it on.
+      if (outstanding_.load() > 0) cv_.notify_all();
+      if (finished) break;
+      continue;
+    }
+    std::unique_lock<std::mutex> lk(m_);
+    cv_.wait_for(lk, std::chrono::milliseconds(1),
+                 [&] { return op.done.load(std::memory_order_acquire); });
+  }
+  if (error) *error = op.error;
+  return op.result;
+}
+
+void Executor::drain() {
+  cv_.notify_all();
+  while (outstanding_.load() > 0) {
+    if (drive_.try_lock()) {
+      driveUntil(nullptr);
+      drive_.unlock();
+      continue;
+    }
+    std::unique_lock<std::mutex> lk(m_);
+    cv_.wait_for(lk, std::chrono::milliseconds(1), [&] { return outstanding_.load() == 0; });
+  }
+}
+
+void Executor::stop() {
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Executor::bindTo(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus)
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+  return pthread_setaffinity_np(thread_.native_handle(), sizeof set, &set) == 0;
+}
+
+bool Executor::idle() { return outstanding_.load() == 0; }
+
+void Executor::loop() {
+  setLogRank(rank_);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(m_);
+      cv_.wait(lk, [&] { return stopping_ || outstanding_.load() > 0; });
+      if (outstanding_.load() == 0) return;  // stopping, nothing left
+    }
+    if (!drive_.try_lock()) {  // a caller drives: look again when it lets go
+      std::unique_lock<std::mutex> lk(m_);
+      cv_.wait_for(lk, std::chrono::milliseconds(1));
+      continue;
+    }
+    driveUntil(nullptr);
+    drive_.unlock();
+  }
+}
+
+bool Executor::driveUntil(const Operation* op) {
+  idleRounds_ = 0;
+  for (;;) {
+    if (op ? op->done.load(std::memory_order_acquire) : outstanding_.load() == 0) return true;
+    if (round()) {
+      idleRounds_ = 0;
+      continue;
+    }
+    auto now = Clock::now();
+    if (idleRounds_ == 0) {
+      idleSince_ = now;
+      nextHealth_ = now + std::chrono::milliseconds(2);  // short waits stay syscall-free
+    }
+    if (++idleRounds_ % 64 == 0 && now >= nextHealth_) {
+      ternResult_t r = checkIdle(now);
+      if (r != ternSuccess) failAll(r, lastThreadError());
+      nextHealth_ = now + std::chrono::milliseconds(20);
+    }
+    idleWait(idleRounds_);
+  }
+}
+
+void Executor::admit() {
+  std::lock_guard<std::mutex> lk(m_);
+  for (OpPtr& op : pending_) active_[op->level].push_back(std::move(op));
+  pending_.clear();
+}
+
+bool Executor::activeEmpty() const {
+  for (const auto& l : active_)
+    if (!l.empty()) return false;
+  return true;
+}
+
+// Issue order within a level: see executor.h.
+bool Executor::runnable(const std::vector<OpPtr>& list, size_t i) const {
+  const Operation& op = *list[i];
+  if (op.collective) return i == 0;
+  for (size_t j = 0; j < i; ++j) {
+    const Operation& e = *list[j];
+    if (e.collective || (e.peer == op.peer && e.send == op.send)) return false;
+  }
+  return true;
+}
+
+bool Executor::round() {
+  admit();
+  bool urgentWaiting = false;  // a more urgent level has work
+  for (auto& list : active_) {
+    if (list.empty()) continue;
+    const size_t budget = urgentWaiting ? kBudgetYielding : kBudgetAlone;
+    bool moved = false;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!runnable(list, i)) continue;
+      Operation& op = *list[i];
+      bool m = false, finished = false;
+      ternResult_t r = step(op, budget, &m, &finished);
+      if (r != ternSuccess) {
+        failAll(r, lastThreadError());
+        return true;
+      }
+      if (finished) complete(op, ternSuccess, std::string());
+      moved |= m || finished;
+    }
+    list.erase(std::remove_if(list.begin(), list.end(), [](const OpPtr& o) { return o->done.load(); }),
+               list.end());
+    if (moved) return true;  // serve the most urgent levels again first
+    urgentWaiting = true;
+  }
+  return false;
+}
+
+ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
+  for (;;) {
+    op.phase = Phase();
+    bool more = false;
+    // The task is asked again only while it has phases (its last call did
+    // the local work that ends it); the neighbour greeting comes after it.
+    if (!op.greetedNeighbours) TERN_CHECK(op.task->next(op.ctx, &op.phase, &more));
+    if (!more && !greetNeighbours(op)) {
+      *finished = true;
+      return ternSuccess;
+    }
+    op.pumps.clear();
+    bool any = false;
+    for (Program& p : op.phase.progs) {
+      any |= !p.steps.empty();
+      for (const Step& s : p.steps)
+        for (Conn* k : {s.in, s.out}) {
+          if (!k || std::find(op.pumps.begin(), op.pumps.end(), k) != op.pumps.end()) continue;
+          TERN_CHECK(k->activate());
+          if (k->needsProgress()) op.pumps.push_back(k);
+        }
+    }
+    if (any) break;  // else a phase of local work only: go on to the next
+  }
+  op.idleSince = Clock::now();
+  return ternSuccess;
+}
+
+// A collective whose plan neither read from its ring predecessor nor wrote to
+// its successor (a broadcast root, the last rank of a broadcast, the start
+// of a reduce) still exchanges descriptors with them at its end: ranks that
+// disagree on the root would otherwise both only send, and nobody would
+// notice before the next call read the other's bytes.
+bool Executor::greetNeighbours(Operation& op) {
+  if (op.greetedNeighbours) return false;
+  op.greetedNeighbours = true;
+  if (!op.collective || op.ctx.nranks == 1) return false;
+  auto seen = [](const std::vector<const Conn*>& v, const Conn* c) {
+    return std::find(v.begin(), v.end(), c) != v.end();
+  };
+  Program p;
+  Step s;
+  if (!seen(op.greetedOut, op.ctx.next())) {
+    s.out = op.ctx.next();
+    p.steps.push_back(s);  // zero bytes: the descriptor alone
+  }
+  if (!seen(op.greetedIn, op.ctx.prev())) {
+    s = Step();
+    s.in = op.ctx.prev();
+    p.steps.push_back(s);
+  }
+  if (p.steps.empty()) return false;
+  op.phase.progs.push_back(std::move(p));
+  op.phase.what = opKindName(op.desc.kind);
+  return true;
+}
+
+ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* finished) {
+  if (!op.begun) {
+    op.begun = true;
+    TERN_CHECK(beginPhase(op, finished));
+    if (*finished) return ternSuccess;
+  }
+  for (Conn* k : op.pumps) {
+    bool m = false;
+    TERN_CHECK(k->progress(&m));
+    *moved |= m;
+  }
+  bool done = true;
+  for (Program& p : op.phase.progs) {
+    TERN_CHECK(advance(op, p, op.phase.red, op.ctx.nranks, budget, moved));
+    done &= p.done();
+  }
+  if (*moved) op.idleSince = Clock::now();
+  if (!done) return ternSuccess;
+  for (Conn* k : op.pumps)  // everything sent has left the process
+    if (!k->flushed()) return ternSuccess;
+  TERN_CHECK(beginPhase(op, finished));
+  *moved = true;
+  return ternSuccess;
+}
+
+void Executor::complete(Operation& op, ternResult_t r, const std::string& err) {
+  op.result = r;
+  op.error = err;
+  if (r == ternSuccess) host_.onComplete();
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    op.done.store(true, std::memory_order_release);
+    outstanding_.fetch_sub(1);
+  }
+  cv_.notify_all();
+}
+
+// A failure fails the communicator: every admitted operation ends with the
+// sentence that says why (the peers hear of it through the closed sockets).
+void Executor::failAll(ternResult_t r, const std::string& why) {
+  host_.onFailure(r, why);
+  admit();
+  for (auto& list : active_) {
+    for (OpPtr& op : list)
+      if (!op->done.load()) complete(*op, r, why);
+    list.clear();
+  }
+}
+
+// Called while nothing moves: earlier failures, abort, dead peers, and
+// operations that waited longer than TERN_TIMEOUT.
+ternResult_t Executor::checkIdle(Clock::time_point now) {
+  TERN_CHECK(host_.checkHealth());
+  for (auto& list : active_)
+    for (size_t i = 0; i < list.size(); ++i) {
+      Operation& op = *list[i];
+      if (!op.begun || !runnable(list, i)) continue;
+      TERN_CHECK(checkBlockedOnGone(op.phase, rank_, op.phase.what));
+      double waited = std::chrono::duration<double>(now - op.idleSince).count();
+      if (waited > timeoutSec_)
+        return setError(ternTimeout, "rank " + std::to_string(rank_) + " made no progress in " +
+                                         op.phase.what + " for " + std::to_string((int)waited) +
+                                         " s (TERN_TIMEOUT) waiting on rank(s) " +
+                                         blockedPeers(op.phase) + ": dead or stalled peer?");
+    }
+  return ternSuccess;
+}
+
+// Backs off from spinning to yielding to sleeping in poll(), so ranks that
+// outnumber cores still get the CPU they need.
+void Executor::idleWait(unsigned idle) {
+  if (idle < 64) {
+    _mm_pause();
+    return;
+  }
+  if (idle < 4096) {
+    sched_yield();
+    return;
+  }
+  pollfd fds[64];
+  int n = 0;
+  bool pollable = true, any = false;
+  for (auto& list : active_)
+    for (OpPtr& op : list)
+      for (Conn* c : op->pumps) {
+        any = true;
+        if (c->pollFd() < 0) pollable = false;
+        else if (n < 64)
+          fds[n++] = {c->pollFd(), static_cast<short>(POLLIN | (c->flushed() ? 0 : POLLOUT)), 0};
+      }
+  if (any && pollable) poll(fds, n, 1);
+  else usleep(any ? 5 : 50);
+}
+
+}  // namespace tern

@@ -1,0 +1,96 @@
+// One executor per communicator advances every admitted operation together,
+// chunk by chunk, and after every round serves the most urgent ready work
+// first: levels are visited from 0 (most urgent) to 7, and a level whose
+// operations moved ends the round, so less urgent levels get the CPU only
+// while the urgent ones wait on their peers.  A 4 MiB urgent allreduce issued
+// behind a 256 MiB bulk one therefore overtakes it at the next chunk.
+//
+// Order within a level (what makes per-level matching across ranks work):
+// each level has its own connections (streams), and on them a collective
+// starts only after every earlier operation of its level has completed; a
+// send or receive starts after the earlier collectives of its level and the
+// earlier transfers in the same direction with the same peer.  Sends and
+// receives otherwise progress concurrently, so matched pairs never deadlock.
+//
+// Who drives: whichever thread holds the drive token.  A blocking call on an
+// idle communicator takes it and runs the rounds itself (no thread hand-off:
+// small-message latency); otherwise the executor's progress thread drives
+// and waiters sleep until their operation completes.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/operation.h"
+
+namespace tern {
+
+// What the executor needs from its communicator (and nothing more).
+class EngineHost {
+ public:
+  virtual ~EngineHost() = default;
+  // Abort, an earlier failure (its code and sentence), peers' liveness.
+  virtual ternResult_t checkHealth() = 0;
+  // An operation failed: the communicator is failed from now on, peers are
+  // told (sockets shut), `why` is the sentence every later call repeats.
+  virtual void onFailure(ternResult_t r, const std::string& why) = 0;
+  virtual void onComplete() = 0;  // statistics
+};
+
+constexpr int kLevels = TERN_PRIORITY_LEVELS;
+
+class Executor {
+ public:
+  Executor(EngineHost& host, int rank, double timeoutSec);
+  ~Executor();
+
+  // Admits operations in issue order.  `wake`: nobody will wait on them
+  // right away (async requests, groups over several communicators), so the
+  // progress thread must drive them.
+  void submit(const std::vector<OpPtr>& ops, bool wake);
+  // Waits for `op`, driving progress on this thread while nobody else does.
+  // Returns its result; *error gets its sentence.
+  ternResult_t wait(Operation& op, std::string* error);
+  // Drives every admitted operation to completion (or failure).
+  void drain();
+  // Stops the progress thread (after drain).
+  void stop();
+  bool bindTo(const std::vector<int>& cpus);
+  bool idle();
+
+ private:
+  void loop();
+  bool driveUntil(const Operation* op);   // false: it had to give up the token
+  bool round();
+  void admit();
+  bool runnable(const std::vector<OpPtr>& list, size_t i) const;
+  ternResult_t step(Operation& op, size_t budget, bool* moved, bool* finished);
+  ternResult_t beginPhase(Operation& op, bool* finished);
+  bool greetNeighbours(Operation& op);
+  void complete(Operation& op, ternResult_t r, const std::string& err);
+  void failAll(ternResult_t r, const std::string& why);
+  ternResult_t checkIdle(Clock::time_point now);
+  void idleWait(unsigned idle);
+  bool activeEmpty() const;
+
+  EngineHost& host_;
+  const int rank_;
+  const double timeoutSec_;
+
+  std::mutex m_;                      // pending_, stopping_, completion
+  std::condition_variable cv_;        // completions, new work, token released
+  std::vector<OpPtr> pending_;
+  std::atomic<int> outstanding_{0};   // submitted and not completed
+  bool stopping_ = false;
+
+  std::mutex drive_;                  // the drive token
+  std::vector<OpPtr> active_[kLevels];  // driver only
+  unsigned idleRounds_ = 0;
+  Clock::time_point idleSince_{}, nextHealth_{};
+  std::thread thread_;
+};
+
+}  // namespace tern

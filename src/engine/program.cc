@@ -1,0 +1,239 @@
+#include "engine/program.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "collectives/reduce_kernels.h"
+#include "core/error.h"
+#include "engine/operation.h"
+
+namespace tern {
+
+namespace {
+
+// Bytes handled per pass of a step: small enough that the next hop can start
+// while we work, large enough to amortise the fifo bookkeeping.
+constexpr size_t kBurst = 256 << 10;
+
+// Every message starts aligned on its stream: dense payloads to 8 bytes,
+// descriptors to 32, codec headers to 16 and codec groups to their unit.  Fifo
+// capacities are multiples of every unit (ternaryFifoQuantum), so an element,
+// a descriptor, a header or a group never straddles the wrap point and is
+// always one contiguous read.
+inline size_t alignUp(uint64_t pos, size_t a) { return static_cast<size_t>((a - pos % a) % a); }
+
+bool greeted(const std::vector<const Conn*>& seen, const Conn* c) {
+  return std::find(seen.begin(), seen.end(), c) != seen.end();
+}
+
+void execute(const Step& s, const char* in, char* out, size_t off, size_t n,
+             const Reduction& red, int nranks) {
+  const char* loc = s.local ? s.local + off : nullptr;
+  char* dst = s.dst ? s.dst + off : nullptr;
+  if (s.reduce) {
+    char* target = dst ? dst : out;
+    reduceKernel(target, in, loc, n / ternTypeSize(red.dt), red.dt, red.op,
+                 s.finalAvg ? nranks : 0);
+    if (dst && out) memcpy(out, dst, n);
+    return;
+  }
+  const char* src = in ? in : loc;
+  if (out) memcpy(out, src, n);
+  if (dst && dst != src) memcpy(dst, src, n);
+}
+
+// Where this step's message starts on each stream: the operation's first use
+// of a stream is preceded by its descriptor.
+void layout(Operation& op, Program& p, const Step& s) {
+  const bool needs16 = s.codec != nullptr;
+  if (s.in) {
+    uint64_t pos = s.in->recvPos();
+    p.inDesc = greeted(op.greetedIn, s.in) ? 0 : sizeof(OpDesc);
+    p.inSkip = alignUp(pos, p.inDesc ? sizeof(OpDesc) : needs16 ? 16 : 8);
+    pos += p.inSkip + p.inDesc;
+    p.inHdr = s.codec ? sizeof(StepHeader) : 0;
+    p.inSkip2 = s.codec ? alignUp(pos + p.inHdr, s.inUnit) : alignUp(pos, 8);
+  }
+  if (s.out) {
+    uint64_t pos = s.out->sendPos();
+    p.outDesc = greeted(op.greetedOut, s.out) ? 0 : sizeof(OpDesc);
+    p.outSkip = alignUp(pos, p.outDesc ? sizeof(OpDesc) : needs16 ? 16 : 8);
+    pos += p.outSkip + p.outDesc;
+    p.outHdr = s.codec ? sizeof(StepHeader) : 0;
+    p.outSkip2 = s.codec ? alignUp(pos + p.outHdr, s.outUnit) : alignUp(pos, 8);
+  }
+  p.started = true;
+}
+
+// Skips up to *left bytes of padding on the receive side / emits them on the
+// send side, as far as the fifo allows.
+void skipIn(Conn* c, size_t* left) {
+  const char* p;
+  size_t k;
+  while (*left > 0 && (k = std::min(c->recvAvail(&p), *left)) > 0) {
+    c->recvConsume(k);
+    *left -= k;
+  }
+}
+
+void padOut(Conn* c, size_t* left) {
+  char* p;
+  size_t k;
+  while (*left > 0 && (k = std::min(c->sendSpace(&p), *left)) > 0) {
+    c->sendCommit(k);
+    *left -= k;
+  }
+}
+
+// Reads and checks the peer's descriptor once it has arrived.
+ternResult_t readDesc(Operation& op, Conn* in, size_t* left) {
+  const char* ip;
+  if (*left == 0 || in->recvAvail(&ip) < sizeof(OpDesc)) return ternSuccess;
+  OpDesc theirs;
+  memcpy(&theirs, ip, sizeof theirs);
+  std::string why = descMismatch(op.desc, theirs);
+  if (!why.empty()) return setError(ternInvalidUsage, why);
+  in->recvConsume(sizeof theirs);
+  op.greetedIn.push_back(in);
+  *left = 0;
+  return ternSuccess;
+}
+
+void writeDesc(Operation& op, Conn* out, size_t* left) {
+  char* o;
+  if (*left == 0 || out->sendSpace(&o) < sizeof(OpDesc)) return;
+  memcpy(o, &op.desc, sizeof op.desc);
+  out->sendCommit(sizeof op.desc);
+  op.greetedOut.push_back(out);
+  *left = 0;
+}
+
+ternResult_t readHeader(const Step& s, Conn* in, size_t* left) {
+  const char* ip;
+  if (*left == 0 || in->recvAvail(&ip) < sizeof(StepHeader)) return ternSuccess;
+  StepHeader h;
+  memcpy(&h, ip, sizeof h);
+  if (h.magic != kStepMagic || h.unit != s.inUnit || h.groups != s.bytes)
+    return setError(ternRemoteError,
+                    "malformed chunk header from rank " + std::to_string(in->peer) + ": unit " +
+                        std::to_string(h.unit) + " bytes, " + std::to_string(h.groups) +
+                        " groups; expected " + std::to_string(s.inUnit) + " and " +
+                        std::to_string(s.bytes));
+  in->recvConsume(sizeof h);
+  *left = 0;
+  return ternSuccess;
+}
+
+void writeHeader(const Step& s, Conn* out, size_t* left) {
+  char* o;
+  if (*left == 0 || out->sendSpace(&o) < sizeof(StepHeader)) return;
+  StepHeader h{kStepMagic, s.outUnit, s.bytes};
+  memcpy(o, &h, sizeof h);
+  out->sendCommit(sizeof h);
+  *left = 0;
+}
+
+// Padding, descriptor, header and padding before the payload, each in turn
+// as far as the fifos allow.  *ready once all of them are through.
+ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
+  if (s.in) {
+    skipIn(s.in, &p.inSkip);
+    if (p.inSkip == 0) TERN_CHECK(readDesc(op, s.in, &p.inDesc));
+    if (p.inSkip + p.inDesc == 0) TERN_CHECK(readHeader(s, s.in, &p.inHdr));
+    if (p.inSkip + p.inDesc + p.inHdr == 0) skipIn(s.in, &p.inSkip2);
+  }
+  if (s.out) {
+    padOut(s.out, &p.outSkip);
+    if (p.outSkip == 0) writeDesc(op, s.out, &p.outDesc);
+    if (p.outSkip + p.outDesc == 0) writeHeader(s, s.out, &p.outHdr);
+    if (p.outSkip + p.outDesc + p.outHdr == 0) padOut(s.out, &p.outSkip2);
+  }
+  *ready = p.inSkip + p.inDesc + p.inHdr + p.inSkip2 + p.outSkip + p.outDesc + p.outHdr +
+               p.outSkip2 == 0;
+  return ternSuccess;
+}
+
+// Moves as much payload as the fifos allow (up to `limit` bytes); returns the
+// units moved (bytes for dense steps, groups for codec steps).
+size_t payload(Program& p, const Step& s, const Reduction& red, int nranks, size_t limit) {
+  const char* in = nullptr;
+  char* out = nullptr;
+  size_t n = s.bytes - p.off;
+  if (s.codec) {
+    n = std::min(n, limit / s.outUnit + 1);
+    if (s.in) n = std::min(n, s.in->recvAvail(&in) / s.inUnit);
+    if (s.out) n = std::min(n, s.out->sendSpace(&out) / s.outUnit);
+    if (n == 0) return 0;
+    s.codec->run(in, out, p.off, n);
+    if (s.in) s.in->recvConsume(n * s.inUnit);
+    if (s.out) s.out->sendCommit(n * s.outUnit);
+  } else {
+    n = std::min(n, limit);
+    if (s.in) n = std::min(n, s.in->recvAvail(&in));
+    if (s.out) n = std::min(n, s.out->sendSpace(&out));
+    n -= n % (s.reduce ? ternTypeSize(red.dt) : 1);  // whole elements only
+    if (n == 0) return 0;
+    execute(s, in, out, p.off, n, red, nranks);
+    if (s.in) s.in->recvConsume(n);
+    if (s.out) s.out->sendCommit(n);
+  }
+  p.off += n;
+  return n;
+}
+
+}  // namespace
+
+ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,
+                     bool* moved) {
+  size_t spent = 0;
+  while (p.cur < p.steps.size()) {
+    const Step& s = p.steps[p.cur];
+    if (!p.started) layout(op, p, s);
+    bool ready;
+    TERN_CHECK(prologue(op, p, s, &ready));
+    if (!ready) return ternSuccess;
+    while (p.off < s.bytes) {
+      if (spent >= budget) return ternSuccess;
+      size_t units = payload(p, s, red, nranks, std::min(kBurst, budget - spent));
+      if (units == 0) return ternSuccess;
+      spent += units * (s.codec ? s.outUnit : 1);
+      *moved = true;
+    }
+    ++p.cur;
+    p.off = 0;
+    p.started = false;
+  }
+  return ternSuccess;
+}
+
+ternResult_t checkBlockedOnGone(const Phase& ph, int rank, const char* what) {
+  for (const Program& p : ph.progs) {
+    if (p.done()) continue;
+    const Step& s = p.steps[p.cur];
+    const char* ip;
+    size_t unit = s.codec ? s.inUnit : s.reduce ? ternTypeSize(ph.red.dt) : 1;
+    bool starved = s.in && s.in->gone && s.in->recvAvail(&ip) < std::max<size_t>(unit, 1);
+    Conn* dead = starved ? s.in : (s.out && s.out->gone) ? s.out : nullptr;
+    if (dead)
+      return setError(ternRemoteError, "rank " + std::to_string(rank) + " needs rank " +
+                                           std::to_string(dead->peer) + " in " + what +
+                                           ", but that rank exited or failed");
+  }
+  return ternSuccess;
+}
+
+std::string blockedPeers(const Phase& ph) {
+  std::set<int> peers;
+  for (const Program& p : ph.progs) {
+    if (p.done()) continue;
+    const Step& s = p.steps[p.cur];
+    if (s.in) peers.insert(s.in->peer);
+    if (s.out) peers.insert(s.out->peer);
+  }
+  std::string out;
+  for (int r : peers) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out.empty() ? "-" : out;
+}
+
+}  // namespace tern

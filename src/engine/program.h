@@ -1,0 +1,109 @@
+// Programs of Steps: how an operation moves data.  A collective is planned as
+// one or more Programs; a Program is a list of Steps executed in order; a Step
+// streams `bytes` in from one connection and/or out to another, optionally
+// reducing the incoming bytes with a local buffer on the fly (NCCL's
+// recvReduceSend / recvReduceCopySend / recvCopySend, one pass each).
+//
+// Programs know nothing of priorities or of other operations: the executor
+// (executor.h) decides which operation's programs advance, and advance() moves
+// one program as far as its fifos and a byte budget allow, then returns, so the
+// executor can serve a more urgent operation at the next chunk boundary.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/env.h"
+#include "tern/tern.h"
+#include "transport/transport.h"
+
+namespace tern {
+
+struct Operation;
+
+// A codec turns groups of incoming bytes into groups of outgoing bytes (and
+// may write the caller's buffer itself): the ternary allreduce's fused
+// decode-add-encode.  `first` counts groups from the start of the step.
+class GroupCodec {
+ public:
+  virtual ~GroupCodec() = default;
+  virtual void run(const char* in, char* out, size_t first, size_t n) const = 0;
+};
+
+struct Step {
+  Conn* in = nullptr;            // receive from (nullptr: nothing to receive)
+  Conn* out = nullptr;           // send to (nullptr: nothing to send)
+  const char* local = nullptr;   // reduced with incoming bytes, or the source when !in
+  char* dst = nullptr;           // where the result lands (may be nullptr)
+  size_t bytes = 0;              // payload bytes (codec steps: groups)
+  bool reduce = false;           // result = incoming (op) local
+  bool finalAvg = false;         // ternAvg: divide this (last) reduction by nranks
+  const GroupCodec* codec = nullptr;  // codec step: framed, group-wise
+  uint32_t inUnit = 0, outUnit = 0;   // codec step: bytes per group in / out
+};
+
+// Codec steps travel framed: a 16-byte header (magic, unit, groups) that the
+// receiver checks before reading a byte of payload.
+struct StepHeader {
+  uint32_t magic, unit;
+  uint64_t groups;
+};
+constexpr uint32_t kStepMagic = 0x59524e54;  // "TNRY"
+
+struct Reduction {
+  ternDataType_t dt = ternUint8;
+  ternRedOp_t op = ternSum;
+};
+
+struct Program {
+  std::vector<Step> steps;
+  // Execution state, owned by advance(): the current step, payload units
+  // done, and what is left of the in / out prologue (descriptor, padding,
+  // header).
+  size_t cur = 0, off = 0;
+  bool started = false;
+  size_t inSkip = 0, inDesc = 0, inHdr = 0, inSkip2 = 0;
+  size_t outSkip = 0, outDesc = 0, outHdr = 0, outSkip2 = 0;
+  void add(const Step& s) {
+    if (s.bytes > 0) steps.push_back(s);
+  }
+  bool done() const { return cur >= steps.size(); }
+};
+
+// One phase of an operation: programs that run together, and how they reduce.
+struct Phase {
+  std::vector<Program> progs;
+  Reduction red;
+  const char* what = "";
+};
+
+// What a plan needs from its communicator: who is where, and the connections
+// of the operation's priority level (conns[peer], self included).
+struct PlanCtx {
+  int rank = 0, nranks = 1;
+  const std::vector<int>* ring = nullptr;     // ring[i]: the rank at position i
+  const std::vector<int>* ringPos = nullptr;  // ringPos[r]: rank r's position
+  std::vector<Conn*> conns;
+  const Config* cfg = nullptr;
+
+  int pos() const { return (*ringPos)[rank]; }
+  int posOf(int r) const { return (*ringPos)[r]; }
+  int rankAt(int p) const { return (*ring)[((p % nranks) + nranks) % nranks]; }
+  Conn* next() const { return conns[rankAt(pos() + 1)]; }
+  Conn* prev() const { return conns[rankAt(pos() - 1)]; }
+};
+
+// Moves program `p` of operation `op` as far as the fifos allow, at most about
+// `budget` payload bytes.  Sets *moved when anything moved.  Ill-formed or
+// mismatched input (a peer's descriptor that names another operation) is an
+// error with a sentence.
+ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,
+                     bool* moved);
+
+// A step blocked on a peer that has gone can never finish: that is the
+// remote error (a peer that exits after its part is done is not one).
+ternResult_t checkBlockedOnGone(const Phase& ph, int rank, const char* what);
+// The peers the phase's unfinished programs wait on ("1, 3").
+std::string blockedPeers(const Phase& ph);
+
+}  // namespace tern

@@ -1,0 +1,295 @@
+// The engine: priority levels (urgent operations overtake bulk ones), per-level
+// matching across ranks, asynchronous requests, several threads on one
+// communicator, operation mismatches reported on every rank, dead peers while
+// requests are in flight.  Real processes over shm and tcp (and UCX when built).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+
+using namespace terntest;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// x[i] = rank + i (mod 1000) * scale: the sum over ranks is known exactly.
+void fill(std::vector<float>& x, int rank, float scale) {
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (rank + static_cast<float>(i % 1000)) * scale;
+}
+
+bool sumIsRight(const std::vector<float>& x, int nranks, float scale) {
+  float ranks = nranks * (nranks - 1) / 2.0f;
+  for (size_t i = 0; i < x.size(); i += 997)
+    if (x[i] != (ranks + nranks * static_cast<float>(i % 1000)) * scale) return false;
+  return x.back() == (ranks + nranks * static_cast<float>((x.size() - 1) % 1000)) * scale;
+}
+
+// One allreduce (in place) at `level`, returned as a request.
+ternRequest_t asyncAllReduce(std::vector<float>& x, int level, ternComm_t comm) {
+  int old;
+  ternGetPriority(&old);
+  ternSetPriority(level);
+  ternRequest_t req = nullptr;
+  ternGroupStart();
+  ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);
+  ternGroupEndAsync(&req);
+  ternSetPriority(old);
+  return req;
+}
+
+// A bulk allreduce (level 7) runs in the background; an urgent one (level 0)
+// issued after it must finish first, and both must be right.
+int overtakeBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  std::vector<float> bulk(32 << 20), urgent(1 << 20);  // 128 MiB and 4 MiB
+  fill(bulk, ctx.rank, 1.0f);
+  fill(urgent, ctx.rank, 2.0f);
+  ternBarrier(comm);
+  ternRequest_t req = asyncAllReduce(bulk, 7, comm);
+  if (!req) return failf(ctx, "no request: %s", ternGetLastError(comm));
+  ternSetPriority(0);
+  if (ternAllReduce(urgent.data(), urgent.data(), urgent.size(), ternFloat32, ternSum, comm,
+                    nullptr) != ternSuccess)
+    return failf(ctx, "urgent allreduce: %s", ternGetLastError(comm));
+  int done = -1;
+  if (ternRequestTest(req, &done) != ternSuccess) return failf(ctx, "test: %s", ternGetLastError(comm));
+  if (done) return failf(ctx, "the bulk allreduce finished before the urgent one");
+  if (ternRequestWait(req) != ternSuccess) return failf(ctx, "bulk: %s", ternGetLastError(comm));
+  if (!sumIsRight(bulk, ctx.nranks, 1.0f) || !sumIsRight(urgent, ctx.nranks, 2.0f))
+    return failf(ctx, "wrong sums");
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
+// Rank 0 issues level 2 then level 5; the others issue level 5 then level 2:
+// the k-th operation of a level meets the k-th of that level, whatever the
+// order across levels.  Transfers at two levels also cross.
+int perLevelBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  std::vector<float> a(300000), b(5000);
+  fill(a, ctx.rank, 3.0f);
+  fill(b, ctx.rank, 5.0f);
+  ternRequest_t ra, rb;
+  if (ctx.rank == 0) {
+    ra = asyncAllReduce(a, 2, comm);
+    rb = asyncAllReduce(b, 5, comm);
+  } else {
+    rb = asyncAllReduce(b, 5, comm);
+    ra = asyncAllReduce(a, 2, comm);
+  }
+  if (ternRequestWait(rb) != ternSuccess || ternRequestWait(ra) != ternSuccess)
+    return failf(ctx, "wait: %s", ternGetLastError(comm));
+  if (!sumIsRight(a, ctx.nranks, 3.0f) || !sumIsRight(b, ctx.nranks, 5.0f))
+    return failf(ctx, "levels were mixed up");
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
+// Four threads, each at its own level, 25 allreduces each on one communicator.
+int threadsBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      ternSetPriority(2 * t);
+      std::vector<float> x(1000 + 40000 * t);
+      for (int k = 0; k < 25; ++k) {
+        float scale = static_cast<float>(1 + t * 100 + k);
+        fill(x, ctx.rank, scale);
+        if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr) !=
+                ternSuccess ||
+            !sumIsRight(x, ctx.nranks, scale))
+          ++bad;
+      }
+    });
+  for (auto& th : threads) th.join();
+  if (bad) return failf(ctx, "%d of 100 threaded allreduces failed", bad.load());
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
+// Requests: test until done, wait, misuse, and requests nobody waits on
+// (released by ternCommDestroy).  Sends and receives larger than the fifo,
+// issued as separate requests, progress together.
+int requestsBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  std::vector<float> x(1 << 20);
+  fill(x, ctx.rank, 1.0f);
+  ternRequest_t req = asyncAllReduce(x, 4, comm);
+  int done = 0;
+  auto until = Clock::now() + std::chrono::seconds(20);
+  ternResult_t r = ternSuccess;
+  while (!done && Clock::now() < until) r = ternRequestTest(req, &done);
+  if (!done || r != ternSuccess || !sumIsRight(x, ctx.nranks, 1.0f))
+    return failf(ctx, "test loop: done=%d %s", done, ternGetErrorString(r));
+  if (ternRequestWait(req) != ternInvalidUsage || ternRequestTest(nullptr, &done) != ternInvalidUsage)
+    return failf(ctx, "a released request was accepted");
+  if (ternGroupEndAsync(nullptr) != ternInvalidArgument) return failf(ctx, "NULL request accepted");
+
+  int peer = (ctx.rank + 1) % ctx.nranks, from = (ctx.rank + ctx.nranks - 1) % ctx.nranks;
+  std::vector<char> out(24 << 20, static_cast<char>(ctx.rank)), in(24 << 20);
+  ternRequest_t s, v;
+  ternGroupStart();
+  ternSend(out.data(), out.size(), ternUint8, peer, comm, nullptr);
+  ternGroupEndAsync(&s);
+  ternGroupStart();
+  ternRecv(in.data(), in.size(), ternUint8, from, comm, nullptr);
+  ternGroupEndAsync(&v);
+  if (ternRequestWait(s) != ternSuccess || ternRequestWait(v) != ternSuccess)
+    return failf(ctx, "send/recv requests: %s", ternGetLastError(comm));
+  if (in[0] != from || in.back() != from) return failf(ctx, "wrong bytes received");
+
+  std::vector<float> y(1 << 18);  // never waited on
+  for (int k = 0; k < 3; ++k) asyncAllReduce(y, k, comm);
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
+struct EngineCase : ::testing::TestWithParam<std::tuple<std::string, int>> {
+  void run(const Body& body, std::map<std::string, std::string> extra = {}) {
+    auto [transport, nranks] = GetParam();
+    extra.emplace("TERN_TIMEOUT", "20");
+    expectAllRanksOk(runRanks(nranks, transportEnv(transport, extra), body, 1, 120));
+  }
+};
+
+TEST_P(EngineCase, UrgentOvertakesBulk) { run(overtakeBody); }
+TEST_P(EngineCase, LevelsMatchWhateverTheOrderAcrossLevels) { run(perLevelBody); }
+TEST_P(EngineCase, ManyThreadsOneCommunicator) { run(threadsBody); }
+TEST_P(EngineCase, RequestsTestWaitAndNeverWaited) { run(requestsBody); }
+
+INSTANTIATE_TEST_SUITE_P(Transports, EngineCase,
+                         ::testing::Combine(::testing::ValuesIn(testTransports()),
+                                            ::testing::Values(2, 3)),
+                         [](const auto& info) { return transportRanksName(info); });
+
+// ---- mismatches --------------------------------------------------------------
+
+// Rank `odd` (the last) calls something else than the others; every rank must
+// get ternInvalidUsage with a sentence naming both operations, within the
+// timeout, and the communicator must then be aborted.  A rank whose
+// neighbours both agreed with it and whose call finished (a broadcast that
+// passed it by) gets the error from its next call instead.
+struct Mismatch {
+  const char* name;
+  std::function<ternResult_t(ternComm_t, bool odd, std::vector<float>&)> call;
+  const char* evidence;  // in the sentence on the ranks that saw it first-hand
+};
+
+std::vector<Mismatch> mismatches() {
+  auto ar = [](ternComm_t c, std::vector<float>& x, size_t n, ternDataType_t dt, ternRedOp_t op) {
+    return ternAllReduce(x.data(), x.data(), n, dt, op, c, nullptr);
+  };
+  return {
+      {"count", [=](ternComm_t c, bool odd, std::vector<float>& x) {
+         return ar(c, x, odd ? 2048 : 1024, ternFloat32, ternSum); }, "allreduce of 2048 float32"},
+      {"datatype", [=](ternComm_t c, bool odd, std::vector<float>& x) {
+         return ar(c, x, 1024, odd ? ternInt32 : ternFloat32, ternSum); }, "1024 int32"},
+      {"op", [=](ternComm_t c, bool odd, std::vector<float>& x) {
+         return ar(c, x, 1024, ternFloat32, odd ? ternMax : ternSum); }, "(max)"},
+      {"root", [](ternComm_t c, bool odd, std::vector<float>& x) {
+         return ternBroadcast(x.data(), x.data(), 1024, ternFloat32, odd ? 1 : 0, c, nullptr); },
+       "with root"},
+      {"kind", [](ternComm_t c, bool odd, std::vector<float>& x) {
+         return odd ? ternBroadcast(x.data(), x.data(), 1024, ternFloat32, 0, c, nullptr)
+                    : ternAllReduce(x.data(), x.data(), 1024, ternFloat32, ternSum, c, nullptr); },
+       "broadcast"},
+  };
+}
+
+class MismatchCase : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(MismatchCase, EveryRankGetsInvalidUsageNamingBothSides) {
+  auto [transport, nranks] = GetParam();
+  for (const Mismatch& m : mismatches()) {
+    SCOPED_TRACE(m.name);
+    auto body = [&](RankCtx& ctx) {
+      ternComm_t comm = ctx.comm();
+      std::vector<float> x(1 << 16, 1.0f);
+      if (ternAllReduce(x.data(), x.data(), 8, ternFloat32, ternSum, comm, nullptr) != ternSuccess)
+        return failf(ctx, "warm-up failed");
+      auto t0 = Clock::now();
+      ternResult_t r = m.call(comm, ctx.rank == ctx.nranks - 1, x);
+      if (r == ternSuccess && ctx.rank != ctx.nranks - 1)  // learns it from the next call
+        r = ternAllReduce(x.data(), x.data(), 8, ternFloat32, ternSum, comm, nullptr);
+      double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      std::string err = ternGetLastError(comm);
+      if (r != ternInvalidUsage || err.find("called") == std::string::npos ||
+          err.find(m.evidence) == std::string::npos || err.find("aborted") == std::string::npos)
+        return failf(ctx, "%s mismatch gave %s: %s", m.name, ternGetErrorString(r), err.c_str());
+      if (secs > 5) return failf(ctx, "took %.1f s", secs);
+      // The next call must not run on a desynchronised communicator.
+      if (ternAllReduce(x.data(), x.data(), 8, ternFloat32, ternSum, comm, nullptr) == ternSuccess)
+        return failf(ctx, "the communicator went on after a mismatch");
+      return ternCommAbort(comm) == ternSuccess ? 0 : 1;
+    };
+    expectAllRanksOk(runRanks(nranks, transportEnv(transport, {{"TERN_TIMEOUT", "30"}}), body, 1, 60));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, MismatchCase,
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3)),
+                         [](const auto& info) { return transportRanksName(info); });
+
+// ---- arguments and failures --------------------------------------------------
+
+TEST(Priority, BadArgumentsAreRefusedWithASentence) {
+  EXPECT_EQ(ternSetPriority(-1), ternInvalidArgument);
+  EXPECT_NE(strstr(ternGetLastError(nullptr), "not in [0, 8)"), nullptr);
+  EXPECT_EQ(ternSetPriority(TERN_PRIORITY_LEVELS), ternInvalidArgument);
+  EXPECT_EQ(ternGetPriority(nullptr), ternInvalidArgument);
+  int p = -1;
+  EXPECT_EQ(ternGetPriority(&p), ternSuccess);
+  EXPECT_EQ(p, TERN_PRIORITY_DEFAULT);
+  EXPECT_EQ(ternSetPriority(0), ternSuccess);
+  EXPECT_EQ(ternGetPriority(&p), ternSuccess);
+  EXPECT_EQ(p, 0);
+  std::thread([] {  // per thread
+    int q = -1;
+    ternGetPriority(&q);
+    EXPECT_EQ(q, TERN_PRIORITY_DEFAULT);
+  }).join();
+  EXPECT_EQ(ternSetPriority(TERN_PRIORITY_DEFAULT), ternSuccess);
+}
+
+// The last rank dies while the others have requests in flight at three
+// levels: every request ends in an error well within the timeout.
+int deadPeerBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  std::vector<std::vector<float>> bufs(3, std::vector<float>(4 << 20, 1.0f));
+  if (ctx.rank == ctx.nranks - 1) {
+    usleep(200000);
+    _exit(0);  // without a word
+  }
+  std::vector<ternRequest_t> reqs;
+  for (int k = 0; k < 3; ++k) reqs.push_back(asyncAllReduce(bufs[k], 2 * k + 1, comm));
+  auto t0 = Clock::now();
+  for (ternRequest_t r : reqs) {
+    ternResult_t res = ternRequestWait(r);
+    if (res != ternRemoteError && res != ternTimeout)
+      return failf(ctx, "request ended with %s", ternGetErrorString(res));
+  }
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (secs > 10) return failf(ctx, "errors took %.1f s", secs);
+  return ternCommAbort(comm) == ternSuccess ? 0 : 1;
+}
+
+class DeadPeer : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(DeadPeer, EveryInFlightRequestFails) {
+  auto [transport, nranks] = GetParam();
+  RunResult r = runRanks(nranks, transportEnv(transport, {{"TERN_TIMEOUT", "15"}}), deadPeerBody, 1, 60);
+  EXPECT_FALSE(r.timedOut);
+  for (int i = 0; i < nranks; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DeadPeer,
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3)),
+                         [](const auto& info) { return transportRanksName(info); });
+
+}  // namespace
