@@ -319,6 +319,15 @@ def test_run_times_out_on_a_worker_that_never_gets_ready(tmp_path):
     assert "mpijob" in c.deleted() and not any(x["argv"][0] == "logs" for x in c.calls())
 
 
+def test_run_gives_up_on_a_launcher_that_never_starts(tmp_path):
+    c = Cluster(tmp_path, stuck="ErrImagePull")
+    p = c.run(*JOB[:-1], "0.3", "--", "prog")
+    assert p.returncode == 1
+    assert ("the launcher demo-launcher-x7k2p did not start within 0.3 s (Pending (ErrImagePull)); "
+            "job demo deleted") in p.stderr, p.stderr
+    assert "mpijob" in c.deleted()
+
+
 def test_run_passes_on_the_launchers_exit_code_and_deletes_the_job(tmp_path):
     c = Cluster(tmp_path, exit=7, log="rank 1: wrong result\n")
     p = c.run(*JOB, "--", "prog")
