@@ -387,3 +387,11 @@ def test_local_failure_passes_the_code_on_and_cleans_up():
     p = local("--", "/bin/sh", "-c", 'if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then exit 5; fi')
     assert p.returncode == 5, p.stdout + p.stderr
     assert "job lt failed: the launcher exited with code 5" in p.stderr
+
+
+def test_local_timeout_kills_the_ranks_and_cleans_up():
+    p = local("--timeout", "3", "--", "/bin/sleep", "60", timeout=60)
+    assert p.returncode == 1
+    assert "the launcher did not finish within 3 s" in p.stderr, p.stderr
+    left = subprocess.run(["pgrep", "-f", "^/bin/sleep 60$"], capture_output=True, text=True).stdout
+    assert left == "", "ranks outlived their pods: " + left
