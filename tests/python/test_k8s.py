@@ -356,8 +356,11 @@ def local(*args, timeout=200):
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("mpirun"):
         pytest.skip("tern-k8s local needs root, iproute2 and OpenMPI's mpirun")
     before = netns_state()
+    # No OMPI_* from outside (scripts/test.sh exports OMPI_ALLOW_RUN_AS_ROOT): the job's own
+    # env must be enough for mpirun.  TERN_K8S_TEST_LEAK must not reach the ranks.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_")}
     p = tern_k8s("local", "--name", "lt", "--workers", "2", "--gpus-per-worker", "0", "--slots", "2",
-                 "--timeout", "150", *args, env=dict(os.environ, TERN_K8S_TEST_LEAK="1"), timeout=timeout)
+                 "--timeout", "150", *args, env=dict(env, TERN_K8S_TEST_LEAK="1"), timeout=timeout)
     assert netns_state() == before, "namespaces or /etc/netns entries left behind"
     return p
 
