@@ -9,6 +9,8 @@ trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 test -x "$tmp/prefix/bin/ternrun"
 test -x "$tmp/prefix/bin/all_reduce_perf"
+"$tmp/prefix/bin/tern-k8s" --name i --image i --workers 1 --gpus-per-worker 3 -- p | grep -q "^kind: MPIJob" ||
+  { echo "the installed tern-k8s does not render an MPIJob" >&2; exit 1; }
 cmake -S "$src" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/cm" >/dev/null
 LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/cm/consumer"
