@@ -59,6 +59,9 @@ struct Cursor {
   bool inForward = true;
   int64_t warmup = 0;
   int64_t freeAt = 0;            // ticks
+  // Micro-batches finished each way.  Both run in ascending order, so the
+  // neighbour's count says which inputs have arrived.
+  int64_t forwardsDone = 0, backwardsDone = 0;
 };
 
 // One direction of one link: transfers leave in the order they are handed
@@ -116,8 +119,9 @@ class Simulation {
       down_.push_back(w);
       up_.push_back(w);
     }
-    fwdIn_.assign(static_cast<size_t>(p_) * m, -1);
-    bwdIn_.assign(static_cast<size_t>(p_) * m, -1);
+    // Never read before written (see Cursor::forwardsDone): no clearing.
+    fwdIn_.resize(std::max(fwdIn_.size(), static_cast<size_t>(p_) * m));
+    bwdIn_.resize(std::max(bwdIn_.size(), static_cast<size_t>(p_) * m));
   }
 
   double run() { return trace_ ? sweep<true>() : sweep<false>(); }
@@ -147,8 +151,15 @@ class Simulation {
       const int64_t first = (forward ? c.nextF : c.nextB) * k_;
       const int64_t end = std::min(first + k_, m_);
       const int64_t from = first + c.pos;
-      const int64_t stop = forward ? runGroup<kTrace, true>(s, c.freeAt, from, end)
-                                   : runGroup<kTrace, false>(s, c.freeAt, from, end);
+      // The inputs at hand: the data at stage 0, the loss at the last stage,
+      // else what the neighbour has finished.
+      int64_t arrived = m_;
+      if (forward && s > 0) arrived = cursors_[s - 1].forwardsDone;
+      if (!forward && s + 1 < p_) arrived = cursors_[s + 1].backwardsDone;
+      const int64_t stop = std::max(from, std::min(end, arrived));
+      if (forward) runGroup<kTrace, true>(s, c.freeAt, from, stop);
+      else runGroup<kTrace, false>(s, c.freeAt, from, stop);
+      (forward ? c.forwardsDone : c.backwardsDone) += stop - from;
       ran += stop - from;
       if (stop < end) {
         c.pos = stop - first;
@@ -168,10 +179,9 @@ class Simulation {
   }
 
   // Micro-batches [i, end) of one group at stage s, forwards or backwards,
-  // each handing its output to the neighbour; returns where it stopped (an
-  // input that has not arrived yet).
+  // their inputs arrived, each handing its output to the neighbour.
   template <bool kTrace, bool kForward>
-  int64_t runGroup(int s, int64_t& freeAt, int64_t i, int64_t end) {
+  void runGroup(int s, int64_t& freeAt, int64_t i, int64_t end) {
     const int64_t t = kForward ? tf_[s] : tb_[s];
     const bool inputsAtHand = kForward ? s == 0 : s + 1 == p_;  // the data; the loss
     const bool sends = kForward ? s + 1 < p_ : s > 0;
@@ -186,7 +196,6 @@ class Simulation {
     int64_t stageFree = freeAt, wireFree = w0.freeAt;
     for (; i < end; ++i) {
       const int64_t ready = inputsAtHand ? 0 : in[i];
-      if (ready < 0) break;
       const int64_t start = std::max(stageFree, ready);
       stageFree = start + t;
       if (kTrace) record(kForward ? TraceEvent::Kind::Forward : TraceEvent::Kind::Backward, s, i, start, stageFree);
@@ -199,7 +208,6 @@ class Simulation {
     }
     freeAt = stageFree;
     if (sends) wire->freeAt = wireFree;
-    return i;
   }
 
   void record(TraceEvent::Kind kind, int s, int64_t i, int64_t start, int64_t end) {
@@ -220,7 +228,7 @@ class Simulation {
   // at batch 4096 they are 1 MiB, and a fresh allocation that size is an mmap
   // and 256 page faults, which cost more than the simulation itself.
   static thread_local std::vector<int64_t> arrivalsDown, arrivalsUp;
-  std::vector<int64_t>& fwdIn_ = arrivalsDown;  // [s * m + i]: arrival at stage s (-1: not yet)
+  std::vector<int64_t>& fwdIn_ = arrivalsDown;  // [s * m + i]: arrival at stage s
   std::vector<int64_t>& bwdIn_ = arrivalsUp;
 };
 
