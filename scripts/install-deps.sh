@@ -3,7 +3,8 @@
 # only those missing (a fresh Debian bookworm has none of them).
 set -euo pipefail
 pkgs=(cmake g++ make pkg-config libgtest-dev openmpi-bin libopenmpi-dev libgloo-dev libucx-dev libibverbs-dev libhwloc-dev
-      iproute2 python3 python3-dev python3-numpy python3-pytest pybind11-dev python3-torch libtorch-dev)
+      iproute2 python3 python3-dev python3-numpy python3-pytest pybind11-dev python3-torch libtorch-dev
+      python3-matplotlib)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -152,6 +152,12 @@ TEST(PlannerMemory, DesignRuleAndLargestK) {
   }
 }
 
+TEST(PlannerPlan, RefusesASearchThatWouldRunForHours) {
+  PipelineModel huge = pipeline(1 << 20, std::vector<Stage>(2, stage(1, 2)));
+  EXPECT_NE(errorOf([&] { plan(huge); }).find("more than the limit"), std::string::npos);
+  EXPECT_EQ(plan(huge, 64).candidates.size(), 1u);  // one split is still fine
+}
+
 // ---- the simulator ---------------------------------------------------------------
 
 TEST(PlannerSimulate, UniformWithoutNetworkIsTheFormulaForEveryK) {

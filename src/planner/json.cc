@@ -9,6 +9,10 @@ namespace {
 
 constexpr int kMaxDepth = 256;  // deeper nesting is no planner input; stops stack exhaustion
 
+// JSON's two-character escapes: the letter after '\\' and what it stands for.
+constexpr char kEscapes[][2] = {{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', '\b'},
+                                {'f', '\f'}, {'n', '\n'}, {'r', '\r'}, {'t', '\t'}};
+
 class Parser {
  public:
   Parser(const std::string& text, const std::string& what) : s_(text), what_(what) {}
@@ -82,15 +86,27 @@ class Parser {
     return v;
   }
 
-  void object(Json& v, int depth) {
-    v.type = Json::Type::Object;
-    expect('{');
+  // `open`, elements separated by commas (none after the last), `close`.
+  template <typename Element>
+  void sequence(char open, char close, Element element) {
+    expect(open);
     skipSpace();
-    if (peek() == '}') {
+    if (peek() == close) {
       ++pos_;
       return;
     }
     for (;;) {
+      element();
+      skipSpace();
+      if (peek() != ',') break;
+      ++pos_;
+    }
+    expect(close);
+  }
+
+  void object(Json& v, int depth) {
+    v.type = Json::Type::Object;
+    sequence('{', '}', [&] {
       skipSpace();
       if (peek() != '"') fail("expected a quoted member name");
       std::string key = string();
@@ -98,34 +114,12 @@ class Parser {
       skipSpace();
       expect(':');
       v.object.emplace_back(std::move(key), value(depth + 1));
-      skipSpace();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect('}');
-      return;
-    }
+    });
   }
 
   void array(Json& v, int depth) {
     v.type = Json::Type::Array;
-    expect('[');
-    skipSpace();
-    if (peek() == ']') {
-      ++pos_;
-      return;
-    }
-    for (;;) {
-      v.array.push_back(value(depth + 1));
-      skipSpace();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect(']');
-      return;
-    }
+    sequence('[', ']', [&] { v.array.push_back(value(depth + 1)); });
   }
 
   // JSON's number grammar exactly (no leading '+', no leading zeros, no
@@ -225,20 +219,20 @@ class Parser {
         out += c;
         continue;
       }
-      char e = peek();
+      const char e = peek();
       ++pos_;
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': appendUtf8(out, escapedCodePoint()); break;
-        default: --pos_; fail("invalid escape in a string");
+      if (e == 'u') {
+        appendUtf8(out, escapedCodePoint());
+        continue;
       }
+      const char* hit = nullptr;
+      for (const auto& esc : kEscapes)
+        if (esc[0] == e) hit = esc;
+      if (!hit) {
+        --pos_;
+        fail("invalid escape in a string");
+      }
+      out += hit[1];
     }
   }
 
@@ -342,20 +336,18 @@ void expectOnlyFields(const Json& object, const std::vector<std::string>& known,
 std::string jsonString(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += char(c);
-        }
+    const char* hit = nullptr;
+    for (const auto& esc : kEscapes)
+      if (esc[1] == static_cast<char>(c) && esc[0] != '/') hit = esc;  // '/' needs no escape
+    if (hit) {
+      out += '\\';
+      out += hit[0];
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
     }
   }
   return out + "\"";

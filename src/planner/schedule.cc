@@ -318,6 +318,22 @@ std::vector<double> simulateAll(const PipelineModel& model, const std::vector<Mi
   return times;
 }
 
+namespace {
+
+// The exhaustive search costs 2 p m operations per (m, K): a huge batch
+// would run for hours or exhaust memory, so it is refused with a way out.
+void checkWorkload(const PipelineModel& model, const std::vector<MicroK>& work) {
+  constexpr double kLimit = 2e10;  // about half a minute on one 2020s core
+  double ops = 0;
+  for (const MicroK& w : work) ops += 2.0 * static_cast<double>(model.stages.size()) * static_cast<double>(w.m);
+  if (ops > kLimit)
+    throw InputError("planning batch_size " + std::to_string(model.batchSize) + " would simulate " + jsonNumber(ops) +
+                     " operations, more than the limit of " + jsonNumber(kLimit) +
+                     "; plan one split at a time (--microbatches) or a smaller batch.");
+}
+
+}  // namespace
+
 Plan plan(const PipelineModel& model, int64_t onlyM, unsigned threads) {
   if (onlyM > 0 && model.batchSize % onlyM != 0)
     throw InputError("the micro-batch count " + std::to_string(onlyM) + " does not divide batch_size " +
@@ -329,6 +345,7 @@ Plan plan(const PipelineModel& model, int64_t onlyM, unsigned threads) {
     kmax.insert(kmax.begin(), largestFittingK(model, *m));
     for (int64_t k = kmax.front(); k >= 1; --k) work.push_back({*m, k});
   }
+  checkWorkload(model, work);
   const std::vector<double> times = simulateAll(model, work, threads);
   Plan result;
   for (size_t j = 0; j < splits.size(); ++j) {
