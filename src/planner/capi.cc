@@ -1,0 +1,113 @@
+// The C ABI of tern_plan.h over the planners' C++ code: exceptions become a
+// return code and a sentence.
+#include "planner/tern_plan.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <string>
+
+#include "planner/gantt.h"
+#include "planner/priority.h"
+#include "planner/schedule.h"
+
+#define TERN_PLAN_API extern "C" __attribute__((visibility("default")))
+
+namespace tern::planner {
+namespace {
+
+char* copyOut(const std::string& s) {
+  char* p = static_cast<char*>(std::malloc(s.size() + 1));
+  if (p) std::memcpy(p, s.c_str(), s.size() + 1);
+  return p;
+}
+
+int guarded(char** out, const std::function<std::string()>& body) {
+  if (!out) return 1;
+  int rc = 0;
+  std::string text;
+  try {
+    text = body();
+  } catch (const InputError& e) {
+    rc = 2;
+    text = e.what();
+  } catch (const std::exception& e) {
+    rc = 1;
+    text = std::string("the planner failed: ") + e.what() + ".";
+  }
+  *out = copyOut(text);
+  return *out ? rc : 1;
+}
+
+std::string need(const char* text, const char* what) {
+  if (!text) throw InputError(std::string("no ") + what + " was given.");
+  return text;
+}
+
+PipelineModel readModel(const char* json, double bandwidthGbps) {
+  PipelineModel model = parseModel(parseJson(need(json, "model"), "the model"));
+  if (bandwidthGbps != 0) overrideBandwidth(model, bandwidthGbps);
+  return model;
+}
+
+Candidate chosenCandidate(const PipelineModel& model, long long m, long long k) {
+  if (k == 0) {
+    Plan p = plan(model, m);
+    if (p.best < 0) throw std::runtime_error("no split of the batch fits every stage's memory");
+    return p.candidates[p.best];
+  }
+  if (m <= 0 || model.batchSize % m != 0 || k < 1 || k > m)
+    throw InputError("the gantt needs a micro-batch count dividing batch_size and 1 <= k <= it.");
+  Candidate c;
+  c.microbatches = m;
+  c.microbatchSize = model.batchSize / m;
+  c.k = k;
+  c.feasible = k <= largestFittingK(model, m);
+  c.iterationMs = simulate(model, m, k);
+  return c;
+}
+
+}  // namespace
+}  // namespace tern::planner
+
+using namespace tern::planner;
+
+TERN_PLAN_API int ternPlanSchedule(const char* model_json, double bandwidth_gbps, long long microbatches,
+                                   char** out) {
+  return guarded(out, [&] { return planJson(plan(readModel(model_json, bandwidth_gbps), microbatches)); });
+}
+
+TERN_PLAN_API int ternPlanGantt(const char* model_json, double bandwidth_gbps, long long microbatches, long long k,
+                                int format, char** out) {
+  return guarded(out, [&] {
+    PipelineModel model = readModel(model_json, bandwidth_gbps);
+    Candidate c = chosenCandidate(model, microbatches, k);
+    std::vector<TraceEvent> trace;
+    simulate(model, c.microbatches, c.k, &trace);
+    return format == 1 ? ganttSvg(model, c, trace) : traceJson(model, c, trace);
+  });
+}
+
+TERN_PLAN_API int ternPlanPriorities(const char* graph_json, const char* policy, char** out) {
+  return guarded(out, [&] {
+    Policy pol = parsePolicy(need(policy, "policy"));
+    return prioritiesJson(assignPriorities(parseGraph(parseJson(need(graph_json, "graph"), "the graph")), pol), pol);
+  });
+}
+
+TERN_PLAN_API int ternPlanEfficiency(const char* graph_json, const char* policy, int samples,
+                                     unsigned long long seed, char** out) {
+  return guarded(out, [&] {
+    Policy pol = parsePolicy(need(policy, "policy"));
+    if (samples < 1) throw InputError("the number of random orders must be positive.");
+    Graph g = parseGraph(parseJson(need(graph_json, "graph"), "the graph"));
+    Efficiency e = efficiency(g, assignPriorities(g, pol).recvNumber);
+    return std::string("{\"policy\": ") + jsonString(policyName(pol)) + ", \"efficiency\": " +
+           jsonNumber(e.efficiency) + ", \"makespan_ms\": " + jsonNumber(e.makespanMs) +
+           ", \"lower_ms\": " + jsonNumber(e.lowerMs) + ", \"upper_ms\": " + jsonNumber(e.upperMs) +
+           ", \"random_efficiency\": " + jsonNumber(randomOrderEfficiency(g, samples, seed)) + "}\n";
+  });
+}
+
+TERN_PLAN_API void ternPlanFree(char* text) { std::free(text); }

@@ -1,0 +1,514 @@
+// The planners (src/planner): JSON, the memory rule, the kFkB simulator
+// against hand-computed schedules and an independent brute force, TicTac's
+// TIC/TAC on hand-made graphs, and tern-plan's error handling.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+
+#include "planner/json.h"
+#include "planner/priority.h"
+#include "planner/schedule.h"
+
+using namespace tern::planner;
+
+namespace {
+
+const double kNoNetwork = std::numeric_limits<double>::infinity();
+
+Stage stage(double fwd, double bwd, double act = 1e6, double memory = 1e18, double staticBytes = 1e6) {
+  Stage s;
+  s.fwdMsPerSample = fwd;
+  s.bwdMsPerSample = bwd;
+  s.activationBytesPerSample = s.outputBytesPerSample = act;
+  s.staticBytes = staticBytes;
+  s.memoryBytes = memory;
+  return s;
+}
+
+PipelineModel pipeline(int64_t batch, std::vector<Stage> stages, double gbps = kNoNetwork, double latencyUs = 0) {
+  PipelineModel m;
+  m.batchSize = batch;
+  m.stages = std::move(stages);
+  m.links.assign(m.stages.size() - 1, Link{gbps, latencyUs});
+  return m;
+}
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+PipelineModel modelFrom(const std::string& json) { return parseModel(parseJson(json, "model.json")); }
+
+const char kModel[] = R"({"batch_size": 8,
+  "stages": [{"fwd_ms_per_sample": 1, "bwd_ms_per_sample": 2, "activation_bytes_per_sample": 1000,
+              "static_bytes": 100, "memory_bytes": 1e9},
+             {"fwd_ms_per_sample": 1, "bwd_ms_per_sample": 2, "activation_bytes_per_sample": 1000,
+              "static_bytes": 100, "memory_bytes": 1e9}],
+  "network": {"bandwidth_gbps": 1, "latency_us": 10}})";
+
+// ---- JSON ------------------------------------------------------------------
+
+TEST(PlannerJson, ParsesValuesAndEscapes) {
+  Json v = parseJson(R"({"a": [1, -2.5e3, true, false, null], "s": "x\"\\\u00e9\ud83d\ude00"})", "t");
+  ASSERT_EQ(v.find("a")->array.size(), 5u);
+  EXPECT_EQ(v.find("a")->array[1].number, -2500);
+  EXPECT_TRUE(v.find("a")->array[2].boolean);
+  EXPECT_FALSE(v.find("a")->array[3].boolean);
+  EXPECT_EQ(v.find("a")->array[4].type, Json::Type::Null);
+  EXPECT_EQ(v.find("s")->string, "x\"\\\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_EQ(parseJson(jsonString("a\"b\n\x01"), "t").string, "a\"b\n\x01");
+}
+
+TEST(PlannerJson, RejectsWhatJsonDoesNotAllowWithThePosition) {
+  for (const char* bad : {"{\"a\": 1,}", "[1, 2", "{\"a\": 1, \"a\": 2}", "01", "1.", "+1", "'x'", "{a: 1}",
+                          "[1] 2", "NaN", "\"tab\there\"", "1e999"})
+    EXPECT_NE(errorOf([&] { parseJson(bad, "in.json"); }).find("in.json is not valid JSON"), std::string::npos) << bad;
+  EXPECT_NE(errorOf([&] { parseJson("{\n  \"a\": 1,\n  }", "in.json"); }).find("line 3, column 3"), std::string::npos);
+  EXPECT_NE(errorOf([&] { parseJson(std::string(1000, '['), "in.json"); }).find("nesting"), std::string::npos);
+}
+
+TEST(PlannerJson, NumbersWriteBackExactly) {
+  EXPECT_EQ(jsonNumber(8e9), "8000000000");
+  EXPECT_EQ(jsonNumber(-3), "-3");
+  EXPECT_DOUBLE_EQ(std::stod(jsonNumber(644.10256)), 644.10256);
+  EXPECT_EQ(jsonNumber(std::nan("")), "null");
+}
+
+// ---- model.json ---------------------------------------------------------------
+
+TEST(PlannerModel, ReadsDesignFormatAndPerLinkNetwork) {
+  PipelineModel m = modelFrom(kModel);
+  EXPECT_EQ(m.batchSize, 8);
+  ASSERT_EQ(m.links.size(), 1u);
+  EXPECT_EQ(m.links[0].bandwidthGbps, 1);
+  EXPECT_EQ(m.stages[1].outputBytesPerSample, 1000);  // defaults to the activation bytes
+  std::string perLink = kModel;
+  perLink.replace(perLink.find("{\"bandwidth_gbps\": 1"), std::string("{\"bandwidth_gbps\": 1, \"latency_us\": 10}").size(),
+                  "[{\"bandwidth_gbps\": 7, \"latency_us\": 0}]");
+  EXPECT_EQ(modelFrom(perLink).links[0].bandwidthGbps, 7);
+  overrideBandwidth(m, 0.25);
+  EXPECT_EQ(m.links[0].bandwidthGbps, 0.25);
+}
+
+TEST(PlannerModel, EveryBadFieldIsNamed) {
+  struct Case {
+    std::string from, to, named;
+  };
+  const Case cases[] = {
+      {"\"batch_size\": 8", "\"batch_size\": 0", "batch_size must be positive"},
+      {"\"batch_size\": 8", "\"batch_size\": 7.5", "batch_size must be a whole number"},
+      {"\"batch_size\": 8,", "", "the field batch_size is missing"},
+      {"\"memory_bytes\": 1e9}]", "\"memory_bytes\": -1}]", "stages[1].memory_bytes must be positive"},
+      {"\"fwd_ms_per_sample\": 1,", "", "the field stages[0].fwd_ms_per_sample is missing"},
+      {"\"static_bytes\": 100, \"memory_bytes\": 1e9}]", "\"static_bytes\": \"x\", \"memory_bytes\": 1e9}]",
+       "stages[1].static_bytes must be a number, not a string"},
+      {"\"latency_us\": 10", "\"latency_us\": -1", "network.latency_us must not be negative"},
+      {"{\"bandwidth_gbps\": 1, \"latency_us\": 10}", "[]", "network lists 0 links but the stages need 1"},
+      {"\"latency_us\": 10", "\"latency_us\": 10, \"bw\": 3", "network.bw is not a known field"},
+      {"\"network\"", "\"netwerk\"", "netwerk is not a known field"},
+  };
+  for (const Case& c : cases) {
+    std::string json = kModel;
+    const size_t at = json.find(c.from);
+    ASSERT_NE(at, std::string::npos) << c.from;
+    json.replace(at, c.from.size(), c.to);
+    EXPECT_NE(errorOf([&] { modelFrom(json); }).find(c.named), std::string::npos)
+        << c.named << " <- " << errorOf([&] { modelFrom(json); });
+  }
+  PipelineModel m = modelFrom(kModel);
+  EXPECT_NE(errorOf([&] { plan(m, 3); }).find("3 does not divide batch_size 8"), std::string::npos);
+}
+
+// ---- the memory rule ------------------------------------------------------------
+
+TEST(PlannerMemory, DesignRuleAndLargestK) {
+  // 4 stages, 16 micro-batches of 2 samples, 10 bytes a sample, 100 static.
+  PipelineModel m = pipeline(32, std::vector<Stage>(4, stage(1, 1, 10, 1e9, 100)));
+  EXPECT_EQ(peakMemoryBytes(m, 0, 16, 1), 100 + 4 * 2 * 10);   // K (p - s) = 4 in flight
+  EXPECT_EQ(peakMemoryBytes(m, 3, 16, 3), 100 + 3 * 2 * 10);   // K (p - s) = 3
+  EXPECT_EQ(peakMemoryBytes(m, 0, 16, 5), 100 + 16 * 2 * 10);  // capped at m
+  // Stage 1 may hold 200 bytes of activations: K (4 - 1) * 2 * 10 <= 200 -> K <= 3.
+  m.stages[1].memoryBytes = 300;
+  EXPECT_EQ(largestFittingK(m, 16), 3);
+  m.stages[1].memoryBytes = 159;  // K = 1 keeps 3 micro-batches in flight there: 100 + 60 > 159
+  EXPECT_EQ(largestFittingK(m, 16), 0);
+  Plan p = plan(m);
+  for (const Candidate& c : p.candidates) {
+    EXPECT_EQ(c.feasible, largestFittingK(m, c.microbatches) > 0);
+    if (!c.feasible) EXPECT_TRUE(std::isnan(c.iterationMs));
+  }
+}
+
+TEST(PlannerPlan, RefusesASearchThatWouldRunForHours) {
+  PipelineModel huge = pipeline(1 << 20, std::vector<Stage>(2, stage(1, 2)));
+  EXPECT_NE(errorOf([&] { plan(huge); }).find("more than the limit"), std::string::npos);
+  EXPECT_EQ(plan(huge, 64).candidates.size(), 1u);  // one split is still fine
+}
+
+// ---- the simulator ---------------------------------------------------------------
+
+TEST(PlannerSimulate, UniformWithoutNetworkIsTheFormulaForEveryK) {
+  for (int p = 1; p <= 5; ++p) {
+    PipelineModel m = pipeline(24, std::vector<Stage>(p, stage(0.5, 1.25)));
+    for (int64_t mb : divisors(24))
+      for (int64_t k = 1; k <= mb; ++k) {
+        const double tf = 0.5 * (24 / mb), tb = 1.25 * (24 / mb);
+        EXPECT_NEAR(simulate(m, mb, k), (mb + p - 1) * (tf + tb), 1e-9) << "p " << p << " m " << mb << " K " << k;
+      }
+  }
+}
+
+TEST(PlannerSimulate, SingleStageRunsTheBatchOnce) {
+  PipelineModel m = pipeline(12, {stage(0.3, 0.7)});
+  for (int64_t mb : divisors(12)) EXPECT_NEAR(simulate(m, mb, 1), 12 * (0.3 + 0.7), 1e-9);
+}
+
+TEST(PlannerSimulate, NetworkBoundCaseByHand) {
+  // Two stages, m = 2, K = 1; 1 ms forward, 2 ms backward per micro-batch; a
+  // transfer occupies the link 10 ms (1.25 MB at 1 Gbit/s) and lands 0.5 ms later.
+  //  stage 0: F0 [0,1] F1 [1,2]; activations on the link [1,11] [11,21], land 11.5, 21.5
+  //  stage 1: F0 [11.5,12.5] B0 [12.5,14.5] F1 [21.5,22.5] B1 [22.5,24.5]
+  //  gradients up [14.5,24.5] [24.5,34.5], land 25, 35; stage 0: B0 [25,27] B1 [35,37]
+  PipelineModel m = pipeline(2, std::vector<Stage>(2, stage(1, 2, 1.25e6)), 1.0, 500);
+  EXPECT_NEAR(simulate(m, 2, 1), 37, 1e-9);
+  std::vector<TraceEvent> trace;
+  simulate(m, 2, 1, &trace);
+  EXPECT_EQ(trace.size(), 2u * 2 * 2 + 2u * 2);  // 8 computations, 4 transfers
+  double lastGradient = 0;
+  for (const TraceEvent& e : trace)
+    if (e.kind == TraceEvent::Kind::GradientSend) lastGradient = std::max(lastGradient, e.endMs);
+  EXPECT_NEAR(lastGradient, 34.5, 1e-9);
+}
+
+TEST(PlannerSimulate, TraceNeverOverlapsOnAStageOrALink) {
+  PipelineModel m = pipeline(16, {stage(1, 2), stage(2, 1), stage(1.5, 1.5)}, 2.0, 20);
+  std::vector<TraceEvent> trace;
+  const double total = simulate(m, 8, 3, &trace);
+  std::map<std::pair<int, int>, double> busyUntil;  // (kind lane, stage) -> end of the last bar
+  for (const TraceEvent& e : trace) {
+    const bool compute = e.kind == TraceEvent::Kind::Forward || e.kind == TraceEvent::Kind::Backward;
+    const std::pair<int, int> lane{compute ? 0 : static_cast<int>(e.kind), e.stage};
+    EXPECT_GE(e.startMs + 1e-9, busyUntil[lane]);
+    busyUntil[lane] = e.endMs;
+    EXPECT_LE(e.endMs, total + 1e-9);
+  }
+}
+
+TEST(PlannerPlan, SmallerKWinsWhenBottlenecksSitOnDifferentStages) {
+  // Stage 0 is slow forward, stage 1 slow backward: 1F1B's steady state costs
+  // max(f + b) = 4 per micro-batch, GPipe's max f + max b = 6.
+  PipelineModel m = pipeline(8, {stage(3, 1), stage(1, 3)});
+  Plan p = plan(m, 8);
+  ASSERT_EQ(p.best, 0);
+  EXPECT_LT(p.candidates[0].k, 8);
+  EXPECT_LT(p.candidates[0].iterationMs, simulate(m, 8, 8));
+}
+
+TEST(PlannerPlan, LargerKPaysWhenTransfersAreSlow) {
+  // Seed 001's point: with slow links, more micro-batches in flight hide the
+  // round trip.  Uniform stages, so without the network every K ties (and
+  // the largest is kept).
+  PipelineModel fast = pipeline(16, std::vector<Stage>(4, stage(1, 2)));
+  EXPECT_EQ(plan(fast, 16).candidates[0].k, 16);
+  PipelineModel slow = pipeline(16, std::vector<Stage>(4, stage(1, 2, 1e5)), 1.0, 3000);
+  EXPECT_LT(simulate(slow, 16, 4), simulate(slow, 16, 1));
+  EXPECT_GT(plan(slow, 16).candidates[0].k, 1);
+  // Re-planning for less bandwidth never predicts a faster iteration.
+  PipelineModel congested = slow;
+  overrideBandwidth(congested, 0.1);
+  EXPECT_GT(plan(congested).candidates[plan(congested).best].iterationMs,
+            plan(slow).candidates[plan(slow).best].iterationMs);
+}
+
+// An independent evaluation of the same event graph: every stage's sequence
+// written out, then passes over all operations until every time is known.
+double bruteForceTime(const PipelineModel& model, int64_t m, int64_t k) {
+  const int p = static_cast<int>(model.stages.size());
+  const double mb = static_cast<double>(model.batchSize / m);
+  std::vector<std::vector<std::pair<bool, int64_t>>> seq(p);  // (forward?, micro-batch)
+  for (int s = 0; s < p; ++s) {
+    std::vector<std::vector<int64_t>> groups;
+    for (int64_t i = 0; i < m; ++i) {
+      if (i % k == 0) groups.emplace_back();
+      groups.back().push_back(i);
+    }
+    const size_t G = groups.size(), warm = std::min<size_t>(G, p - s);
+    auto add = [&](bool f, size_t g) {
+      for (int64_t i : groups[g]) seq[s].push_back({f, i});
+    };
+    for (size_t g = 0; g < warm; ++g) add(true, g);
+    for (size_t b = 0, f = warm; b < G; ++b) {
+      add(false, b);
+      if (f < G) add(true, f++);
+    }
+  }
+  const double nan = std::nan("");
+  std::vector<std::vector<double>> fEnd(p, std::vector<double>(m, nan)), bEnd = fEnd;
+  std::vector<std::vector<double>> down(p, std::vector<double>(m, nan)), up = down;  // link busy ends
+  auto wire = [&](std::vector<double>& lane, int link, int64_t i, double ready) {
+    if (std::isnan(ready) || (i > 0 && std::isnan(lane[i - 1]))) return nan;
+    const Link& l = model.links[link];
+    const double busy = model.stages[link].outputBytesPerSample * mb * 8e-6 / l.bandwidthGbps;
+    lane[i] = std::max(ready, i > 0 ? lane[i - 1] : 0.0) + busy;
+    return lane[i] + l.latencyUs * 1e-3;
+  };
+  std::vector<size_t> next(p, 0);
+  std::vector<double> stageFree(p, 0);
+  std::vector<std::vector<double>> fIn(p, std::vector<double>(m, nan)), bIn = fIn;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s)
+      while (next[s] < seq[s].size()) {
+        auto [forward, i] = seq[s][next[s]];
+        const double ready = forward ? (s == 0 ? 0 : fIn[s][i]) : (s == p - 1 ? fEnd[s][i] : bIn[s][i]);
+        if (std::isnan(ready)) break;
+        const double end = std::max(stageFree[s], ready) +
+                           mb * (forward ? model.stages[s].fwdMsPerSample : model.stages[s].bwdMsPerSample);
+        stageFree[s] = end;
+        (forward ? fEnd : bEnd)[s][i] = end;
+        if (forward && s + 1 < p) fIn[s + 1][i] = wire(down[s], s, i, end);
+        if (!forward && s > 0) bIn[s - 1][i] = wire(up[s - 1], s - 1, i, end);
+        ++next[s];
+        progress = true;
+      }
+  }
+  double total = 0;
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(next[s], seq[s].size()) << "brute force stuck";
+    total = std::max(total, stageFree[s]);
+  }
+  return total;
+}
+
+TEST(PlannerPlan, AgreesWithBruteForceOverEveryMAndK) {
+  std::mt19937 rng(2026);
+  std::uniform_real_distribution<double> u(0.05, 2.0);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int p = 1 + static_cast<int>(rng() % 5);
+    const int64_t batches[] = {12, 16, 18, 24};
+    PipelineModel m;
+    m.batchSize = batches[rng() % 4];
+    for (int s = 0; s < p; ++s) {
+      Stage st = stage(u(rng), u(rng), 1e5 * u(rng), 0, 1e6 * u(rng));
+      st.outputBytesPerSample = 1e5 * u(rng);
+      st.memoryBytes = st.staticBytes + st.activationBytesPerSample * m.batchSize * u(rng);  // some splits too big
+      m.stages.push_back(st);
+    }
+    for (int s = 0; s + 1 < p; ++s) m.links.push_back(Link{u(rng) * u(rng) * 4, 200 * u(rng)});
+    double best = std::numeric_limits<double>::infinity();
+    for (int64_t mb : divisors(m.batchSize))
+      for (int64_t k = 1; k <= largestFittingK(m, mb); ++k) {
+        const double t = bruteForceTime(m, mb, k);
+        EXPECT_NEAR(simulate(m, mb, k), t, 1e-9 * t) << "trial " << trial << " m " << mb << " K " << k;
+        best = std::min(best, t);
+      }
+    Plan pl = plan(m);
+    if (std::isinf(best)) {
+      EXPECT_EQ(pl.best, -1);
+      continue;
+    }
+    ASSERT_GE(pl.best, 0);
+    EXPECT_NEAR(pl.candidates[pl.best].iterationMs, best, 1e-9 * best) << "trial " << trial;
+  }
+}
+
+TEST(PlannerPlan, JsonHasDesignFields) {
+  PipelineModel m = modelFrom(kModel);
+  m.stages[0].memoryBytes = 100 + 4 * 1000 + 50;  // at most 4 samples in flight: m = 1 (8) cannot fit
+  Json out = parseJson(planJson(plan(m)), "plan");
+  const Json& best = member(out, "best", "");
+  for (const char* key : {"microbatches", "microbatch_size", "k", "iteration_ms"}) EXPECT_TRUE(best.find(key)) << key;
+  EXPECT_EQ(best.object.size(), 4u);
+  const Json& cands = member(out, "candidates", "");
+  ASSERT_EQ(cands.array.size(), divisors(8).size());
+  bool sawInfeasible = false;
+  for (const Json& c : cands.array) {
+    EXPECT_EQ(c.object.size(), 6u);
+    EXPECT_EQ(member(c, "peak_memory_bytes", "").array.size(), 2u);
+    sawInfeasible = sawInfeasible || !member(c, "feasible", "").boolean;
+  }
+  EXPECT_TRUE(sawInfeasible);
+}
+
+// ---- TicTac priorities -------------------------------------------------------------
+
+Graph graphFrom(const std::string& json) { return parseGraph(parseJson(json, "graph.json")); }
+
+std::string recv(const char* id, const char* param, double ms) {
+  return std::string("{\"id\": \"") + id + "\", \"kind\": \"recv\", \"deps\": [], \"time_ms\": " +
+         std::to_string(ms) + ", \"param\": \"" + param + "\", \"bytes\": 4096}";
+}
+std::string compute(const char* id, const std::string& deps, double ms) {
+  return std::string("{\"id\": \"") + id + "\", \"kind\": \"compute\", \"deps\": [" + deps +
+         "], \"time_ms\": " + std::to_string(ms) + "}";
+}
+
+// Layer l needs layer l-1's output and parameter w_l.
+const std::string kChain = "{\"ops\": [" + recv("r0", "w0", 1) + "," + recv("r1", "w1", 1) + "," +
+                           recv("r2", "w2", 1) + "," + recv("r3", "w3", 1) + "," + compute("c0", "\"r0\"", 1) +
+                           "," + compute("c1", "\"c0\", \"r1\"", 1) + "," + compute("c2", "\"c1\", \"r2\"", 1) +
+                           "," + compute("c3", "\"c2\", \"r3\"", 1) + "]}";
+
+// Two branches: a's recv unblocks 1 ms of compute, b's 10 ms.
+const std::string kCostFork = "{\"ops\": [" + recv("a", "A", 2) + "," + recv("b", "B", 2) + "," +
+                              compute("ca", "\"a\"", 1) + "," + compute("cb", "\"b\"", 10) + "," +
+                              compute("join", "\"ca\", \"cb\"", 1) + "]}";
+
+// Branch a needs one recv (10 ms of compute), branch b two (1 ms).
+const std::string kCountFork = "{\"ops\": [" + recv("a", "A", 1) + "," + recv("b1", "B1", 1) + "," +
+                               recv("b2", "B2", 1) + "," + compute("ca", "\"a\"", 10) + "," +
+                               compute("cb", "\"b1\", \"b2\"", 1) + "," + compute("join", "\"ca\", \"cb\"", 1) + "]}";
+
+std::map<std::string, int> levels(const Priorities& p) {
+  std::map<std::string, int> out;
+  for (size_t i = 0; i < p.order.size(); ++i) out[p.order[i]] = p.level[i];
+  return out;
+}
+
+TEST(PlannerPriority, ChainTicSharesTheFirstStepTacOrdersEveryOne) {
+  Graph g = graphFrom(kChain);
+  Priorities tic = assignPriorities(g, Policy::Tic);
+  EXPECT_EQ(tic.order, (std::vector<std::string>{"w0", "w1", "w2", "w3"}));
+  // M+: w0 and w1 unblock c1 together (2 transfers), w2 then needs 3, w3 4.
+  EXPECT_EQ(levels(tic), (std::map<std::string, int>{{"w0", 0}, {"w1", 0}, {"w2", 2}, {"w3", 5}}));
+  Priorities tac = assignPriorities(g, Policy::Tac);
+  EXPECT_EQ(tac.order, (std::vector<std::string>{"w0", "w1", "w2", "w3"}));
+  EXPECT_EQ(levels(tac), (std::map<std::string, int>{{"w0", 0}, {"w1", 2}, {"w2", 4}, {"w3", 6}}));
+}
+
+TEST(PlannerPriority, ForkTacOrdersByCostTicByCounts) {
+  Graph cost = graphFrom(kCostFork);
+  // TIC sees one recv per branch: a tie, one number, one level.
+  EXPECT_EQ(levels(assignPriorities(cost, Policy::Tic)), (std::map<std::string, int>{{"A", 0}, {"B", 0}}));
+  // TAC starts the 10 ms computation first (Johnson's rule).
+  Priorities tac = assignPriorities(cost, Policy::Tac);
+  EXPECT_EQ(tac.order, (std::vector<std::string>{"B", "A"}));
+  EXPECT_LT(levels(tac)["B"], levels(tac)["A"]);
+
+  Graph counts = graphFrom(kCountFork);
+  // TIC: b1 + b2 unblock cb with 2 transfers, a only the join with 3.
+  EXPECT_EQ(assignPriorities(counts, Policy::Tic).order, (std::vector<std::string>{"B1", "B2", "A"}));
+  // TAC: a alone unblocks 10 ms of compute.
+  EXPECT_EQ(assignPriorities(counts, Policy::Tac).order, (std::vector<std::string>{"A", "B1", "B2"}));
+}
+
+TEST(PlannerPriority, EfficiencyByHand) {
+  Graph g = graphFrom(kCostFork);
+  // U = 16 (all in a row); L = 13 (critical path b, cb, join).  b first:
+  // b [0,2] a [2,4]; cb [2,12] ca [12,13] join [13,14] -> 14.  a first: 15.
+  std::vector<int> bFirst = {1, 0, -1, -1, -1}, aFirst = {0, 1, -1, -1, -1};
+  Efficiency e = efficiency(g, bFirst);
+  EXPECT_DOUBLE_EQ(e.upperMs, 16);
+  EXPECT_DOUBLE_EQ(e.lowerMs, 13);
+  EXPECT_DOUBLE_EQ(e.makespanMs, 14);
+  EXPECT_DOUBLE_EQ(e.efficiency, 2.0 / 3);
+  EXPECT_DOUBLE_EQ(efficiency(g, aFirst).efficiency, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(efficiency(g, assignPriorities(g, Policy::Tac).recvNumber).efficiency, 2.0 / 3);
+  const double random = randomOrderEfficiency(g, 64, 7);
+  EXPECT_GT(random, 1.0 / 3);
+  EXPECT_LT(random, 2.0 / 3);
+}
+
+TEST(PlannerPriority, ParameterWithTwoRecvsTakesTheMoreUrgent) {
+  std::string g = kChain;
+  g.insert(g.rfind(']'), "," + recv("r3b", "w0", 1) + "," + compute("c4", "\"c3\", \"r3b\"", 1));
+  Priorities tac = assignPriorities(graphFrom(g), Policy::Tac);
+  EXPECT_EQ(tac.order.size(), 4u);
+  EXPECT_EQ(tac.order.front(), "w0");
+}
+
+TEST(PlannerPriority, BadGraphsAreNamed) {
+  struct Case {
+    std::string json, named;
+  };
+  const Case cases[] = {
+      {"{\"ops\": []}", "ops must list at least one op"},
+      {"{\"ops\": [" + compute("c", "", 1) + "]}", "no recv op"},
+      {"{\"ops\": [" + recv("a", "A", 1) + "," + recv("a", "B", 1) + "]}", "ops[1].id \"a\" is already the id"},
+      {"{\"ops\": [" + recv("a", "A", 1) + "," + compute("c", "\"zz\"", 1) + "]}", "ops[1].deps[0] names no op"},
+      {"{\"ops\": [" + recv("a", "A", 1) + "," + compute("c", "\"d\"", 1) + "," + compute("d", "\"c\"", 1) + "]}",
+       "cycle"},
+      {"{\"ops\": [" + recv("a", "A", -1) + "]}", "ops[0].time_ms must not be negative"},
+      {"{\"ops\": [{\"id\": \"a\", \"kind\": \"recv\", \"deps\": [], \"time_ms\": 1, \"param\": \"A\"}]}",
+       "the field ops[0].bytes is missing"},
+      {"{\"ops\": [{\"id\": \"a\", \"kind\": \"wait\", \"deps\": [], \"time_ms\": 1}]}", "ops[0].kind must be"},
+  };
+  for (const Case& c : cases)
+    EXPECT_NE(errorOf([&] { graphFrom(c.json); }).find(c.named), std::string::npos)
+        << c.named << " <- " << errorOf([&] { graphFrom(c.json); });
+  EXPECT_NE(errorOf([] { parsePolicy("fifo"); }).find("tic or tac"), std::string::npos);
+}
+
+// ---- tern-plan ---------------------------------------------------------------------
+
+struct CliRun {
+  int status;
+  std::string out;
+};
+
+// tern-plan's exit status and its stdout (and its stderr, unless `quiet`).
+CliRun ternPlan(const std::string& args, bool quiet = false) {
+  CliRun r{0, ""};
+  FILE* f = popen((std::string(TERN_PLAN) + " " + args + (quiet ? " 2>/dev/null" : " 2>&1")).c_str(), "r");
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) r.out.append(buf, n);
+  r.status = WEXITSTATUS(pclose(f));
+  return r;
+}
+
+std::string writeTemp(const std::string& name, const std::string& text) {
+  std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(PlannerCli, InputErrorsExitTwoWithASentence) {
+  std::string bad = kModel;
+  bad.replace(bad.find("\"batch_size\": 8"), 15, "\"batch_size\": -8");
+  struct Case {
+    std::string args, named;
+  };
+  const Case cases[] = {
+      {"schedule " + writeTemp("bad.json", bad), "batch_size must be positive"},
+      {"schedule " + writeTemp("broken.json", "{\"batch_size\": 8,"), "is not valid JSON"},
+      {"schedule " + writeTemp("ok.json", kModel) + " --microbatches 3", "does not divide batch_size 8"},
+      {"schedule " + writeTemp("ok.json", kModel) + " --network-now -1", "--network-now must be a positive number"},
+      {"schedule /nonexistent/model.json", "cannot read /nonexistent/model.json"},
+      {"priorities " + writeTemp("g.json", kChain) + " --policy fifo", "the policy must be tic or tac"},
+      {"priorities " + writeTemp("g.json", kChain) + " --gantt x.svg", "takes no option --gantt"},
+  };
+  for (const Case& c : cases) {
+    CliRun r = ternPlan(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << ": " << r.out;
+    EXPECT_NE(r.out.find(c.named), std::string::npos) << c.args << ": " << r.out;
+    EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line: " << r.out;
+  }
+  EXPECT_EQ(ternPlan("").status, 2);
+}
+
+TEST(PlannerCli, ScheduleAndPrioritiesPrintDesignJson) {
+  CliRun s = ternPlan("schedule " + writeTemp("ok.json", kModel) + " --network-now 0.5", true);
+  ASSERT_EQ(s.status, 0) << s.out;
+  PipelineModel m = modelFrom(kModel);
+  overrideBandwidth(m, 0.5);
+  EXPECT_EQ(s.out, planJson(plan(m)));
+  CliRun p = ternPlan("priorities " + writeTemp("g.json", kCostFork) + " --policy tac", true);
+  ASSERT_EQ(p.status, 0) << p.out;
+  EXPECT_EQ(p.out, prioritiesJson(assignPriorities(graphFrom(kCostFork), Policy::Tac), Policy::Tac));
+  EXPECT_NE(ternPlan("priorities " + writeTemp("g.json", kCostFork)).out.find("random_efficiency"), std::string::npos);
+}
+
+}  // namespace
