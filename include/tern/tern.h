@@ -97,6 +97,48 @@ ternResult_t ternRequestTest(ternRequest_t request, int* done);
 /* Waits for completion (bounded by the timeout), returns the result, releases the request. */
 ternResult_t ternRequestWait(ternRequest_t request);
 
+/* ---- Communicator configuration (NCCL-style, grows by appending fields) ---- */
+
+#define TERN_CONFIG_MAGIC 0x7465726eu   /* "tern" */
+#define TERN_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define TERN_CONFIG_UNDEF_DOUBLE (-1.0)
+
+typedef struct {
+  size_t size;             /* sizeof(ternConfig_t) as the caller compiled it */
+  unsigned int magic;      /* TERN_CONFIG_MAGIC */
+  unsigned int version;    /* TERN_VERSION_CODE of the caller's header */
+  /* Fields left at their TERN_CONFIG_INITIALIZER value mean "environment or default". */
+  int blocking;            /* 1: calls return when complete; 0: they return ternInProgress and
+                              ternCommGetAsyncError says when all are done   (default 1) */
+  double timeoutSeconds;   /* longest wait without progress                 (TERN_TIMEOUT, 300) */
+  int flowClasses;         /* network flow classes the 8 levels map onto, 1..8 (TERN_FLOW_CLASSES, 3) */
+  int trafficClass[TERN_PRIORITY_LEVELS]; /* DSCP (0..63) of each flow class's packets
+                                              (TERN_FLOW_DSCP, 46,18,8) */
+  int ternarySet;          /* 1: use `ternary` below instead of TERN_TERNARY_* */
+  struct {
+    unsigned long long seed;
+    int blockSize;
+    float clip;
+    int errorFeedback;
+    size_t minBytes;
+  } ternary;               /* same fields as ternTernaryConfig_t */
+} ternConfig_t;
+
+#define TERN_CONFIG_INITIALIZER                                                           \
+  { sizeof(ternConfig_t), TERN_CONFIG_MAGIC, TERN_VERSION_CODE, TERN_CONFIG_UNDEF_INT,    \
+    TERN_CONFIG_UNDEF_DOUBLE, TERN_CONFIG_UNDEF_INT,                                      \
+    { TERN_CONFIG_UNDEF_INT, TERN_CONFIG_UNDEF_INT, TERN_CONFIG_UNDEF_INT,                \
+      TERN_CONFIG_UNDEF_INT, TERN_CONFIG_UNDEF_INT, TERN_CONFIG_UNDEF_INT,                \
+      TERN_CONFIG_UNDEF_INT, TERN_CONFIG_UNDEF_INT },                                     \
+    0, { 0, 0, 0.0f, 0, 0 } }
+
+/* ternCommInitRank with options; config may be NULL (all defaults).  An older,
+ * smaller struct (smaller size) is accepted: the fields it lacks are unset. */
+ternResult_t ternCommInitRankConfig(ternComm_t* comm, int nranks, ternUniqueId commId, int rank,
+                                    const ternConfig_t* config);
+/* ternCommInitFromEnv with options. */
+ternResult_t ternCommInitFromEnvConfig(ternComm_t* comm, const ternConfig_t* config);
+
 /* ---- Extensions --------------------------------------------------------- */
 
 /* Size in bytes of one element of datatype, or 0 for an invalid type. */
