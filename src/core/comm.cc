@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -155,7 +156,8 @@ ternResult_t setupTransports(Comm& c, Deadline d, std::vector<int> dataFd[kLevel
 
 }  // namespace
 
-ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) {
+ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternConfig_t* user,
+                        Comm** out) {
   auto c = std::make_unique<Comm>();
   c->rank = rank;
   c->nranks = nranks;
@@ -169,6 +171,7 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) 
   c->ternary->cfg = ternaryConfigFromEnv();
   if (const char* bad = ternaryConfigProblem(c->ternary->cfg))
     return setError(ternInvalidArgument, std::string("TERN_TERNARY_*: ") + bad);
+  TERN_CHECK(resolveConfig(user, &c->cfg, &c->ternary->cfg));
   if (c->cfg.transport != "auto" && c->cfg.transport != "shm" && c->cfg.transport != "tcp" &&
       c->cfg.transport != "ucx")
     return setError(ternInvalidArgument, "TERN_TRANSPORT='" + c->cfg.transport +
@@ -277,6 +280,7 @@ void ternComm::onFailure(ternResult_t r, const std::string& why) {
     for (int fd : meshFd)
       if (fd >= 0) (void)!::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
+  setLastError(why);  // what a nonblocking caller reads after ternCommGetAsyncError
   failWith(r, why);
 }
 

@@ -83,7 +83,9 @@ using Comm = ::ternComm;
 
 // Creates a communicator: rendezvous through the root, authenticated mesh,
 // a transport per peer and level, and the executor.
-ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out);
+// `config` (may be NULL) overrides the environment (core/config.h).
+ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternConfig_t* config,
+                        Comm** out);
 // Reads the host topology and decides this rank's GPU, NIC and progress-thread
 // CPUs (returned in bindCpus; empty: leave unbound); writes TERN_TOPO_DUMP.
 ternResult_t placeComm(Comm& c, std::vector<int>* bindCpus);
