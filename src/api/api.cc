@@ -11,10 +11,10 @@
 #include "api/group.h"
 #include "collectives/collectives.h"
 #include "collectives/ternary.h"
-#include "core/comm.h"
-#include "core/env_init.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "comm/comm.h"
+#include "comm/env_init.h"
+#include "base/error.h"
+#include "base/log.h"
 
 using namespace tern;
 

@@ -4,7 +4,7 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tern {
 

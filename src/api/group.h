@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/comm.h"
+#include "comm/comm.h"
 #include "engine/operation.h"
 
 struct ternRequest {

@@ -8,8 +8,8 @@
 
 #include <algorithm>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace tern {
 

@@ -8,7 +8,7 @@
 //   4. pick a transport per peer and set up one connection per level over
 //      the control socket,
 //   5. start the executor.
-#include "core/comm.h"
+#include "comm/comm.h"
 
 #include "collectives/ternary.h"
 #include "topology/rdma.h"
@@ -21,9 +21,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "comm/config.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace tern {
 
@@ -222,6 +222,7 @@ PlanCtx ternComm::planCtx(int level) const {
   x.ring = &ring;
   x.ringPos = &ringPos;
   x.cfg = &cfg;
+  x.mem = memOps(MemType::Host);  // the only memory type until the GPU data path
   x.conns.reserve(nranks);
   for (auto& k : conns[level]) x.conns.push_back(k.get());
   return x;

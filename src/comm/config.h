@@ -2,7 +2,7 @@
 // resolved over the environment (a field left unset keeps the variable's
 // value or the default).
 #pragma once
-#include "core/env.h"
+#include "base/env.h"
 #include "tern/tern.h"
 
 namespace tern {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/env.h"
+#include "comm/bootstrap.h"
+#include "base/env.h"
 #include "engine/executor.h"
 #include "transport/transport.h"
 
@@ -83,7 +83,7 @@ using Comm = ::ternComm;
 
 // Creates a communicator: rendezvous through the root, authenticated mesh,
 // a transport per peer and level, and the executor.
-// `config` (may be NULL) overrides the environment (core/config.h).
+// `config` (may be NULL) overrides the environment (comm/config.h).
 ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternConfig_t* config,
                         Comm** out);
 // Reads the host topology and decides this rank's GPU, NIC and progress-thread

@@ -1,11 +1,11 @@
-#include "core/config.h"
+#include "comm/config.h"
 
 #include <cstddef>
 #include <cstring>
 #include <string>
 
 #include "collectives/ternary.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tern {
 
