@@ -11,6 +11,7 @@
 #include "comm/bootstrap.h"
 #include "base/env.h"
 #include "engine/executor.h"
+#include "transport/registry.h"
 #include "transport/transport.h"
 
 namespace tern {
@@ -29,7 +30,7 @@ struct ternComm : public tern::EngineHost {
   // Control socket per peer (-1 for self): setup exchanges, liveness, and
   // the notice a failing rank sends before it closes (e.g. a mismatch).
   std::vector<int> meshFd;
-  std::shared_ptr<tern::UcxShared> ucx;                        // UCP context + worker, if used
+  std::vector<std::unique_ptr<tern::Transport>> transports;     // from the registry
   std::vector<std::unique_ptr<tern::Conn>> conns[tern::kLevels];  // [level][peer], self included
   std::unique_ptr<tern::Executor> engine;
   std::unique_ptr<tern::TernaryState> ternary;      // options, call index, residuals
