@@ -163,6 +163,41 @@ TEST_P(EngineCase, LevelsMatchWhateverTheOrderAcrossLevels) { run(perLevelBody);
 TEST_P(EngineCase, ManyThreadsOneCommunicator) { run(threadsBody); }
 TEST_P(EngineCase, RequestsTestWaitAndNeverWaited) { run(requestsBody); }
 
+// Statistics are read by another thread while dense and ternary allreduces
+// run: the counters only grow, and the ternary payload shows up.
+int statsBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0}, reads{0};
+  std::thread reader([&] {
+    unsigned long long last = 0;
+    while (!stop) {
+      ternCommStats_t s;
+      ternTernaryStats_t t;
+      if (ternCommGetStats(comm, &s) != ternSuccess || ternCommGetTernaryStats(comm, &t) != ternSuccess ||
+          s.bytesSent < last || t.payloadBytes > s.bytesSent)
+        ++bad;
+      last = s.bytesSent;
+      ++reads;
+    }
+  });
+  std::vector<float> x(1 << 18, 0.5f);
+  for (int k = 0; k < 10; ++k) {
+    if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternMax, comm, nullptr) != ternSuccess ||
+        ternAllReduceTernary(x.data(), x.data(), x.size(), ternFloat32, ternAvg, comm, nullptr) != ternSuccess)
+      ++bad;
+  }
+  stop = true;
+  reader.join();
+  ternTernaryStats_t t;
+  ternCommGetTernaryStats(comm, &t);
+  if (bad || reads < 10 || t.calls != 10 || t.payloadBytes == 0)
+    return failf(ctx, "bad=%d reads=%d calls=%llu", bad.load(), reads.load(), t.calls);
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
+TEST_P(EngineCase, StatsReadWhileTrafficRuns) { run(statsBody); }
+
 INSTANTIATE_TEST_SUITE_P(Transports, EngineCase,
                          ::testing::Combine(::testing::ValuesIn(testTransports()),
                                             ::testing::Values(2, 3)),
