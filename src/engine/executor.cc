@@ -15,10 +15,12 @@ namespace tern {
 
 namespace {
 
-// Payload bytes one program may move per visit.  Alone, an operation runs
-// until it blocks; with more urgent work admitted it hands the CPU back after
-// a small chunk, which bounds how long an urgent operation waits for it.
-constexpr size_t kBudgetAlone = 8 << 20;
+// Payload bytes one program may move per visit.  Alone, an operation moves
+// about one ring chunk (TERN_CHUNKSIZE's default) per round, so an operation
+// issued meanwhile is admitted, and a caller asking for the drive token gets
+// it, within one chunk; with more urgent work admitted it hands the CPU back
+// after a small slice, which bounds how long an urgent operation waits for it.
+constexpr size_t kBudgetAlone = 512 << 10;
 constexpr size_t kBudgetYielding = 16 << 10;
 
 }  // namespace
