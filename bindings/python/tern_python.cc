@@ -299,6 +299,16 @@ class Error(RuntimeError):
     check(ternGetVersion(&v));
     return v;
   });
+  m.def("set_priority", [](int level) { check(ternSetPriority(level)); }, py::arg("level"),
+        "Priority level (0 = most urgent ... 7 = bulk) of this thread's subsequent tern calls, "
+        "on every communicator, the c10d backend's included; ranks match calls per level");
+  m.def("get_priority", [] {
+    int level;
+    check(ternGetPriority(&level));
+    return level;
+  }, "This thread's priority level (default 4)");
+  m.attr("PRIORITY_LEVELS") = TERN_PRIORITY_LEVELS;
+  m.attr("PRIORITY_DEFAULT") = TERN_PRIORITY_DEFAULT;
   m.def("group_start", [] { check(ternGroupStart()); });
   m.def("group_end", [] { call(nullptr, [] { return ternGroupEnd(); }); });
 
