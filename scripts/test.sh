@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# scripts/test.sh [--sanitize]: install dependencies, build, run the suite.
+# scripts/test.sh [--sanitize|--tsan]: install dependencies, build, run the suite.
 #   --sanitize   AddressSanitizer + UndefinedBehaviorSanitizer build of the
 #                core tests (ctest label "core") in build-asan/.
+#   --tsan       ThreadSanitizer build of the engine, collective and
+#                point-to-point tests (several threads per communicator,
+#                statistics read during traffic) in build-tsan/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -14,6 +17,13 @@ if [ "${1:-}" = "--sanitize" ]; then
   # the sanitizer run discovers without the PCI tree (XML tests still cover it).
   export HWLOC_PLUGINS_BLACKLIST=hwloc_pci
   (cd build-asan && ctest -L core --output-on-failure)
+elif [ "${1:-}" = "--tsan" ]; then
+  ./scripts/build.sh build-tsan -DTERN_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTERN_BUILD_BINDINGS=OFF \
+    -DTERN_WITH_CUDA=OFF
+  # halt_on_error: a report fails the test instead of scrolling past.
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  (cd build-tsan && ctest -L core -R "Engine|Mismatch|DeadPeer|ConfigStruct|Priority|P2P|Collectives|Stats" \
+     --output-on-failure)
 else
   ./scripts/build.sh build
   (cd build && ctest --output-on-failure)

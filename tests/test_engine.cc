@@ -163,6 +163,41 @@ TEST_P(EngineCase, LevelsMatchWhateverTheOrderAcrossLevels) { run(perLevelBody);
 TEST_P(EngineCase, ManyThreadsOneCommunicator) { run(threadsBody); }
 TEST_P(EngineCase, RequestsTestWaitAndNeverWaited) { run(requestsBody); }
 
+// Statistics are read by another thread while dense and ternary allreduces
+// run: the counters only grow, and the ternary payload shows up.
+int statsBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0}, reads{0};
+  std::thread reader([&] {
+    unsigned long long last = 0;
+    while (!stop) {
+      ternCommStats_t s;
+      ternTernaryStats_t t;
+      if (ternCommGetStats(comm, &s) != ternSuccess || ternCommGetTernaryStats(comm, &t) != ternSuccess ||
+          s.bytesSent < last || t.payloadBytes > s.bytesSent)
+        ++bad;
+      last = s.bytesSent;
+      ++reads;
+    }
+  });
+  std::vector<float> x(1 << 18, 0.5f);
+  for (int k = 0; k < 10; ++k) {
+    if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternMax, comm, nullptr) != ternSuccess ||
+        ternAllReduceTernary(x.data(), x.data(), x.size(), ternFloat32, ternAvg, comm, nullptr) != ternSuccess)
+      ++bad;
+  }
+  stop = true;
+  reader.join();
+  ternTernaryStats_t t;
+  ternCommGetTernaryStats(comm, &t);
+  if (bad || reads < 10 || t.calls != 10 || t.payloadBytes == 0)
+    return failf(ctx, "bad=%d reads=%d calls=%llu", bad.load(), reads.load(), t.calls);
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
+TEST_P(EngineCase, StatsReadWhileTrafficRuns) { run(statsBody); }
+
 INSTANTIATE_TEST_SUITE_P(Transports, EngineCase,
                          ::testing::Combine(::testing::ValuesIn(testTransports()),
                                             ::testing::Values(2, 3)),
@@ -291,5 +326,113 @@ TEST_P(DeadPeer, EveryInFlightRequestFails) {
 INSTANTIATE_TEST_SUITE_P(Transports, DeadPeer,
                          ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3)),
                          [](const auto& info) { return transportRanksName(info); });
+
+}  // namespace
+
+// ---- the config struct -------------------------------------------------------
+
+namespace {
+
+// One-rank communicators are enough to check the struct's checks.
+ternResult_t initOne(const ternConfig_t* cfg, ternComm_t* comm) {
+  ternUniqueId id;
+  if (ternGetUniqueId(&id) != ternSuccess) return ternInternalError;
+  return ternCommInitRankConfig(comm, 1, id, 0, cfg);
+}
+
+TEST(ConfigStruct, BadFieldsAreRefusedWithASentence) {
+  ternComm_t comm = nullptr;
+  ternConfig_t cfg = TERN_CONFIG_INITIALIZER;
+  cfg.magic = 0;
+  EXPECT_EQ(initOne(&cfg, &comm), ternInvalidArgument);
+  EXPECT_NE(strstr(ternGetLastError(nullptr), "TERN_CONFIG_INITIALIZER"), nullptr);
+  cfg = TERN_CONFIG_INITIALIZER;
+  cfg.blocking = 2;
+  EXPECT_EQ(initOne(&cfg, &comm), ternInvalidArgument);
+  EXPECT_NE(strstr(ternGetLastError(nullptr), "blocking"), nullptr);
+  cfg = TERN_CONFIG_INITIALIZER;
+  cfg.trafficClass[1] = 64;
+  EXPECT_EQ(initOne(&cfg, &comm), ternInvalidArgument);
+  EXPECT_NE(strstr(ternGetLastError(nullptr), "DSCP 64"), nullptr);
+  cfg = TERN_CONFIG_INITIALIZER;
+  cfg.ternarySet = 1;
+  cfg.ternary.blockSize = 100;
+  EXPECT_EQ(initOne(&cfg, &comm), ternInvalidArgument);
+  EXPECT_NE(strstr(ternGetLastError(nullptr), "blockSize"), nullptr);
+  EXPECT_EQ(comm, nullptr);
+}
+
+TEST(ConfigStruct, TernaryOptionsAndNullConfig) {
+  ternComm_t comm = nullptr;
+  ASSERT_EQ(initOne(nullptr, &comm), ternSuccess);
+  ternCommDestroy(comm);
+  ternConfig_t cfg = TERN_CONFIG_INITIALIZER;
+  cfg.ternarySet = 1;
+  cfg.ternary.seed = 42;
+  cfg.ternary.blockSize = 512;
+  cfg.ternary.errorFeedback = 1;
+  cfg.ternary.minBytes = 4096;
+  ASSERT_EQ(initOne(&cfg, &comm), ternSuccess);
+  ternTernaryConfig_t t;
+  ASSERT_EQ(ternCommGetTernaryConfig(comm, &t), ternSuccess);
+  EXPECT_EQ(t.seed, 42u);
+  EXPECT_EQ(t.blockSize, 512);
+  EXPECT_EQ(t.errorFeedback, 1);
+  EXPECT_EQ(t.minBytes, 4096u);
+  ternCommDestroy(comm);
+}
+
+// An older caller's struct (it ends before flowClasses) is accepted and its
+// timeout applies: a stalled peer is reported after 2 s, not TERN_TIMEOUT's 60.
+int olderStructBody(RankCtx& ctx) {
+  ternConfig_t cfg = TERN_CONFIG_INITIALIZER;
+  cfg.size = offsetof(ternConfig_t, flowClasses);
+  cfg.timeoutSeconds = 2;
+  cfg.flowClasses = 99;  // beyond the old size: never read
+  ternComm_t comm;
+  if (ternCommInitRankConfig(&comm, ctx.nranks, ctx.ids[0], ctx.rank, &cfg) != ternSuccess)
+    return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  std::vector<float> x(1024, 1.0f);
+  if (ctx.rank == 1) {
+    sleep(4);  // stalled
+    ternCommAbort(comm);
+    return 0;
+  }
+  auto t0 = Clock::now();
+  ternResult_t r = ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (r != ternTimeout || secs < 1.5 || secs > 5)
+    return failf(ctx, "stalled peer: %s after %.1f s", ternGetErrorString(r), secs);
+  ternCommAbort(comm);
+  return 0;
+}
+
+TEST(ConfigStruct, OlderSmallerStructIsAcceptedAndItsTimeoutApplies) {
+  expectAllRanksOk(runRanks(2, {{"TERN_TIMEOUT", "60"}}, olderStructBody, 1, 60));
+}
+
+// blocking = 0: calls return ternInProgress, ternCommGetAsyncError says when
+// they are done.
+int nonblockingBody(RankCtx& ctx) {
+  ternConfig_t cfg = TERN_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ternComm_t comm;
+  if (ternCommInitRankConfig(&comm, ctx.nranks, ctx.ids[0], ctx.rank, &cfg) != ternSuccess)
+    return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  std::vector<float> x(1 << 20);
+  fill(x, ctx.rank, 1.0f);
+  ternResult_t r = ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);
+  if (r != ternInProgress) return failf(ctx, "nonblocking allreduce returned %s", ternGetErrorString(r));
+  ternResult_t state = ternInProgress;
+  auto until = Clock::now() + std::chrono::seconds(20);
+  while (state == ternInProgress && Clock::now() < until) ternCommGetAsyncError(comm, &state);
+  if (state != ternSuccess || !sumIsRight(x, ctx.nranks, 1.0f))
+    return failf(ctx, "async state %s", ternGetErrorString(state));
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
+TEST(ConfigStruct, NonblockingCommunicator) {
+  expectAllRanksOk(runRanks(2, {{"TERN_TIMEOUT", "20"}}, nonblockingBody, 1, 60));
+}
 
 }  // namespace

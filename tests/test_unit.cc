@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "codec/half.h"
-#include "collectives/reduce_kernels.h"
-#include "core/auth.h"
-#include "core/socket.h"
+#include "memory/host_reduce.h"
+#include "base/auth.h"
+#include "base/socket.h"
 #include "topology/rdma.h"
 #include "transport/fifo.h"
 

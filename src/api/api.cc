@@ -11,10 +11,10 @@
 #include "api/group.h"
 #include "collectives/collectives.h"
 #include "collectives/ternary.h"
-#include "core/comm.h"
-#include "core/env_init.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "comm/comm.h"
+#include "comm/env_init.h"
+#include "base/error.h"
+#include "base/log.h"
 
 using namespace tern;
 
@@ -163,9 +163,10 @@ ternResult_t ternGetUniqueId(ternUniqueId* uniqueId) {
   return ternSuccess;
 }
 
-static ternResult_t registerNew(ternComm_t* comm, int nranks, const IdContents& id, int rank) {
+static ternResult_t registerNew(ternComm_t* comm, int nranks, const IdContents& id, int rank,
+                                const ternConfig_t* config) {
   ternComm* c = nullptr;
-  TERN_CHECK(commCreate(nranks, rank, id, &c));
+  TERN_CHECK(commCreate(nranks, rank, id, config, &c));
   std::lock_guard<std::mutex> lk(registryMu);
   registry.insert(c);
   *comm = c;
@@ -173,6 +174,11 @@ static ternResult_t registerNew(ternComm_t* comm, int nranks, const IdContents& 
 }
 
 ternResult_t ternCommInitRank(ternComm_t* comm, int nranks, ternUniqueId commId, int rank) {
+  return ternCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+ternResult_t ternCommInitRankConfig(ternComm_t* comm, int nranks, ternUniqueId commId, int rank,
+                                    const ternConfig_t* config) {
   if (!comm) return fail(nullptr, ternInvalidArgument, "comm is NULL");
   *comm = nullptr;
   if (nranks < 1)
@@ -182,10 +188,12 @@ ternResult_t ternCommInitRank(ternComm_t* comm, int nranks, ternUniqueId commId,
                                                   " is not in [0, " + std::to_string(nranks) + ")");
   IdContents id;
   TERN_CHECK(decodeId(commId, &id));
-  return registerNew(comm, nranks, id, rank);
+  return registerNew(comm, nranks, id, rank, config);
 }
 
-ternResult_t ternCommInitFromEnv(ternComm_t* comm) {
+ternResult_t ternCommInitFromEnv(ternComm_t* comm) { return ternCommInitFromEnvConfig(comm, nullptr); }
+
+ternResult_t ternCommInitFromEnvConfig(ternComm_t* comm, const ternConfig_t* config) {
   if (!comm) return fail(nullptr, ternInvalidArgument, "comm is NULL");
   *comm = nullptr;
   EnvJob job;
@@ -199,7 +207,7 @@ ternResult_t ternCommInitFromEnv(ternComm_t* comm) {
       reinterpret_cast<sockaddr_in6*>(&any.ss)->sin6_addr = in6addr_any;
     TERN_CHECK(startRoot(any, job.id.secret, readConfig().timeoutSec, &actual));
   }
-  return registerNew(comm, job.nranks, job.id, job.rank);
+  return registerNew(comm, job.nranks, job.id, job.rank, config);
 }
 
 // Every operation admitted on the communicator ends first (done, or failed
@@ -239,7 +247,8 @@ ternResult_t ternCommGetAsyncError(ternComm_t comm, ternResult_t* asyncError) {
   if (!comm) return fail(nullptr, ternInvalidArgument, "comm is NULL");
   if (!isLive(comm))
     return fail(nullptr, ternInvalidUsage, "comm is not a live communicator");
-  *asyncError = static_cast<ternResult_t>(comm->asyncError.load());
+  ternResult_t e = static_cast<ternResult_t>(comm->asyncError.load());
+  *asyncError = e != ternSuccess ? e : comm->engine->idle() ? ternSuccess : ternInProgress;
   return ternSuccess;
 }
 

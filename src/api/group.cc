@@ -4,7 +4,7 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tern {
 
@@ -66,8 +66,11 @@ ternResult_t waitAll(const IssuedOps& ops) {
 }
 
 ternResult_t runBlocking(const IssuedOps& ops) {
-  issueAll(ops, false);
-  return waitAll(ops);
+  // A nonblocking communicator (ternConfig_t.blocking = 0) returns at once:
+  // ternCommGetAsyncError says ternInProgress until its operations are done.
+  bool nonblocking = std::any_of(ops.begin(), ops.end(), [](const auto& o) { return !o.first->cfg.blocking; });
+  issueAll(ops, nonblocking);
+  return nonblocking ? ternInProgress : waitAll(ops);
 }
 
 void releaseRequestsOf(const Comm* c) {

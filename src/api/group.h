@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/comm.h"
+#include "comm/comm.h"
 #include "engine/operation.h"
 
 struct ternRequest {
@@ -24,7 +24,8 @@ using IssuedOps = std::vector<std::pair<Comm*, OpPtr>>;
 bool groupOpen();
 void groupAdd(Comm* c, OpPtr op);
 int currentPriority();
-// Issues the operations and waits for every one; the first failure's code.
+// Issues the operations and waits for every one; the first failure's code
+// (ternInProgress at once on a nonblocking communicator).
 ternResult_t runBlocking(const IssuedOps& ops);
 // Waits for issued operations; records failures on their communicators.
 ternResult_t waitAll(const IssuedOps& ops);

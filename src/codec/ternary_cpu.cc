@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/env.h"
+#include "base/env.h"
 
 // GCC 12 warns about the intrinsics headers' own deliberately undefined
 // vectors (_mm512_undefined_*); the warning is about them, not this file.

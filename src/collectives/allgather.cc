@@ -14,7 +14,7 @@ void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPer
   // Position k of the ring carries the block of the rank standing there.
   auto block = [&](int k) { return d + static_cast<size_t>(x.rankAt(k)) * bytesPerRank; };
   if (n == 1) {
-    if (s != d) std::copy(s, s + bytesPerRank, d);
+    if (s != d) x.mem->copy(d, s, bytesPerRank);
     return;
   }
   Conn* in = x.prev();

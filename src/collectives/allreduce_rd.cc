@@ -2,8 +2,6 @@
 // whole buffer with partners at distance 1, 2, 4, ...  Ranks beyond the
 // largest power of two first fold into a partner and get the result back at
 // the end.  Latency-optimal; bandwidth is irrelevant at these sizes.
-#include <cstring>
-
 #include "collectives/collectives.h"
 
 namespace tern {
@@ -13,7 +11,7 @@ void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst
   const int n = x.nranks, r = x.rank;
   const size_t bytes = count * ternTypeSize(dt);
   char* d = static_cast<char*>(dst);
-  if (src != dst) memcpy(d, src, bytes);
+  if (src != dst) x.mem->copy(d, src, bytes);
   int pow2 = 1;
   while (pow2 * 2 <= n) pow2 *= 2;
   const int rem = n - pow2;
@@ -56,7 +54,7 @@ void planAllReduce(const PlanCtx& x, const void* src, void* dst, size_t count, t
                    ternRedOp_t op, Phase* ph) {
   ph->what = "allreduce";
   if (x.nranks == 1) {
-    if (src != dst) memcpy(dst, src, count * ternTypeSize(dt));
+    if (src != dst) x.mem->copy(dst, src, count * ternTypeSize(dt));
     return;
   }
   if (useRecursiveDoubling(x, count, dt))

@@ -21,9 +21,9 @@
 #include "codec/ternary_cpu.h"
 #include "collectives/collectives.h"
 #include "collectives/ternary.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace tern {
 
@@ -57,9 +57,9 @@ namespace {
 // One codec for every ternary step; what it does is set by its flags.
 class TernaryCodec : public GroupCodec {
  public:
-  TernaryCodec(const TernaryInput& in, size_t g0, int win, int wout, bool addCode, void* decodeTo,
-               ternDataType_t dt, int avgN)
-      : in_(in), k_(ternaryKernels()), g0_(g0), win_(win), wout_(wout), add_(addCode),
+  TernaryCodec(const TernaryKernels& k, const TernaryInput& in, size_t g0, int win, int wout,
+               bool addCode, void* decodeTo, ternDataType_t dt, int avgN)
+      : in_(in), k_(k), g0_(g0), win_(win), wout_(wout), add_(addCode),
         dst_(decodeTo), dt_(dt), avgN_(avgN) {}
 
   void run(const char* in, char* out, size_t first, size_t n) const override {
@@ -106,7 +106,7 @@ void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDa
   auto add = [&](Conn* from, Conn* to, size_t g0, size_t len, int win, int wout, bool code,
                  bool decode) {
     if (len == 0) return;
-    codecs.push_back(std::make_unique<TernaryCodec>(in, g0, win, wout, code,
+    codecs.push_back(std::make_unique<TernaryCodec>(x.mem->ternary(), in, g0, win, wout, code,
                                                     decode ? dst : nullptr, dt, avgN));
     Step s;
     s.in = from;
@@ -150,8 +150,7 @@ void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDa
 
 // Error feedback: residual = (g + old residual) - s * t, recomputing t
 // exactly from the same Philox stream.
-void updateResidual(const TernaryInput& in, std::vector<float>& res) {
-  const TernaryKernels& k = ternaryKernels();
+void updateResidual(const TernaryKernels& k, const TernaryInput& in, std::vector<float>& res) {
   const float* g = static_cast<const float*>(in.g);
   uint32_t planes[2 * 64];
   size_t groups = (in.count + 31) / 32;
@@ -247,7 +246,7 @@ class TernaryTask : public Task {
   }
 
   void finish(const PlanCtx& x) {
-    if (c_.residual) updateResidual(in_, *c_.residual);
+    if (c_.residual) updateResidual(x.mem->ternary(), in_, *c_.residual);
     const size_t dense = 2 * (x.nranks - 1) * c_.count * ternTypeSize(c_.dt) / x.nranks;
     st_.record(c_.count, payload_, bytesSentAtLevel(x) - sentBefore_, dense);
     TERN_LOG(Trace, "ternary allreduce %zu elements: %llu payload bytes sent (dense ring: %zu)",

@@ -1,8 +1,6 @@
 // Ring broadcast (pipelined): the root streams its buffer to the next rank,
 // every rank forwards what arrives while writing it out, the last one only
 // writes.  Bandwidth-optimal for large buffers (each link carries it once).
-#include <cstring>
-
 #include "collectives/collectives.h"
 
 namespace tern {
@@ -14,7 +12,7 @@ void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, i
   char* d = static_cast<char*>(dst);
   ph->what = "broadcast";
   if (n == 1) {
-    if (src != dst) memcpy(d, src, bytes);
+    if (src != dst) x.mem->copy(d, src, bytes);
     return;
   }
   ph->progs.resize(1);

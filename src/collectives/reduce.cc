@@ -1,7 +1,5 @@
 // Ring reduce (pipelined): the rank after the root starts, every rank adds its
 // buffer to what streams through, the root writes the result.
-#include <cstring>
-
 #include "collectives/collectives.h"
 
 namespace tern {
@@ -14,7 +12,7 @@ void planReduce(const PlanCtx& x, const void* src, void* dst, size_t count, tern
   ph->what = "reduce";
   ph->red = {dt, op};
   if (n == 1) {
-    if (src != dst) memcpy(dst, src, bytes);
+    if (src != dst) x.mem->copy(dst, src, bytes);
     return;
   }
   const int pos = (x.pos() - x.posOf(root) - 1 + 2 * n) % n;  // 0: first, n-1: root

@@ -1,8 +1,6 @@
 // Ring reduce-scatter: block k of every rank is summed along the ring and
 // lands on the rank owning it, chunked so sums flow on while they arrive.
 #include <algorithm>
-#include <cstring>
-
 #include "collectives/collectives.h"
 
 namespace tern {
@@ -16,7 +14,7 @@ void planReduceScatter(const PlanCtx& x, const void* src, void* dst, size_t recv
   ph->what = "reduce-scatter";
   ph->red = {dt, op};
   if (n == 1) {
-    if (s != d) memcpy(d, s, recvcount * esz);
+    if (s != d) x.mem->copy(d, s, recvcount * esz);
     return;
   }
   const size_t blockBytes = recvcount * esz;

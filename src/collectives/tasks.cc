@@ -1,7 +1,6 @@
 // Tasks of the dense collectives, the barrier and point-to-point transfers:
 // one phase of programs, then any local work that belongs after it.
 #include "collectives/collectives.h"
-#include "collectives/reduce_kernels.h"
 
 namespace tern {
 
@@ -19,7 +18,7 @@ class DenseTask : public Task {
     }
     // After the programs: recursive doubling leaves the average's division.
     if (a_.kind == OpKind::AllReduce && allReduceNeedsDivide(x, a_.count, a_.dt, a_.op))
-      divideKernel(a_.dst, a_.count, a_.dt, x.nranks);
+      x.mem->divide(a_.dst, a_.count, a_.dt, x.nranks);
     return ternSuccess;
   }
 

@@ -8,8 +8,8 @@
 
 #include <algorithm>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace tern {
 
@@ -19,7 +19,7 @@ namespace {
 // until it blocks; with more urgent work admitted it hands the CPU back after
 // a small chunk, which bounds how long an urgent operation waits for it.
 constexpr size_t kBudgetAlone = 8 << 20;
-constexpr size_t kBudgetYielding = 64 << 10;
+constexpr size_t kBudgetYielding = 16 << 10;
 
 }  // namespace
 
@@ -49,7 +49,25 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
       // Work left over (async requests, other threads' calls): hand it on.
       if (outstanding_.load() > 0) cv_.notify_all();
       if (finished) break;
+      std::this_thread::yield();  // handed over: let the urgent caller in
       continue;
+    }
+    // Someone else drives: ask for the token if our work is more urgent, and
+    // stay awake for a while to take it (a wake-up on a busy CPU costs more
+    // than a small urgent operation).
+    int want = wantLevel_.load();
+    while (op.level < want && !wantLevel_.compare_exchange_weak(want, op.level)) {
+    }
+    if (op.level < kLevels - 1) {
+      auto until = Clock::now() + std::chrono::milliseconds(2);
+      bool got = false;
+      while (!op.done.load(std::memory_order_acquire) && Clock::now() < until)
+        if ((got = drive_.try_lock())) break;
+        else sched_yield();
+      if (got) {
+        drive_.unlock();  // taken at the top of the loop
+        continue;
+      }
     }
     std::unique_lock<std::mutex> lk(m_);
     cv_.wait_for(lk, std::chrono::milliseconds(1),
@@ -104,15 +122,28 @@ void Executor::loop() {
       cv_.wait_for(lk, std::chrono::milliseconds(1));
       continue;
     }
-    driveUntil(nullptr);
+    bool finished = driveUntil(nullptr);
     drive_.unlock();
+    if (!finished) {  // handed over: let the urgent caller take the token first
+      std::unique_lock<std::mutex> lk(m_);
+      cv_.notify_all();
+      cv_.wait_for(lk, std::chrono::milliseconds(1));
+    }
   }
+}
+
+bool Executor::shouldHandOver(const Operation* op) const {
+  return wantLevel_.load(std::memory_order_relaxed) < (op ? op->level : kLevels);
 }
 
 bool Executor::driveUntil(const Operation* op) {
   idleRounds_ = 0;
   for (;;) {
     if (op ? op->done.load(std::memory_order_acquire) : outstanding_.load() == 0) return true;
+    if (shouldHandOver(op)) {
+      wantLevel_.store(kLevels);
+      return false;  // the caller releases the token; the urgent waiter takes it
+    }
     if (round()) {
       idleRounds_ = 0;
       continue;

@@ -63,7 +63,8 @@ class Executor {
 
  private:
   void loop();
-  bool driveUntil(const Operation* op);   // false: it had to give up the token
+  bool driveUntil(const Operation* op);   // false: it handed the token over
+  bool shouldHandOver(const Operation* op) const;
   bool round();
   void admit();
   bool runnable(const std::vector<OpPtr>& list, size_t i) const;
@@ -87,6 +88,12 @@ class Executor {
   bool stopping_ = false;
 
   std::mutex drive_;                  // the drive token
+  // The most urgent level a waiting caller wants to drive for (kLevels: none).
+  // The driver hands the token over at the next round when it drives for
+  // less urgent work (the progress thread drives for none): the urgent
+  // caller's thread then runs the rounds itself, so its operation does not
+  // wait for a wake-up on a busy CPU.
+  std::atomic<int> wantLevel_{kLevels};
   std::vector<OpPtr> active_[kLevels];  // driver only
   unsigned idleRounds_ = 0;
   Clock::time_point idleSince_{}, nextHealth_{};

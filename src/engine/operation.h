@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/socket.h"
+#include "base/socket.h"
 #include "engine/program.h"
 
 namespace tern {

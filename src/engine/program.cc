@@ -4,8 +4,7 @@
 #include <cstring>
 #include <set>
 
-#include "collectives/reduce_kernels.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "engine/operation.h"
 
 namespace tern {
@@ -27,20 +26,19 @@ bool greeted(const std::vector<const Conn*>& seen, const Conn* c) {
   return std::find(seen.begin(), seen.end(), c) != seen.end();
 }
 
-void execute(const Step& s, const char* in, char* out, size_t off, size_t n,
+void execute(const MemOps& mem, const Step& s, const char* in, char* out, size_t off, size_t n,
              const Reduction& red, int nranks) {
   const char* loc = s.local ? s.local + off : nullptr;
   char* dst = s.dst ? s.dst + off : nullptr;
   if (s.reduce) {
     char* target = dst ? dst : out;
-    reduceKernel(target, in, loc, n / ternTypeSize(red.dt), red.dt, red.op,
-                 s.finalAvg ? nranks : 0);
-    if (dst && out) memcpy(out, dst, n);
+    mem.reduce(target, in, loc, n / ternTypeSize(red.dt), red.dt, red.op, s.finalAvg ? nranks : 0);
+    if (dst && out) mem.copy(out, dst, n);
     return;
   }
   const char* src = in ? in : loc;
-  if (out) memcpy(out, src, n);
-  if (dst && dst != src) memcpy(dst, src, n);
+  if (out) mem.copy(out, src, n);
+  if (dst && dst != src) mem.copy(dst, src, n);
 }
 
 // Where this step's message starts on each stream: the operation's first use
@@ -156,7 +154,8 @@ ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
 
 // Moves as much payload as the fifos allow (up to `limit` bytes); returns the
 // units moved (bytes for dense steps, groups for codec steps).
-size_t payload(Program& p, const Step& s, const Reduction& red, int nranks, size_t limit) {
+size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& red, int nranks,
+               size_t limit) {
   const char* in = nullptr;
   char* out = nullptr;
   size_t n = s.bytes - p.off;
@@ -174,7 +173,7 @@ size_t payload(Program& p, const Step& s, const Reduction& red, int nranks, size
     if (s.out) n = std::min(n, s.out->sendSpace(&out));
     n -= n % (s.reduce ? ternTypeSize(red.dt) : 1);  // whole elements only
     if (n == 0) return 0;
-    execute(s, in, out, p.off, n, red, nranks);
+    execute(mem, s, in, out, p.off, n, red, nranks);
     if (s.in) s.in->recvConsume(n);
     if (s.out) s.out->sendCommit(n);
   }
@@ -195,7 +194,7 @@ ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks
     if (!ready) return ternSuccess;
     while (p.off < s.bytes) {
       if (spent >= budget) return ternSuccess;
-      size_t units = payload(p, s, red, nranks, std::min(kBurst, budget - spent));
+      size_t units = payload(*op.ctx.mem, p, s, red, nranks, std::min(kBurst, budget - spent));
       if (units == 0) return ternSuccess;
       spent += units * (s.codec ? s.outUnit : 1);
       *moved = true;

@@ -13,7 +13,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/env.h"
+#include "base/env.h"
+#include "memory/memory.h"
 #include "tern/tern.h"
 #include "transport/transport.h"
 
@@ -85,6 +86,7 @@ struct PlanCtx {
   const std::vector<int>* ringPos = nullptr;  // ringPos[r]: rank r's position
   std::vector<Conn*> conns;
   const Config* cfg = nullptr;
+  const MemOps* mem = nullptr;  // how the operation's buffers are copied, reduced, coded
 
   int pos() const { return (*ringPos)[rank]; }
   int posOf(int r) const { return (*ringPos)[r]; }

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "topology/topology.h"
 
 namespace tern {

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include "core/log.h"
+#include "base/log.h"
 
 #ifdef TERN_WITH_VERBS
 #include <infiniband/verbs.h>

@@ -1,5 +1,5 @@
 // Built without hwloc: no topology, and communicators go on without placement.
-#include "core/error.h"
+#include "base/error.h"
 #include "topology/topology.h"
 
 namespace tern {

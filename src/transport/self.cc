@@ -1,5 +1,5 @@
 // Loopback connection for a rank that sends to itself inside a group.
-#include "core/error.h"
+#include "base/error.h"
 #include "transport/fifo.h"
 #include "transport/transport.h"
 

@@ -13,9 +13,9 @@
 
 #include <cstring>
 
-#include "core/auth.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/auth.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "transport/fifo.h"
 #include "transport/transport.h"
 

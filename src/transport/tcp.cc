@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "transport/fifo.h"
 #include "transport/transport.h"
 

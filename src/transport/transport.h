@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "core/env.h"
-#include "core/socket.h"
+#include "base/env.h"
+#include "base/socket.h"
 #include "transport/fifo.h"
 #include "tern/tern.h"
 

@@ -14,8 +14,8 @@
 #include <deque>
 #include <vector>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "transport/fifo.h"
 #include "transport/transport.h"
 

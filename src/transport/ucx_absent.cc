@@ -1,6 +1,6 @@
 // Stands in for ucx.cc in builds without UCX: TERN_TRANSPORT=ucx is then a
 // clear error at communicator creation.
-#include "core/error.h"
+#include "base/error.h"
 #include "transport/transport.h"
 
 namespace tern {

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/socket.h"
+#include "base/socket.h"
 
 namespace tern {
 

@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/env.h"
+#include "comm/bootstrap.h"
+#include "base/env.h"
 #include "engine/executor.h"
+#include "transport/registry.h"
 #include "transport/transport.h"
 
 namespace tern {
@@ -29,7 +30,7 @@ struct ternComm : public tern::EngineHost {
   // Control socket per peer (-1 for self): setup exchanges, liveness, and
   // the notice a failing rank sends before it closes (e.g. a mismatch).
   std::vector<int> meshFd;
-  std::shared_ptr<tern::UcxShared> ucx;                        // UCP context + worker, if used
+  std::vector<std::unique_ptr<tern::Transport>> transports;     // from the registry
   std::vector<std::unique_ptr<tern::Conn>> conns[tern::kLevels];  // [level][peer], self included
   std::unique_ptr<tern::Executor> engine;
   std::unique_ptr<tern::TernaryState> ternary;      // options, call index, residuals
@@ -83,7 +84,9 @@ using Comm = ::ternComm;
 
 // Creates a communicator: rendezvous through the root, authenticated mesh,
 // a transport per peer and level, and the executor.
-ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out);
+// `config` (may be NULL) overrides the environment (comm/config.h).
+ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternConfig_t* config,
+                        Comm** out);
 // Reads the host topology and decides this rank's GPU, NIC and progress-thread
 // CPUs (returned in bindCpus; empty: leave unbound); writes TERN_TOPO_DUMP.
 ternResult_t placeComm(Comm& c, std::vector<int>* bindCpus);

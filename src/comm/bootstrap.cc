@@ -1,4 +1,4 @@
-#include "core/bootstrap.h"
+#include "comm/bootstrap.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -7,8 +7,8 @@
 #include <fstream>
 #include <thread>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace tern {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "core/bootstrap.h"
+#include "comm/bootstrap.h"
 
 namespace tern {
 

@@ -23,6 +23,9 @@ struct Config {
   std::string pinMode;     // TERN_PIN_PROGRESS: auto|on|off
   int gpu;                 // TERN_GPU: this rank's GPU index (-1: local rank mod GPUs)
   std::string ucxNetDevices;  // decided from the topology, for UCX (not an env var)
+  bool blocking = true;    // ternConfig_t.blocking (no env var)
+  int flowClasses;         // TERN_FLOW_CLASSES: network flow classes the levels map onto
+  int dscp[8];             // TERN_FLOW_DSCP: DSCP per flow class
 };
 
 // Reads the environment once per call (comms made later see new values).

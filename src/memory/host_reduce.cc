@@ -1,4 +1,4 @@
-#include "collectives/reduce_kernels.h"
+#include "memory/host_reduce.h"
 
 #include <cstdint>
 #include <type_traits>

@@ -1,4 +1,4 @@
-#include "core/log.h"
+#include "base/log.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/env.h"
+#include "base/env.h"
 
 namespace tern {
 

@@ -1,4 +1,4 @@
-#include "core/auth.h"
+#include "base/auth.h"
 
 #include <sys/random.h>
 
@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace tern {
 

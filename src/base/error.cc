@@ -1,9 +1,9 @@
-#include "core/error.h"
+#include "base/error.h"
 
 #include <cerrno>
 #include <cstring>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace tern {
 

@@ -8,7 +8,7 @@
 //   4. pick a transport per peer and set up one connection per level over
 //      the control socket,
 //   5. start the executor.
-#include "core/comm.h"
+#include "comm/comm.h"
 
 #include "collectives/ternary.h"
 #include "topology/rdma.h"
@@ -21,8 +21,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "comm/config.h"
+#include "base/error.h"
+#include "transport/registry.h"
+#include "base/log.h"
 
 namespace tern {
 
@@ -67,43 +69,6 @@ ternResult_t formMesh(Comm& c, int lfd, Deadline d, std::vector<int> dataFd[kLev
   return ternSuccess;
 }
 
-enum class Kind : char { Self = 's', Shm = 'm', Tcp = 't', Ucx = 'u' };
-
-ternResult_t chooseKind(const Comm& c, int p, Kind* k) {
-  if (p == c.rank) {
-    *k = Kind::Self;
-    return ternSuccess;
-  }
-  bool sameHost = c.peers[p].hostHash == c.peers[c.rank].hostHash;
-  if (c.cfg.transport == "shm" && !sameHost)
-    return setError(ternInvalidUsage, "TERN_TRANSPORT=shm but ranks " + std::to_string(c.rank) +
-                                          " and " + std::to_string(p) +
-                                          " are on different hosts");
-  bool shm = c.cfg.transport == "shm" || (c.cfg.transport == "auto" && sameHost);
-  // Across hosts auto prefers UCX (the RDMA path; over plain TCP it measured
-  // level with tern's tcp, perf/RESULTS.md) when this build has it, unless
-  // TERN_NET says otherwise.
-  bool autoUcx = c.cfg.net == "ucx" || (c.cfg.net == "auto" && ucxAvailable());
-  bool ucx = c.cfg.transport == "ucx" || (c.cfg.transport == "auto" && autoUcx);
-  *k = shm ? Kind::Shm : ucx ? Kind::Ucx : Kind::Tcp;
-  return ternSuccess;
-}
-
-// Both ends must agree.  Under auto a build without UCX meets one with it on
-// tcp; any other disagreement is a configuration error.
-ternResult_t agreeKind(const Comm& c, int p, Kind* k, Kind theirs) {
-  if (theirs == *k) return ternSuccess;
-  bool ucxVsTcp = (*k == Kind::Ucx && theirs == Kind::Tcp) || (*k == Kind::Tcp && theirs == Kind::Ucx);
-  if (c.cfg.transport == "auto" && ucxVsTcp) {
-    TERN_LOG(Info, "rank %d cannot or will not use ucx: tcp to it", p);
-    *k = Kind::Tcp;
-    return ternSuccess;
-  }
-  return setError(ternInvalidUsage, "ranks " + std::to_string(c.rank) + " and " + std::to_string(p) +
-                                        " chose different transports; set TERN_TRANSPORT the same "
-                                        "on every rank");
-}
-
 // Hosts in order of their lowest rank, ranks of a host in rank order.
 void orderRing(Comm& c) {
   c.ring.clear();
@@ -125,27 +90,26 @@ void orderRing(Comm& c) {
 // Levels other than the default one are set up lazy: they cost memory only
 // once an operation uses them.
 ternResult_t setupTransports(Comm& c, Deadline d, std::vector<int> dataFd[kLevels]) {
+  TERN_CHECK(makeTransports(c.cfg, &c.transports));
   for (auto& lv : c.conns) lv.resize(c.nranks);
   for (int p = 0; p < c.nranks; ++p) {
-    Kind k;
-    TERN_CHECK(chooseKind(c, p, &k));
-    if (k != Kind::Self) {
-      Kind theirs{};
-      TERN_CHECK(sendAll(c.meshFd[p], &k, 1, d));
-      TERN_CHECK(recvAll(c.meshFd[p], &theirs, 1, d));
-      TERN_CHECK(agreeKind(c, p, &k, theirs));
+    PeerFacts f{c.rank, p, c.peers[p].hostHash == c.peers[c.rank].hostHash};
+    Transport* t;
+    TERN_CHECK(pickTransport(c.transports, f, c.cfg, &t));
+    if (p != c.rank) {  // both ends must pick the same one
+      char mine[16] = {}, theirs[16] = {};
+      strncpy(mine, t->name(), sizeof mine - 1);
+      TERN_CHECK(sendAll(c.meshFd[p], mine, sizeof mine, d));
+      TERN_CHECK(recvAll(c.meshFd[p], theirs, sizeof theirs, d));
+      theirs[sizeof theirs - 1] = '\0';
+      TERN_CHECK(agreeTransport(c.transports, f, c.cfg, theirs, &t));
     }
     for (int level = 0; level < kLevels; ++level) {
       std::unique_ptr<Conn>& conn = c.conns[level][p];
-      ConnSetup s{c.rank, p, c.meshFd[p], dataFd[level][p], level,
+      ConnSetup s{c.rank, p, p == c.rank ? -1 : c.meshFd[p], dataFd[level][p], level,
                   level != TERN_PRIORITY_DEFAULT, &c.cfg, d};
-      if (k == Kind::Self) TERN_CHECK(makeSelfConn(c.cfg, &conn));
-      else if (k == Kind::Shm) TERN_CHECK(makeShmConn(s, &conn));
-      else if (k == Kind::Ucx) TERN_CHECK(makeUcxConn(s, &c.ucx, &conn));
-      else {
-        TERN_CHECK(makeTcpConn(s, &conn));
-        dataFd[level][p] = -1;  // the connection owns it now
-      }
+      TERN_CHECK(t->connect(s, &conn));
+      if (!strcmp(t->name(), "tcp")) dataFd[level][p] = -1;  // the connection owns it now
       conn->peer = p;
     }
     for (auto* v = dataFd; v != dataFd + kLevels; ++v) closeFd((*v)[p]);
@@ -155,7 +119,8 @@ ternResult_t setupTransports(Comm& c, Deadline d, std::vector<int> dataFd[kLevel
 
 }  // namespace
 
-ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) {
+ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternConfig_t* user,
+                        Comm** out) {
   auto c = std::make_unique<Comm>();
   c->rank = rank;
   c->nranks = nranks;
@@ -169,15 +134,8 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, Comm** out) 
   c->ternary->cfg = ternaryConfigFromEnv();
   if (const char* bad = ternaryConfigProblem(c->ternary->cfg))
     return setError(ternInvalidArgument, std::string("TERN_TERNARY_*: ") + bad);
-  if (c->cfg.transport != "auto" && c->cfg.transport != "shm" && c->cfg.transport != "tcp" &&
-      c->cfg.transport != "ucx")
-    return setError(ternInvalidArgument, "TERN_TRANSPORT='" + c->cfg.transport +
-                                             "' is not one of auto, shm, tcp, ucx");
-  if (c->cfg.net != "auto" && c->cfg.net != "ucx" && c->cfg.net != "tcp")
-    return setError(ternInvalidArgument, "TERN_NET='" + c->cfg.net + "' is not one of auto, ucx, tcp");
-  if ((c->cfg.transport == "ucx" || c->cfg.net == "ucx") && !ucxAvailable())
-    return setError(ternInvalidUsage, "TERN_TRANSPORT=ucx or TERN_NET=ucx but tern was built without UCX "
-                                      "(install libucx-dev and rebuild)");
+  TERN_CHECK(resolveConfig(user, &c->cfg, &c->ternary->cfg));
+  TERN_CHECK(makeTransports(c->cfg, &c->transports));  // checks TERN_TRANSPORT / TERN_NET early
   Deadline d = deadlineAfter(c->cfg.timeoutSec);
   SockAddr bindAddr, listenAddr;
   std::string ifname;
@@ -219,6 +177,7 @@ PlanCtx ternComm::planCtx(int level) const {
   x.ring = &ring;
   x.ringPos = &ringPos;
   x.cfg = &cfg;
+  x.mem = memOps(MemType::Host);  // the only memory type until the GPU data path
   x.conns.reserve(nranks);
   for (auto& k : conns[level]) x.conns.push_back(k.get());
   return x;
@@ -277,6 +236,7 @@ void ternComm::onFailure(ternResult_t r, const std::string& why) {
     for (int fd : meshFd)
       if (fd >= 0) (void)!::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
+  setLastError(why);  // what a nonblocking caller reads after ternCommGetAsyncError
   failWith(r, why);
 }
 
@@ -361,6 +321,6 @@ ternComm::~ternComm() {
     engine.reset();   // nothing uses conns after this
   }
   for (auto& lv : conns) lv.clear();
-  ucx.reset();     // after its endpoints
+  transports.clear();  // after the connections (UCX's worker outlives its endpoints)
   for (int& fd : meshFd) closeFd(fd);
 }

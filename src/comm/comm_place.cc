@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "core/comm.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "comm/comm.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "topology/topology.h"
 
 namespace tern {

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/auth.h"
-#include "core/socket.h"
+#include "base/auth.h"
+#include "base/socket.h"
 
 namespace tern {
 

@@ -6,15 +6,15 @@
 // local.  The secret is TERN_SECRET (32 hex digits, set by ternrun); without
 // it one is derived from the job's identity, which keeps strangers from
 // other jobs out but is not a real secret: the log says so.
-#include "core/env_init.h"
+#include "comm/env_init.h"
 
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace tern {
 

@@ -1,0 +1,151 @@
+// priority_perf: does an urgent allreduce overtake a bulk one?
+//
+// Each rank times, with every rank starting together (barrier):
+//   solo     an urgent allreduce (level 0) alone, and a bulk one (level 7) alone;
+//   contended  the bulk allreduce is issued first and, once it is well under
+//              way (a quarter of its solo time later), the urgent one:
+//              urgent time from its issue to its return, bulk time from its
+//              issue to its completion.
+// The bulk one runs either as an async request of the same thread
+// (ternGroupEndAsync; --mode async) or as a blocking call on a second thread
+// (--mode threads).  Prints one table row per mode; the targets (DESIGN.md):
+// urgent contended <= 1.2x its solo time, bulk loses < 10%.
+//
+//   tools/ternrun -n 2 build/perf/priority_perf [-b 256M] [-u 4M] [-n 5] [--mode async|threads|both]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tern/tern.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+size_t parseSize(const char* s) {
+  char* end;
+  double v = strtod(s, &end);
+  switch (*end) {
+    case 'G': case 'g': v *= 1 << 30; break;
+    case 'M': case 'm': v *= 1 << 20; break;
+    case 'K': case 'k': v *= 1 << 10; break;
+  }
+  return static_cast<size_t>(v);
+}
+
+void check(ternResult_t r, ternComm_t comm, const char* what) {
+  if (r == ternSuccess) return;
+  fprintf(stderr, "priority_perf: %s: %s\n", what, ternGetLastError(comm));
+  exit(1);
+}
+
+struct Bench {
+  ternComm_t comm;
+  std::vector<float> bulk, urgent;
+
+  double allreduce(std::vector<float>& x, int level) {
+    ternSetPriority(level);
+    double t = now();
+    check(ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr), comm,
+          "allreduce");
+    return now() - t;
+  }
+
+  // Median of n solo runs at `level`.
+  double solo(std::vector<float>& x, int level, int n) {
+    std::vector<double> t;
+    for (int i = 0; i < n; ++i) {
+      check(ternBarrier(comm), comm, "barrier");
+      t.push_back(allreduce(x, level));
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+
+  // One contended run: returns {urgent seconds, bulk seconds}.
+  std::pair<double, double> contended(bool threads, double delay) {
+    check(ternBarrier(comm), comm, "barrier");
+    double bulkStart = now(), bulkEnd = 0;
+    ternRequest_t req = nullptr;
+    std::thread th;
+    if (threads) {
+      th = std::thread([&] {
+        allreduce(bulk, 7);
+        bulkEnd = now();
+      });
+    } else {
+      ternSetPriority(7);
+      ternGroupStart();
+      ternAllReduce(bulk.data(), bulk.data(), bulk.size(), ternFloat32, ternSum, comm, nullptr);
+      check(ternGroupEndAsync(&req), comm, "bulk request");
+    }
+    while (now() < bulkStart + delay) std::this_thread::yield();
+    double u = allreduce(urgent, 0);
+    if (threads) {
+      th.join();
+    } else {
+      check(ternRequestWait(req), comm, "bulk wait");
+      bulkEnd = now();
+    }
+    return {u, bulkEnd - bulkStart};
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t bulkBytes = 256 << 20, urgentBytes = 4 << 20;
+  int iters = 5;
+  std::string mode = "both";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "-b") bulkBytes = parseSize(argv[i + 1]);
+    else if (a == "-u") urgentBytes = parseSize(argv[i + 1]);
+    else if (a == "-n") iters = atoi(argv[i + 1]);
+    else if (a == "--mode") mode = argv[i + 1];
+    else {
+      fprintf(stderr, "usage: priority_perf [-b BULK] [-u URGENT] [-n ITERS] [--mode async|threads|both]\n");
+      return 2;
+    }
+  }
+  Bench b;
+  check(ternCommInitFromEnv(&b.comm), nullptr, "init");
+  int rank, nranks;
+  ternCommUserRank(b.comm, &rank);
+  ternCommCount(b.comm, &nranks);
+  b.bulk.assign(bulkBytes / 4, 1.0f);  // touched here, never on the timed path
+  b.urgent.assign(urgentBytes / 4, 1.0f);
+  b.allreduce(b.urgent, 0);  // warm-up: both levels' connections
+  b.allreduce(b.bulk, 7);
+  double soloU = b.solo(b.urgent, 0, iters), soloB = b.solo(b.bulk, 7, std::max(2, iters / 2));
+  if (rank == 0) {
+    printf("# priority_perf: %d ranks, transport to next: %s, bulk %zu MiB at level 7, urgent %zu MiB at level 0\n",
+           nranks, ternCommPeerTransport(b.comm, (rank + 1) % nranks), bulkBytes >> 20, urgentBytes >> 20);
+    printf("# %-8s %10s %12s %8s %10s %12s %9s\n", "mode", "urgent(ms)", "contended", "ratio",
+           "bulk(ms)", "contended", "bulk loss");
+  }
+  for (const char* m : {"async", "threads"}) {
+    if (mode != "both" && mode != m) continue;
+    std::vector<double> us, bs;
+    for (int i = 0; i < iters; ++i) {
+      auto [u, bt] = b.contended(std::string(m) == "threads", soloB / 4);
+      us.push_back(u);
+      bs.push_back(bt);
+    }
+    std::sort(us.begin(), us.end());
+    std::sort(bs.begin(), bs.end());
+    double u = us[us.size() / 2], bt = bs[bs.size() / 2];
+    if (rank == 0)
+      printf("  %-8s %10.2f %12.2f %8.2f %10.1f %12.1f %8.1f%%\n", m, soloU * 1e3, u * 1e3, u / soloU,
+             soloB * 1e3, bt * 1e3, (bt - soloB) / soloB * 100);
+  }
+  ternCommDestroy(b.comm);
+  return 0;
+}

@@ -1,0 +1,20 @@
+// ternConfig_t: the options a caller passes to ternCommInitRankConfig,
+// resolved over the environment (a field left unset keeps the variable's
+// value or the default).
+#pragma once
+#include "base/env.h"
+#include "tern/tern.h"
+
+namespace tern {
+
+// Applies `user` (may be NULL) to cfg and the ternary options.  An older,
+// smaller struct is accepted (the fields it lacks stay unset); a bad magic,
+// a size too small to hold the header or a value out of range is
+// ternInvalidArgument with a sentence naming the field.
+ternResult_t resolveConfig(const ternConfig_t* user, Config* cfg, ternTernaryConfig_t* ternary);
+// The flow class (0 = most urgent) a priority level travels in.
+int flowClassOf(int level, int flowClasses);
+// Range checks shared by the environment and the struct.
+ternResult_t checkFlowConfig(const Config& cfg, const char* where);
+
+}  // namespace tern

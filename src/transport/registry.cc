@@ -1,0 +1,111 @@
+#include "transport/registry.h"
+
+#include <cstring>
+#include <string>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace tern {
+
+namespace {
+
+class SelfTransport : public Transport {
+ public:
+  const char* name() const override { return "self"; }
+  bool canConnect(const PeerFacts& f) const override { return f.peer == f.rank; }
+  ternResult_t connect(const ConnSetup& s, std::unique_ptr<Conn>* out) override {
+    return makeSelfConn(*s.cfg, out);
+  }
+};
+
+class ShmTransport : public Transport {
+ public:
+  const char* name() const override { return "shm"; }
+  bool canConnect(const PeerFacts& f) const override { return f.sameHost && f.peer != f.rank; }
+  ternResult_t connect(const ConnSetup& s, std::unique_ptr<Conn>* out) override {
+    return makeShmConn(s, out);
+  }
+};
+
+class TcpTransport : public Transport {
+ public:
+  const char* name() const override { return "tcp"; }
+  bool canConnect(const PeerFacts& f) const override { return f.peer != f.rank; }
+  ternResult_t connect(const ConnSetup& s, std::unique_ptr<Conn>* out) override {
+    return makeTcpConn(s, out);
+  }
+};
+
+class UcxTransport : public Transport {
+ public:
+  // Across hosts only under auto (inside one host shm is faster); anywhere
+  // when asked for by name.
+  explicit UcxTransport(bool anyPeer) : anyPeer_(anyPeer) {}
+  const char* name() const override { return "ucx"; }
+  bool canConnect(const PeerFacts& f) const override {
+    return f.peer != f.rank && (anyPeer_ || !f.sameHost);
+  }
+  ternResult_t connect(const ConnSetup& s, std::unique_ptr<Conn>* out) override {
+    return makeUcxConn(s, &shared_, out);
+  }
+
+ private:
+  bool anyPeer_;
+  std::shared_ptr<UcxShared> shared_;  // context and worker, made by the first connection
+};
+
+}  // namespace
+
+ternResult_t makeTransports(const Config& cfg, std::vector<std::unique_ptr<Transport>>* out) {
+  const std::string& t = cfg.transport;
+  if (t != "auto" && t != "shm" && t != "tcp" && t != "ucx")
+    return setError(ternInvalidArgument, "TERN_TRANSPORT='" + t + "' is not one of auto, shm, tcp, ucx");
+  if (cfg.net != "auto" && cfg.net != "ucx" && cfg.net != "tcp")
+    return setError(ternInvalidArgument, "TERN_NET='" + cfg.net + "' is not one of auto, ucx, tcp");
+  if ((t == "ucx" || cfg.net == "ucx") && !ucxAvailable())
+    return setError(ternInvalidUsage, "TERN_TRANSPORT=ucx or TERN_NET=ucx but tern was built without UCX "
+                                      "(install libucx-dev and rebuild)");
+  out->clear();
+  out->push_back(std::make_unique<SelfTransport>());
+  if (t == "auto" || t == "shm") out->push_back(std::make_unique<ShmTransport>());
+  // Across hosts auto prefers UCX (the RDMA path; over plain TCP it measured
+  // level with tern's tcp, perf/RESULTS.md) when this build has it, unless
+  // TERN_NET says otherwise.
+  bool autoUcx = cfg.net == "ucx" || (cfg.net == "auto" && ucxAvailable());
+  if (t == "ucx" || (t == "auto" && autoUcx)) out->push_back(std::make_unique<UcxTransport>(t == "ucx"));
+  if (t == "auto" || t == "tcp") out->push_back(std::make_unique<TcpTransport>());
+  return ternSuccess;
+}
+
+ternResult_t pickTransport(const std::vector<std::unique_ptr<Transport>>& ts, const PeerFacts& f,
+                           const Config& cfg, Transport** out) {
+  for (auto& t : ts)
+    if (t->canConnect(f)) {
+      *out = t.get();
+      return ternSuccess;
+    }
+  return setError(ternInvalidUsage, "TERN_TRANSPORT=" + cfg.transport + " but ranks " +
+                                        std::to_string(f.rank) + " and " + std::to_string(f.peer) +
+                                        " are on different hosts");
+}
+
+ternResult_t agreeTransport(const std::vector<std::unique_ptr<Transport>>& ts, const PeerFacts& f,
+                            const Config& cfg, const char* theirs, Transport** mine) {
+  if (!strcmp(theirs, (*mine)->name())) return ternSuccess;
+  bool ucxVsTcp = (!strcmp(theirs, "tcp") && !strcmp((*mine)->name(), "ucx")) ||
+                  (!strcmp(theirs, "ucx") && !strcmp((*mine)->name(), "tcp"));
+  if (cfg.transport == "auto" && ucxVsTcp)
+    for (auto& t : ts)
+      if (!strcmp(t->name(), "tcp")) {
+        TERN_LOG(Info, "rank %d cannot or will not use ucx: tcp to it", f.peer);
+        *mine = t.get();
+        return ternSuccess;
+      }
+  return setError(ternInvalidUsage, "ranks " + std::to_string(f.rank) + " and " +
+                                        std::to_string(f.peer) +
+                                        " chose different transports; set TERN_TRANSPORT the same "
+                                        "on every rank");
+}
+
+}  // namespace tern

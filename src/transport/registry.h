@@ -1,0 +1,44 @@
+// The transport registry: a transport is a named entry that says whether it
+// can connect this rank to a peer and makes the connection (one per priority
+// level).  The communicator asks the registry, never a transport by name;
+// TERN_TRANSPORT / TERN_NET filter what the registry offers.  Shared state a
+// transport needs (UCX's context and worker) lives in its instance, one set
+// of instances per communicator.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace tern {
+
+// What a transport decides on.
+struct PeerFacts {
+  int rank, peer;
+  bool sameHost;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  virtual bool canConnect(const PeerFacts& f) const = 0;
+  virtual ternResult_t connect(const ConnSetup& s, std::unique_ptr<Conn>* out) = 0;
+};
+
+// The transports this build offers under cfg, in order of preference (self,
+// shm, ucx, tcp); a bad TERN_TRANSPORT / TERN_NET is ternInvalidArgument.
+ternResult_t makeTransports(const Config& cfg, std::vector<std::unique_ptr<Transport>>* out);
+
+// The first transport that can connect to the peer, or an error saying why
+// none can.
+ternResult_t pickTransport(const std::vector<std::unique_ptr<Transport>>& ts, const PeerFacts& f,
+                           const Config& cfg, Transport** out);
+
+// Both ends must agree: `theirs` is the name the peer picked.  Under auto a
+// build without UCX meets one with it on tcp; any other disagreement is a
+// configuration error.
+ternResult_t agreeTransport(const std::vector<std::unique_ptr<Transport>>& ts, const PeerFacts& f,
+                            const Config& cfg, const char* theirs, Transport** mine);
+
+}  // namespace tern
