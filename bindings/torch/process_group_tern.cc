@@ -89,7 +89,8 @@ ternRedOp_t redOpOf(const c10d::ReduceOp& op) {
 
 class ProcessGroupTern : public Base {
  public:
-  ProcessGroupTern(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size)
+  ProcessGroupTern(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                   const ternConfig_t& config)
       : Base(rank, size) {
     ternUniqueId id;
     if (rank == 0) {
@@ -100,7 +101,7 @@ class ProcessGroupTern : public Base {
       TORCH_CHECK(v.size() == sizeof id.internal, "tern: bad unique id in the store");
       std::copy(v.begin(), v.end(), id.internal);
     }
-    check(ternCommInitRank(&comm_, size, id, rank));
+    check(ternCommInitRankConfig(&comm_, size, id, rank, &config));
   }
 
   ~ProcessGroupTern() override {
@@ -360,18 +361,12 @@ class ProcessGroupTern : public Base {
 c10::intrusive_ptr<ProcessGroupTern> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                             int size, std::chrono::milliseconds timeout) {
   pybind11::gil_scoped_release nogil;  // rendezvous waits on the other ranks
-  // c10d's timeout becomes the communicator's TERN_TIMEOUT unless the user set
-  // one; the variable is read while the communicator is made, then restored.
-  bool own = !getenv("TERN_TIMEOUT");
-  if (own) setenv("TERN_TIMEOUT", std::to_string(timeout.count() / 1000.0).c_str(), 1);
-  try {
-    auto pg = c10::make_intrusive<ProcessGroupTern>(store, rank, size);
-    if (own) unsetenv("TERN_TIMEOUT");
-    return pg;
-  } catch (...) {
-    if (own) unsetenv("TERN_TIMEOUT");
-    throw;
-  }
+  // c10d's timeout bounds every wait of the communicator (ternRequestWait
+  // included), unless the user set TERN_TIMEOUT: c10d always passes one (30
+  // minutes by default), so it cannot tell us whether the user chose it.
+  ternConfig_t config = TERN_CONFIG_INITIALIZER;
+  if (!getenv("TERN_TIMEOUT")) config.timeoutSeconds = timeout.count() / 1000.0;
+  return c10::make_intrusive<ProcessGroupTern>(store, rank, size, config);
 }
 
 }  // namespace tern_torch

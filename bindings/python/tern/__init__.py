@@ -2,6 +2,7 @@
 
     import numpy as np, tern
     comm = tern.Comm.from_env()          # ternrun / mpirun / srun / torchrun variables
+                                         # options: timeout=, flow_classes=, dscp=, ternary=
     x = np.ones(1 << 20, np.float32)
     comm.allreduce(x)                    # in place; recv= for out of place
     comm.allreduce_ternary(x)            # compressed, unbiased (op="avg" by default)
