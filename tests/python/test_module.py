@@ -89,7 +89,7 @@ def test_every_collective_matches_numpy(n):
 def from_env(rank, n, port):
     os.environ.update(TERN_RANK=str(rank), TERN_NRANKS=str(n), TERN_ROOT="127.0.0.1:%d" % port,
                       TERN_SECRET="00112233445566778899aabbccddeeff")
-    comm = tern.Comm.from_env()
+    comm = tern.Comm.from_env(timeout=30)  # options through the config struct here too
     x = np.ones(10)
     comm.allreduce(x)
     return float(x[0])

@@ -376,3 +376,29 @@ def test_bad_priority_is_refused_with_a_sentence():
     msg, level = bad_priority(0, 1)
     assert "0 = most urgent" in msg and "8" in msg, msg
     assert level == 4
+
+
+def short_wait_then_destroy(rank, n, store_path):
+    import datetime
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+    if rank == 1:
+        time.sleep(1.5)
+    t = torch.full((8,), float(rank + 1))
+    work = dist.all_reduce(t, async_op=True)
+    msg = None
+    if rank == 0:
+        with pytest.raises(RuntimeError) as e:
+            work.wait(timeout=datetime.timedelta(milliseconds=200))
+        msg = str(e.value)
+    fut = work.get_future()
+    last = torch.full((4,), float(rank))
+    dist.all_reduce(last, async_op=True)  # never waited on: destroy settles it
+    dist.destroy_process_group()
+    return msg, fut.done(), float(t[0]), float(last[0])
+
+
+def test_wait_with_a_timeout_and_destroy_with_ops_outstanding(tmp_path):
+    res = ranks.run(short_wait_then_destroy, 2, str(tmp_path / "store"), timeout=60)
+    assert "did not complete within the 200 ms" in res[0][0], res[0][0]
+    for msg, done, value, last in res:
+        assert done and value == 3.0 and last == 1.0
