@@ -7,7 +7,9 @@
 #include <pybind11/eval.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -174,6 +176,50 @@ ternUniqueId idOf(const py::bytes& b) {
   return id;
 }
 
+// The keyword options of Comm(...) / Comm.from_env(...) as a ternConfig_t;
+// None leaves a field unset (environment or default).  Checked by tern.
+ternConfig_t configOf(const py::object& timeout, const py::object& flowClasses,
+                      const py::object& dscp, const py::object& ternary) {
+  ternConfig_t c = TERN_CONFIG_INITIALIZER;
+  if (!timeout.is_none()) {
+    c.timeoutSeconds = timeout.cast<double>();
+    // Checked here too: -1 is the struct's "unset", which tern cannot refuse.
+    if (!(c.timeoutSeconds > 0))
+      badArgument("timeout= must be > 0 seconds, not " + py::str(timeout).cast<std::string>());
+  }
+  if (!flowClasses.is_none()) c.flowClasses = flowClasses.cast<int>();
+  if (!dscp.is_none()) {
+    auto v = dscp.cast<std::vector<int>>();
+    if (v.size() > TERN_PRIORITY_LEVELS)
+      badArgument("dscp= has " + std::to_string(v.size()) + " entries; at most one per flow class (" +
+                  std::to_string(TERN_PRIORITY_LEVELS) + ")");
+    std::copy(v.begin(), v.end(), c.trafficClass);
+  }
+  if (!ternary.is_none()) {
+    // All five, as ternary_config() returns them: a partial set would leave
+    // the others at values that are neither the environment's nor tern's.
+    auto d = ternary.cast<py::dict>();
+    static const char* const keys[] = {"seed", "block", "clip", "error_feedback", "min_bytes"};
+    for (auto& kv : d)
+      if (std::find_if(std::begin(keys), std::end(keys), [&](const char* k) {
+            return kv.first.cast<std::string>() == k;
+          }) == std::end(keys))
+        badArgument("ternary= has no option '" + kv.first.cast<std::string>() +
+                    "' (seed, block, clip, error_feedback, min_bytes)");
+    for (const char* k : keys)
+      if (!d.contains(k))
+        badArgument(std::string("ternary= needs all of seed, block, clip, error_feedback, "
+                                "min_bytes; '") + k + "' is missing (comm.ternary_config() has them all)");
+    c.ternarySet = 1;
+    c.ternary.seed = d["seed"].cast<unsigned long long>();
+    c.ternary.blockSize = d["block"].cast<int>();
+    c.ternary.clip = d["clip"].cast<float>();
+    c.ternary.errorFeedback = d["error_feedback"].cast<bool>();
+    c.ternary.minBytes = d["min_bytes"].cast<size_t>();
+  }
+  return c;
+}
+
 void bindCollectives(py::class_<Comm>& c) {
   using A = py::arg;
   c.def("allreduce", [](Comm& self, py::buffer send, py::object recv, const std::string& op,
@@ -299,22 +345,41 @@ class Error(RuntimeError):
     check(ternGetVersion(&v));
     return v;
   });
+  m.def("set_priority", [](int level) { check(ternSetPriority(level)); }, py::arg("level"),
+        "Priority level (0 = most urgent ... 7 = bulk) of this thread's subsequent tern calls, "
+        "on every communicator, the c10d backend's included; ranks match calls per level");
+  m.def("get_priority", [] {
+    int level;
+    check(ternGetPriority(&level));
+    return level;
+  }, "This thread's priority level (default 4)");
+  m.attr("PRIORITY_LEVELS") = TERN_PRIORITY_LEVELS;
+  m.attr("PRIORITY_DEFAULT") = TERN_PRIORITY_DEFAULT;
   m.def("group_start", [] { check(ternGroupStart()); });
   m.def("group_end", [] { call(nullptr, [] { return ternGroupEnd(); }); });
 
   py::class_<Comm> c(m, "Comm");
-  c.def(py::init([](py::bytes id, int size, int rank) {
+  // Options (keyword only): timeout (seconds, as TERN_TIMEOUT), flow_classes,
+  // dscp (one per flow class), ternary (a dict like ternary_config()'s).
+  py::arg_v timeout("timeout", py::none()), flowClasses("flow_classes", py::none()),
+      dscp("dscp", py::none()), ternary("ternary", py::none());
+  c.def(py::init([](py::bytes id, int size, int rank, py::object timeout, py::object flowClasses,
+                    py::object dscp, py::object ternary) {
           ternUniqueId u = idOf(id);
+          ternConfig_t cfg = configOf(timeout, flowClasses, dscp, ternary);
           ternComm_t comm;
-          call(nullptr, [&] { return ternCommInitRank(&comm, size, u, rank); });
+          call(nullptr, [&] { return ternCommInitRankConfig(&comm, size, u, rank, &cfg); });
           return new Comm(comm);
-        }), py::arg("unique_id"), py::arg("size"), py::arg("rank"));
-  c.def_static("from_env", [] {
+        }), py::arg("unique_id"), py::arg("size"), py::arg("rank"), py::kw_only(), timeout,
+        flowClasses, dscp, ternary);
+  c.def_static("from_env", [](py::object timeout, py::object flowClasses, py::object dscp,
+                              py::object ternary) {
+    ternConfig_t cfg = configOf(timeout, flowClasses, dscp, ternary);
     ternComm_t comm;
-    call(nullptr, [&] { return ternCommInitFromEnv(&comm); });
+    call(nullptr, [&] { return ternCommInitFromEnvConfig(&comm, &cfg); });
     return new Comm(comm);
-  }, py::return_value_policy::take_ownership,
-     "From ternrun / mpirun / srun / torchrun variables (see docs/ENV.md)");
+  }, py::kw_only(), timeout, flowClasses, dscp, ternary, py::return_value_policy::take_ownership,
+     "From ternrun / mpirun / srun / torchrun variables (see docs/ENV.md); options as Comm()'s");
   c.def_property_readonly("rank", &Comm::rank);
   c.def_property_readonly("size", &Comm::size);
   c.def("destroy", &Comm::destroy);

@@ -2,9 +2,11 @@
 // whose operations run tern collectives on CPU tensors.
 //
 // Every call checks its arguments at once (a c10::Error -> RuntimeError in
-// Python), then queues the operation on the group's worker (work_queue.h)
-// and returns a Work at once; the Work's future completes when tern's
-// operation does.
+// Python), then issues the operation to tern's engine as one group with
+// ternGroupEndAsync, on the calling thread and so at its priority level
+// (ternSetPriority / tern.set_priority), and returns a Work wrapping the
+// request (tern_work.h).  Local work that needs the transfer's result
+// (unpacking, folding) runs when the request completes, not in the caller.
 #include <torch/python.h>
 #include <torch/version.h>
 
@@ -17,11 +19,12 @@
 
 #include <pybind11/chrono.h>
 
+#include <cstring>
 #include <functional>
 #include <memory>
 
 #include "tern/tern.h"
-#include "work_queue.h"
+#include "tern_work.h"
 
 namespace tern_torch {
 
@@ -32,16 +35,6 @@ using Base = c10d::ProcessGroup;
 #endif
 using c10d::OpType;
 using c10d::Work;
-
-// Raised on the worker thread, carried to the Work's waiter.
-struct TernFailure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void check(ternResult_t r, ternComm_t comm) {
-  if (r != ternSuccess)
-    throw TernFailure(std::string("tern: ") + ternGetErrorString(r) + ": " + ternGetLastError(comm));
-}
 
 ternDataType_t dtypeOf(const at::Tensor& t) {
   switch (t.scalar_type()) {
@@ -96,23 +89,29 @@ ternRedOp_t redOpOf(const c10d::ReduceOp& op) {
 
 class ProcessGroupTern : public Base {
  public:
-  ProcessGroupTern(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size)
+  ProcessGroupTern(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                   const ternConfig_t& config)
       : Base(rank, size) {
     ternUniqueId id;
     if (rank == 0) {
-      check(ternGetUniqueId(&id), nullptr);
+      check(ternGetUniqueId(&id));
       store->set("tern/unique_id", std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
     } else {
       auto v = store->get("tern/unique_id");
       TORCH_CHECK(v.size() == sizeof id.internal, "tern: bad unique id in the store");
       std::copy(v.begin(), v.end(), id.internal);
     }
-    check(ternCommInitRank(&comm_, size, id, rank), nullptr);
-    queue_->start([this](std::vector<Job>& jobs, bool p2p) { run(jobs, p2p); });
+    check(ternCommInitRankConfig(&comm_, size, id, rank, &config));
   }
 
   ~ProcessGroupTern() override {
-    queue_->stop();  // runs what is queued first
+    // Outstanding works are settled first; their callbacks may need the GIL.
+    if (PyGILState_Check()) {
+      pybind11::gil_scoped_release nogil;
+      completer_.stop();
+    } else {
+      completer_.stop();
+    }
     ternCommDestroy(comm_);
   }
 
@@ -123,8 +122,8 @@ class ProcessGroupTern : public Base {
     at::Tensor t = ts[0];
     if (isBitwise(o.reduceOp)) return bitwiseAllreduce(t, o.reduceOp);
     ternRedOp_t op = redOpOf(o.reduceOp);
-    return enqueue(OpType::ALLREDUCE, ts, [this, t, op] {
-      check(ternAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), op, comm_, nullptr), comm_);
+    return issue(OpType::ALLREDUCE, ts, {}, [&] {
+      return ternAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), op, comm_, nullptr);
     });
   }
 
@@ -133,11 +132,10 @@ class ProcessGroupTern : public Base {
     TORCH_CHECK(!ts.empty(), "tern: allreduce_coalesced needs tensors");
     checkSameAs(ts[0], ts);
     ternRedOp_t op = redOpOf(o.reduceOp);
-    return enqueue(OpType::ALLREDUCE_COALESCED, ts, [this, ts, op] {
-      at::Tensor flat = at::cat(flatViews(ts));  // one call for all of them
-      check(ternAllReduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), dtypeOf(flat), op, comm_, nullptr), comm_);
-      scatterFlat(flat, ts);
-    });
+    at::Tensor flat = at::cat(flatViews(ts));  // one call for all of them
+    return issue(OpType::ALLREDUCE_COALESCED, ts, {flat}, [&] {
+      return ternAllReduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), dtypeOf(flat), op, comm_, nullptr);
+    }, [flat, ts] { scatterFlat(flat, ts); });
   }
 
   c10::intrusive_ptr<Work> broadcast(Tensors& ts, const c10d::BroadcastOptions& o) override {
@@ -145,8 +143,8 @@ class ProcessGroupTern : public Base {
     checkRoot(o.rootRank);
     at::Tensor t = ts[0];
     int root = static_cast<int>(o.rootRank);
-    return enqueue(OpType::BROADCAST, ts, [this, t, root] {
-      check(ternBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), root, comm_, nullptr), comm_);
+    return issue(OpType::BROADCAST, ts, {}, [&] {
+      return ternBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), root, comm_, nullptr);
     });
   }
 
@@ -156,10 +154,10 @@ class ProcessGroupTern : public Base {
     at::Tensor t = ts[0];
     ternRedOp_t op = redOpOf(o.reduceOp);
     int root = static_cast<int>(o.rootRank);
-    return enqueue(OpType::REDUCE, ts, [this, t, op, root] {
-      // In place: ternReduce writes recvbuff on the root only, so non-roots
-      // keep their input, as with gloo.
-      check(ternReduce(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), op, root, comm_, nullptr), comm_);
+    // In place: ternReduce writes recvbuff on the root only, so non-roots
+    // keep their input, as with gloo.
+    return issue(OpType::REDUCE, ts, {}, [&] {
+      return ternReduce(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), op, root, comm_, nullptr);
     });
   }
 
@@ -169,11 +167,10 @@ class ProcessGroupTern : public Base {
     checkWorldList(ins[0], outs, "allgather outputs");
     at::Tensor in = ins[0];
     Tensors out = outs[0];
-    return enqueue(OpType::ALLGATHER, out, [this, in, out] {
-      at::Tensor flat = at::empty({static_cast<int64_t>(out.size()) * in.numel()}, in.options());
-      check(ternAllGather(in.data_ptr(), flat.data_ptr(), in.numel(), dtypeOf(in), comm_, nullptr), comm_);
-      scatterFlat(flat, out);
-    });
+    at::Tensor flat = at::empty({static_cast<int64_t>(out.size()) * in.numel()}, in.options());
+    return issue(OpType::ALLGATHER, out, {in, flat}, [&] {
+      return ternAllGather(in.data_ptr(), flat.data_ptr(), in.numel(), dtypeOf(in), comm_, nullptr);
+    }, [flat, out] { scatterFlat(flat, out); });
   }
 
   c10::intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in,
@@ -181,8 +178,8 @@ class ProcessGroupTern : public Base {
     checkTensor(in);
     checkSameAs(in, {out});
     TORCH_CHECK(out.numel() == in.numel() * getSize(), "tern: output must be world size x input");
-    return enqueue(OpType::_ALLGATHER_BASE, {out}, [this, in, out] {
-      check(ternAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in), comm_, nullptr), comm_);
+    return issue(OpType::_ALLGATHER_BASE, {out}, {in}, [&] {
+      return ternAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in), comm_, nullptr);
     });
   }
 
@@ -191,11 +188,10 @@ class ProcessGroupTern : public Base {
     checkSingle(outs);
     checkWorldList(outs[0], ins, "reduce_scatter inputs");
     at::Tensor out = outs[0];
-    Tensors in = ins[0];
     ternRedOp_t op = redOpOf(o.reduceOp);
-    return enqueue(OpType::REDUCE_SCATTER, outs, [this, out, in, op] {
-      at::Tensor flat = at::cat(flatViews(in));
-      check(ternReduceScatter(flat.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out), op, comm_, nullptr), comm_);
+    at::Tensor flat = at::cat(flatViews(ins[0]));
+    return issue(OpType::REDUCE_SCATTER, outs, {flat}, [&] {
+      return ternReduceScatter(flat.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out), op, comm_, nullptr);
     });
   }
 
@@ -205,8 +201,8 @@ class ProcessGroupTern : public Base {
     checkSameAs(out, {in});
     TORCH_CHECK(in.numel() == out.numel() * getSize(), "tern: input must be world size x output");
     ternRedOp_t op = redOpOf(o.reduceOp);
-    return enqueue(OpType::_REDUCE_SCATTER_BASE, {out}, [this, out, in, op] {
-      check(ternReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out), op, comm_, nullptr), comm_);
+    return issue(OpType::_REDUCE_SCATTER_BASE, {out}, {in}, [&] {
+      return ternReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out), op, comm_, nullptr);
     });
   }
 
@@ -218,59 +214,63 @@ class ProcessGroupTern : public Base {
     int me = getRank();
     TORCH_CHECK(inOff[me + 1] - inOff[me] == outOff[me + 1] - outOff[me],
                 "tern: alltoall sends a different number of elements to itself than it expects");
-    return enqueue(OpType::ALLTOALL_BASE, {out}, [this, in, out, inOff, outOff] {
-      size_t esz = in.element_size();
-      auto* src = static_cast<const char*>(in.data_ptr());
-      auto* dst = static_cast<char*>(out.data_ptr());
+    size_t esz = in.element_size();
+    auto* src = static_cast<const char*>(in.data_ptr());
+    auto* dst = static_cast<char*>(out.data_ptr());
+    // This rank's own slice is a local copy, made now: the input is the
+    // caller's until the call returns.
+    memcpy(dst + outOff[me] * esz, src + inOff[me] * esz, (inOff[me + 1] - inOff[me]) * esz);
+    return issue(OpType::ALLTOALL_BASE, {out}, {in}, [&] {
       ternDataType_t dt = dtypeOf(in);
-      check(ternGroupStart(), comm_);
-      for (int p = 0; p < getSize(); ++p) {
+      ternResult_t r = ternSuccess;
+      for (int p = 0; p < getSize() && r == ternSuccess; ++p) {
         size_t sendN = inOff[p + 1] - inOff[p], recvN = outOff[p + 1] - outOff[p];
-        if (p == getRank()) {
-          memcpy(dst + outOff[p] * esz, src + inOff[p] * esz, sendN * esz);
-          continue;
-        }
-        if (recvN) ternRecv(dst + outOff[p] * esz, recvN, dt, p, comm_, nullptr);
-        if (sendN) ternSend(src + inOff[p] * esz, sendN, dt, p, comm_, nullptr);
+        if (p == me) continue;
+        if (recvN) r = ternRecv(dst + outOff[p] * esz, recvN, dt, p, comm_, nullptr);
+        if (sendN && r == ternSuccess) r = ternSend(src + inOff[p] * esz, sendN, dt, p, comm_, nullptr);
       }
-      check(ternGroupEnd(), comm_);
+      return r;
     });
   }
 
+  // Sends and receives progress concurrently in tern's engine: an isend and
+  // an irecv issued as separate requests cannot block each other.
   c10::intrusive_ptr<Work> send(Tensors& ts, int dst, int /*tag*/) override {
     checkSingle(ts);
     checkRoot(dst);
     at::Tensor t = ts[0];
-    return enqueue(OpType::SEND, ts, [this, t, dst] {
-      check(ternSend(t.data_ptr(), t.numel(), dtypeOf(t), dst, comm_, nullptr), comm_);
-    }, /*p2p=*/true);
+    return issue(OpType::SEND, ts, {}, [&] {
+      return ternSend(t.data_ptr(), t.numel(), dtypeOf(t), dst, comm_, nullptr);
+    });
   }
 
   c10::intrusive_ptr<Work> recv(Tensors& ts, int src, int /*tag*/) override {
     checkSingle(ts);
     checkRoot(src);
     at::Tensor t = ts[0];
-    return enqueue(OpType::RECV, ts, [this, t, src] {
-      check(ternRecv(t.data_ptr(), t.numel(), dtypeOf(t), src, comm_, nullptr), comm_);
-    }, /*p2p=*/true);
+    return issue(OpType::RECV, ts, {}, [&] {
+      return ternRecv(t.data_ptr(), t.numel(), dtypeOf(t), src, comm_, nullptr);
+    });
   }
 
+  // ternBarrier cannot be issued asynchronously (not in a group); a one-element
+  // allreduce completes on no rank before every rank has issued it.
   c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions&) override {
-    return enqueue(OpType::BARRIER, {}, [this] { check(ternBarrier(comm_), comm_); });
+    at::Tensor one = at::zeros({1}, at::kInt);
+    return issue(OpType::BARRIER, {}, {one}, [&] {
+      return ternAllReduce(one.data_ptr(), one.data_ptr(), 1, ternInt32, ternSum, comm_, nullptr);
+    });
   }
 
   // tern's ternary-compressed allreduce (for the DDP comm hook): `handle`
   // keys the error-feedback residual of this tensor.
   c10::intrusive_ptr<Work> allreduceTernary(at::Tensor t, uint64_t handle) {
     checkTensor(t);
-    return enqueue(OpType::ALLREDUCE, {t}, [this, t, handle] {
-      check(ternAllReduceTernaryEx(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), ternAvg,
-                                   reinterpret_cast<const void*>(handle), comm_, nullptr), comm_);
+    return issue(OpType::ALLREDUCE, {t}, {}, [&] {
+      return ternAllReduceTernaryEx(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), ternAvg,
+                                    reinterpret_cast<const void*>(handle), comm_, nullptr);
     });
   }
-
-  // Runs `fn` on the worker after everything queued before it.
-  void runOnWorker(std::function<void()> fn) { enqueue(OpType::UNKNOWN, {}, std::move(fn))->wait(); }
 
   ternComm_t comm() const { return comm_; }
 
@@ -315,13 +315,16 @@ class ProcessGroupTern : public Base {
     return off;
   }
 
+  // Bitwise ops have no tern kernel: allgather, then fold once it is done.
   c10::intrusive_ptr<Work> bitwiseAllreduce(at::Tensor t, const c10d::ReduceOp& op) {
     TORCH_CHECK(!at::isFloatingType(t.scalar_type()), "tern: bitwise ReduceOps need integer tensors");
-    return enqueue(OpType::ALLREDUCE, {t}, [this, t, op] {
-      at::Tensor all = at::empty({getSize(), t.numel()}, t.options());
-      check(ternAllGather(t.data_ptr(), all.data_ptr(), t.numel(), dtypeOf(t), comm_, nullptr), comm_);
+    at::Tensor all = at::empty({getSize(), t.numel()}, t.options());
+    int n = getSize();
+    return issue(OpType::ALLREDUCE, {t}, {all}, [&] {
+      return ternAllGather(t.data_ptr(), all.data_ptr(), t.numel(), dtypeOf(t), comm_, nullptr);
+    }, [t, all, op, n] {
       at::Tensor acc = all[0].clone();
-      for (int r = 1; r < getSize(); ++r) {
+      for (int r = 1; r < n; ++r) {
         if (op == c10d::ReduceOp::BAND) acc.bitwise_and_(all[r]);
         else if (op == c10d::ReduceOp::BOR) acc.bitwise_or_(all[r]);
         else acc.bitwise_xor_(all[r]);
@@ -330,51 +333,40 @@ class ProcessGroupTern : public Base {
     });
   }
 
-  c10::intrusive_ptr<TernWork> enqueue(OpType type, Tensors outputs, std::function<void()> fn,
-                                       bool p2p = false) {
-    return queue_->push(getRank(), type, std::move(outputs), std::move(fn), p2p);
-  }
-
-  // On the worker: a point-to-point batch runs as one tern group.
-  void run(std::vector<Job>& jobs, bool p2p) {
-    std::exception_ptr e;
-    bool grouped = false;
-    try {
-      if (p2p) {
-        check(ternGroupStart(), comm_);
-        grouped = true;
-      }
-      for (auto& j : jobs) j.fn();
-      if (grouped) {
-        grouped = false;
-        check(ternGroupEnd(), comm_);
-      }
-    } catch (...) {
-      e = std::current_exception();
-      if (grouped) ternGroupEnd();  // leave no group open on this thread
-    }
-    for (auto& j : jobs) j.work->complete(e);
+  // Issues the tern calls `calls` makes (returning the first failure) as one
+  // group on this thread, so at its priority and in call order; the Work
+  // completes when the group's request does, then runs `after`.  A call that
+  // fails to issue (the communicator failed earlier) fails the Work; what the
+  // group issued anyway is still waited for in the completion path.
+  c10::intrusive_ptr<Work> issue(OpType type, Tensors outputs, Tensors keep,
+                                 const std::function<ternResult_t()>& calls,
+                                 std::function<void()> after = nullptr) {
+    auto w = c10::make_intrusive<TernWork>(getRank(), type, std::move(outputs), std::move(keep),
+                                           std::move(after));
+    check(ternGroupStart());
+    ternResult_t r = calls();
+    std::exception_ptr issueError = r != ternSuccess ? failure(r) : nullptr;
+    ternRequest_t request = nullptr;
+    r = ternGroupEndAsync(&request);
+    if (!issueError && r != ternSuccess) issueError = failure(r);
+    w->start(request, issueError);
+    if (request) completer_.add(w);
+    return w;
   }
 
   ternComm_t comm_ = nullptr;
-  std::shared_ptr<WorkQueue> queue_ = std::make_shared<WorkQueue>();
+  Completer completer_;
 };
 
 c10::intrusive_ptr<ProcessGroupTern> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                             int size, std::chrono::milliseconds timeout) {
   pybind11::gil_scoped_release nogil;  // rendezvous waits on the other ranks
-  // c10d's timeout becomes the communicator's TERN_TIMEOUT unless the user set
-  // one; the variable is read while the communicator is made, then restored.
-  bool own = !getenv("TERN_TIMEOUT");
-  if (own) setenv("TERN_TIMEOUT", std::to_string(timeout.count() / 1000.0).c_str(), 1);
-  try {
-    auto pg = c10::make_intrusive<ProcessGroupTern>(store, rank, size);
-    if (own) unsetenv("TERN_TIMEOUT");
-    return pg;
-  } catch (...) {
-    if (own) unsetenv("TERN_TIMEOUT");
-    throw;
-  }
+  // c10d's timeout bounds every wait of the communicator (ternRequestWait
+  // included), unless the user set TERN_TIMEOUT: c10d always passes one (30
+  // minutes by default), so it cannot tell us whether the user chose it.
+  ternConfig_t config = TERN_CONFIG_INITIALIZER;
+  if (!getenv("TERN_TIMEOUT")) config.timeoutSeconds = timeout.count() / 1000.0;
+  return c10::make_intrusive<ProcessGroupTern>(store, rank, size, config);
 }
 
 }  // namespace tern_torch
@@ -382,34 +374,31 @@ c10::intrusive_ptr<ProcessGroupTern> create(const c10::intrusive_ptr<c10d::Store
 PYBIND11_MODULE(_c10d, m) {
   namespace py = pybind11;
   using tern_torch::ProcessGroupTern;
+  using tern_torch::check;
   py::module::import("torch.distributed");  // registers the base classes with pybind11
   py::class_<ProcessGroupTern, tern_torch::Base, c10::intrusive_ptr<ProcessGroupTern>>(m, "ProcessGroupTern")
       .def("allreduce_ternary", &ProcessGroupTern::allreduceTernary, py::arg("tensor"), py::arg("handle"),
            py::call_guard<py::gil_scoped_release>())
+      // Both apply to calls issued from now on; issued ones keep what they had.
       .def("set_ternary_config",
            [](ProcessGroupTern& pg, uint64_t seed, int block, float clip, bool ef, size_t minBytes) {
-             // On the worker, so it lands between the operations around it.
-             pg.runOnWorker([&] {
-               ternTernaryConfig_t c;
-               tern_torch::check(ternCommGetTernaryConfig(pg.comm(), &c), pg.comm());
-               c.seed = seed;
-               c.blockSize = block;
-               c.clip = clip;
-               c.errorFeedback = ef;
-               c.minBytes = minBytes;
-               tern_torch::check(ternCommSetTernaryConfig(pg.comm(), &c), pg.comm());
-             });
+             ternTernaryConfig_t c;
+             check(ternCommGetTernaryConfig(pg.comm(), &c));
+             c.seed = seed;
+             c.blockSize = block;
+             c.clip = clip;
+             c.errorFeedback = ef;
+             c.minBytes = minBytes;
+             check(ternCommSetTernaryConfig(pg.comm(), &c));
            }, py::arg("seed"), py::arg("block"), py::arg("clip"), py::arg("error_feedback"),
-           py::arg("min_bytes"), py::call_guard<py::gil_scoped_release>())
+           py::arg("min_bytes"))
       .def("release_tensor",
            [](ProcessGroupTern& pg, uint64_t handle) {
-             pg.runOnWorker([&] {
-               tern_torch::check(ternCommReleaseTensor(pg.comm(), reinterpret_cast<const void*>(handle)), pg.comm());
-             });
-           }, py::call_guard<py::gil_scoped_release>())
+             check(ternCommReleaseTensor(pg.comm(), reinterpret_cast<const void*>(handle)));
+           })
       .def("ternary_stats", [](ProcessGroupTern& pg) {
         ternTernaryStats_t s;
-        tern_torch::check(ternCommGetTernaryStats(pg.comm(), &s), pg.comm());
+        check(ternCommGetTernaryStats(pg.comm(), &s));
         return py::dict(py::arg("calls") = s.calls, py::arg("fallbacks") = s.fallbacks,
                         py::arg("wire_bytes") = s.wireBytes, py::arg("dense_bytes") = s.denseBytes);
       });

@@ -89,7 +89,7 @@ def test_every_collective_matches_numpy(n):
 def from_env(rank, n, port):
     os.environ.update(TERN_RANK=str(rank), TERN_NRANKS=str(n), TERN_ROOT="127.0.0.1:%d" % port,
                       TERN_SECRET="00112233445566778899aabbccddeeff")
-    comm = tern.Comm.from_env()
+    comm = tern.Comm.from_env(timeout=30)  # options through the config struct here too
     x = np.ones(10)
     comm.allreduce(x)
     return float(x[0])
@@ -181,3 +181,40 @@ def gil(rank, n, uid):
 def test_the_gil_is_released_while_waiting():
     ticks = ranks.run(gil, 2, tern.unique_id())
     assert ticks[0] > 100, ticks  # ~1 s of ticking while rank 0 waited
+
+
+def options(rank, n, uid):
+    os.environ.pop("TERN_TIMEOUT", None)
+    tern_opts = dict(seed=7, block=128, clip=2.5, error_feedback=False, min_bytes=0)
+    comm = tern.Comm(uid, n, rank, timeout=2.0, ternary=tern_opts)
+    got = comm.ternary_config()
+    if rank == 1:
+        time.sleep(6)  # alive but silent: only the timeout can tell
+        return None
+    start = time.monotonic()
+    with pytest.raises(tern.Error) as e:
+        comm.allreduce(np.ones(4))
+    return got, time.monotonic() - start, e.value.code, str(e.value)
+
+
+def test_options_reach_the_communicator_through_the_config():
+    got, elapsed, code, msg = ranks.run(options, 2, tern.unique_id(), timeout=60)[0]
+    assert got == dict(seed=7, block=128, clip=2.5, error_feedback=False, min_bytes=0), got
+    assert 1.5 < elapsed < 5, elapsed  # the default timeout is 300 s
+    assert code == 8, msg  # ternTimeout
+    assert "TERN_TIMEOUT" not in os.environ
+
+
+def test_bad_options_are_refused_with_a_sentence():
+    uid = tern.unique_id()
+    cases = [(dict(timeout=-1), "timeout= must be > 0 seconds, not -1"),
+             (dict(timeout=0), "timeout= must be > 0 seconds, not 0"),
+             (dict(ternary=dict(seed=1)), "'block' is missing"),
+             (dict(ternary=dict(seed=1, block=64, clip=0, error_feedback=1, min_bytes=0, x=1)), "no option 'x'"),
+             (dict(flow_classes=9), "flow classes 9"),
+             (dict(dscp=[64]), "DSCP 64")]
+    for kwargs, words in cases:
+        with pytest.raises(tern.Error) as e:
+            tern.Comm(uid, 1, 0, **kwargs)
+        assert words in str(e.value), (kwargs, str(e.value))
+        assert e.value.code == 4

@@ -29,12 +29,18 @@ def mlp(seed, d_in=32, hidden=64, classes=10):
                                torch.nn.Linear(hidden, classes))
 
 
-def same_weights(rank, n, store_path, backend):
+def same_weights(rank, n, store_path, backend, hook=None):
+    """With a hook: one bucket (DDP's defaults), so every rank issues the
+    hook's collectives between the same two bucket allreduces."""
     torch.set_num_threads(1)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group(backend, init_method="file://" + store_path, rank=rank, world_size=n)
-    small_buckets()
-    model = DDP(mlp(0), bucket_cap_mb=0.01)
+    if hook:
+        model = DDP(mlp(0))
+        model.register_comm_hook(None, hook)
+    else:
+        small_buckets()
+        model = DDP(mlp(0), bucket_cap_mb=0.01)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(rank)
     for _ in range(6):
@@ -54,6 +60,30 @@ def test_ddp_weights_equal_gloo(n, tmp_path):
     for r in range(n):
         torch.testing.assert_close(torch.tensor(w_tern[r]), torch.tensor(w_gloo[r]), rtol=1e-5, atol=1e-6)
     assert w_tern[0] == w_tern[n - 1]  # replicas agree exactly
+
+
+def nested_hook(state, bucket):
+    """Like torch's powerSGD hook: the future's callback issues collectives
+    and waits on them (through a future and through Work.wait()), so it must
+    not run on a thread the backend needs to complete them."""
+    fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+
+    def average(f):
+        n = torch.ones(1)
+        dist.all_reduce(n, async_op=True).get_future().wait()
+        check = torch.ones(1)
+        dist.all_reduce(check)
+        assert n.item() == check.item() == dist.get_world_size(), (n, check)
+        return f.value()[0].div_(n)
+    return fut.then(average)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_hook_callback_that_waits_on_collectives(n, tmp_path):
+    w_tern = ranks.run(same_weights, n, str(tmp_path / "a"), "tern", nested_hook, timeout=120)
+    w_gloo = ranks.run(same_weights, n, str(tmp_path / "b"), "gloo", timeout=120)
+    for r in range(n):
+        torch.testing.assert_close(torch.tensor(w_tern[r]), torch.tensor(w_gloo[r]), rtol=1e-5, atol=1e-6)
 
 
 def task(n_train=16000, n_test=4000, d=32, classes=10, noise=0.05):

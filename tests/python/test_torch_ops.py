@@ -309,7 +309,7 @@ def exchange(rank, n, store_path):
     for w in dist.batch_isend_irecv(ops):
         w.wait()
     results.append(float(got[0]))
-    small = torch.zeros(3)  # posted and only polled: runs after the hold-back window
+    small = torch.zeros(3)  # posted and only polled: the engine progresses it without a wait
     w = dist.irecv(small, left) if rank % 2 else dist.isend(torch.ones(3), right)
     if n % 2 == 0:
         deadline = time.monotonic() + 10
@@ -328,3 +328,77 @@ def test_isend_irecv_larger_than_the_fifo_do_not_deadlock(n, tmp_path):
         assert r[:3] == [left] * 3, (rank, r)
         if n % 2 == 0:
             assert r[3] is True
+
+
+def overtake(rank, n, store_path):
+    import tern
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+    bulk_t = torch.full((64 << 20,), float(rank + 1))  # 256 MiB, as in perf/priority_perf
+    urgent_t = torch.full((1024,), float(10 * (rank + 1)))
+    dist.barrier()  # both ranks issue at about the same time
+    start = time.monotonic()
+    tern.set_priority(7)
+    bulk = dist.all_reduce(bulk_t, async_op=True)
+    tern.set_priority(0)
+    urgent = dist.all_reduce(urgent_t, async_op=True)
+    urgent.wait()
+    urgent_s = time.monotonic() - start
+    bulk_done_then = bulk.is_completed()
+    bulk.wait()
+    bulk_s = time.monotonic() - start
+    level = tern.get_priority()
+    tern.set_priority(tern.PRIORITY_DEFAULT)
+    dist.destroy_process_group()
+    return (bulk_done_then, urgent_s, bulk_s, float(urgent_t[0]), float(bulk_t[0]),
+            float(bulk_t[-1]), level)
+
+
+def test_urgent_op_overtakes_a_bulk_one_issued_before_it(tmp_path):
+    """Priority from torch: each op goes at the calling thread's tern level."""
+    res = ranks.run(overtake, 2, str(tmp_path / "store"), timeout=120)
+    for bulk_done_then, urgent_s, bulk_s, urgent, bulk_first, bulk_last, level in res:
+        # is_completed() may lag the engine a little, never lead it: the
+        # times tell that the bulk op really was still running.
+        assert bulk_done_then is False
+        assert urgent_s < bulk_s / 2, (urgent_s, bulk_s)
+        assert urgent == 30.0 and bulk_first == bulk_last == 3.0
+        assert level == 0
+
+
+def bad_priority(rank, n):
+    import tern
+    with pytest.raises(RuntimeError) as e:
+        tern.set_priority(8)
+    return str(e.value), tern.get_priority()
+
+
+def test_bad_priority_is_refused_with_a_sentence():
+    msg, level = bad_priority(0, 1)
+    assert "0 = most urgent" in msg and "8" in msg, msg
+    assert level == 4
+
+
+def short_wait_then_destroy(rank, n, store_path):
+    import datetime
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+    if rank == 1:
+        time.sleep(1.5)
+    t = torch.full((8,), float(rank + 1))
+    work = dist.all_reduce(t, async_op=True)
+    msg = None
+    if rank == 0:
+        with pytest.raises(RuntimeError) as e:
+            work.wait(timeout=datetime.timedelta(milliseconds=200))
+        msg = str(e.value)
+    fut = work.get_future()
+    last = torch.full((4,), float(rank))
+    dist.all_reduce(last, async_op=True)  # never waited on: destroy settles it
+    dist.destroy_process_group()
+    return msg, fut.done(), float(t[0]), float(last[0])
+
+
+def test_wait_with_a_timeout_and_destroy_with_ops_outstanding(tmp_path):
+    res = ranks.run(short_wait_then_destroy, 2, str(tmp_path / "store"), timeout=60)
+    assert "did not complete within the 200 ms" in res[0][0], res[0][0]
+    for msg, done, value, last in res:
+        assert done and value == 3.0 and last == 1.0

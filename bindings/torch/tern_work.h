@@ -1,0 +1,208 @@
+// A tern process group's Works and the thread that completes their futures.
+//
+// Every c10d op is one tern group issued with ternGroupEndAsync on the calling
+// thread (so at its priority level, in call order: what makes every rank's
+// calls match up); its TernWork wraps the ternRequest_t.  tern's engine runs
+// the operations; nothing here does.  A request is consumed exactly once
+// (ternRequestWait/Test release it), by whichever comes first: wait(), an
+// is_completed() that finds it done, or the group's Completer, which waits on
+// outstanding requests in issue order so that futures complete without
+// anybody calling wait().
+#pragma once
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tern/tern.h"
+
+namespace tern_torch {
+
+using Tensors = std::vector<at::Tensor>;
+
+// A failed tern call, with tern's sentence; RuntimeError in Python.
+struct TernFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The calling thread's last tern error (not the communicator's, which another
+// thread's operation may have set meanwhile).
+inline std::exception_ptr failure(ternResult_t r) {
+  return std::make_exception_ptr(
+      TernFailure(std::string("tern: ") + ternGetErrorString(r) + ": " + ternGetLastError(nullptr)));
+}
+
+inline void check(ternResult_t r) {
+  if (r != ternSuccess) std::rethrow_exception(failure(r));
+}
+
+class TernWork : public c10d::Work {
+ public:
+  // `after`: local work once the transfer is done (unpacking a flat buffer,
+  // folding gathered values); runs on the thread that settles the request.
+  // `keep`: tensors tern reads or writes besides `outputs` (temporaries,
+  // inputs), alive until then.
+  TernWork(int rank, c10d::OpType type, Tensors outputs, Tensors keep, std::function<void()> after)
+      : Work(rank, type), outputs_(std::move(outputs)), keep_(std::move(keep)),
+        after_(std::move(after)),
+        future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::ofTensors())) {}
+
+  // The request of the group issued for this work, or the failure to issue it
+  // (then `request` is what was issued anyway, or NULL).
+  void start(ternRequest_t request, std::exception_ptr issueError) {
+    request_ = request;
+    issueError_ = issueError;
+    if (!request_) settleLocked(ternSuccess);
+  }
+
+  bool isCompleted() override {
+    std::unique_lock<std::mutex> lk(reqMu_, std::try_to_lock);
+    if (lk.owns_lock() && !settled_) {  // else another thread is settling it
+      int done = 0;
+      ternResult_t r = ternRequestTest(request_, &done);
+      if (done || r != ternSuccess) settleLocked(r);
+    }
+    return Work::isCompleted();
+  }
+
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override {
+    if (timeout == kNoTimeout) {
+      settle();  // ternRequestWait: bounded by the communicator's timeout
+    } else {
+      // A shorter bound of the caller's own: poll (the operation goes on).
+      auto deadline = std::chrono::steady_clock::now() + timeout;
+      while (!isCompleted()) {
+        TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "tern: ", c10d::opTypeToString(opType_),
+                    " did not complete within the ", timeout.count(), " ms given to wait()");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    markFuture();
+    return Work::wait();  // rethrows the operation's failure
+  }
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  Tensors result() override { return outputs_; }
+
+  // Waits for the request unless it was consumed already, then runs `after`.
+  void settle() {
+    std::lock_guard<std::mutex> lk(reqMu_);
+    if (!settled_) settleLocked(ternRequestWait(request_));
+  }
+
+  // Once, after settle(): runs the future's callbacks on this thread.
+  void markFuture() {
+    if (marked_.exchange(true)) return;
+    if (auto e = exception()) future_->setError(e);
+    else future_->markCompleted(c10::IValue(outputs_));
+  }
+
+ private:
+  void settleLocked(ternResult_t r) {
+    settled_ = true;
+    request_ = nullptr;  // released by ternRequestWait/Test
+    std::exception_ptr e = issueError_ ? issueError_ : r != ternSuccess ? failure(r) : nullptr;
+    if (!e && after_) {
+      try {
+        after_();
+      } catch (...) {
+        e = std::current_exception();
+      }
+    }
+    after_ = nullptr;
+    keep_.clear();
+    finish(e);
+  }
+
+  Tensors outputs_, keep_;
+  std::function<void()> after_;
+  c10::intrusive_ptr<at::ivalue::Future> future_;
+  std::mutex reqMu_;  // held while the request is being waited on or tested
+  ternRequest_t request_ = nullptr;
+  std::exception_ptr issueError_;
+  bool settled_ = false;
+  std::atomic<bool> marked_{false};
+};
+
+// Settles a process group's works in issue order and completes their futures.
+//
+// Future callbacks run user code that may issue new ops and wait on their
+// futures (torch's powerSGD hook does): the thread running a callback must
+// not be the one that would complete those futures.  So the thread that
+// settled a work hands the waiting role on before it runs the work's
+// callbacks, and a thread is added only when work is waiting and every
+// thread is inside a callback (so there are at most nested callbacks + 1).
+class Completer {
+ public:
+  ~Completer() { stop(); }
+
+  void add(c10::intrusive_ptr<TernWork> w) {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_.push_back(std::move(w));
+    // Every thread may be inside a callback (which may be waiting on this).
+    if (idle_ == 0 && !waiting_) threads_.emplace_back([this] { loop(); });
+    else cv_.notify_all();
+  }
+
+  // Settles everything outstanding (each within tern's timeout), then ends
+  // the threads.  Not from a future callback.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (;;) {  // a thread may add another until it is joined
+      std::thread t;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (threads_.empty()) break;
+        t = std::move(threads_.back());
+        threads_.pop_back();
+      }
+      t.join();
+    }
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(lk, [&] { return (!waiting_ && !pending_.empty()) || (stopping_ && pending_.empty()); });
+      --idle_;
+      if (pending_.empty()) return;
+      waiting_ = true;
+      c10::intrusive_ptr<TernWork> w = std::move(pending_.front());
+      pending_.pop_front();
+      lk.unlock();
+      w->settle();
+      lk.lock();
+      waiting_ = false;
+      if (!pending_.empty() && idle_ == 0) threads_.emplace_back([this] { loop(); });
+      cv_.notify_all();
+      lk.unlock();
+      w->markFuture();
+      w.reset();  // the last reference may free tensors: not under the lock
+      lk.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<TernWork>> pending_;
+  bool waiting_ = false;  // a thread is settling the oldest work
+  int idle_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tern_torch
