@@ -15,7 +15,7 @@ void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst
   int pow2 = 1;
   while (pow2 * 2 <= n) pow2 *= 2;
   const int rem = n - pow2;
-  auto conn = [&](int peer) { return x.conns[peer]; };
+  auto conn = [&](int peer) { return x.conn(peer); };
   ph->progs.resize(1);
   Program& prog = ph->progs[0];
   auto exchange = [&](int peer) {

@@ -174,7 +174,7 @@ namespace {
 uint64_t bytesSentAtLevel(const PlanCtx& x) {
   uint64_t sent = 0;
   for (int p = 0; p < x.nranks; ++p)
-    if (p != x.rank) sent += x.conns[p]->bytesSent.load(std::memory_order_relaxed);
+    if (p != x.rank) sent += x.conn(p)->bytesSent.load(std::memory_order_relaxed);
   return sent;
 }
 

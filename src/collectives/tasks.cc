@@ -40,7 +40,7 @@ class DenseTask : public Task {
       case OpKind::Recv: {
         ph->what = "send/recv";
         ph->progs.resize(1);
-        Conn* c = x.conns[a_.root];
+        Conn* c = x.conn(a_.root);
         if (a_.kind == OpKind::Send)
           ph->progs[0].add({nullptr, c, static_cast<const char*>(a_.src), nullptr, bytes});
         else

@@ -111,6 +111,7 @@ ternResult_t setupTransports(Comm& c, Deadline d, std::vector<int> dataFd[kLevel
       TERN_CHECK(t->connect(s, &conn));
       if (!strcmp(t->name(), "tcp")) dataFd[level][p] = -1;  // the connection owns it now
       conn->peer = p;
+      c.connView[level].push_back(conn.get());
     }
     for (auto* v = dataFd; v != dataFd + kLevels; ++v) closeFd((*v)[p]);
   }
@@ -178,8 +179,7 @@ PlanCtx ternComm::planCtx(int level) const {
   x.ringPos = &ringPos;
   x.cfg = &cfg;
   x.mem = memOps(MemType::Host);  // the only memory type until the GPU data path
-  x.conns.reserve(nranks);
-  for (auto& k : conns[level]) x.conns.push_back(k.get());
+  x.conns = &connView[level];
   return x;
 }
 

@@ -32,6 +32,7 @@ struct ternComm : public tern::EngineHost {
   std::vector<int> meshFd;
   std::vector<std::unique_ptr<tern::Transport>> transports;     // from the registry
   std::vector<std::unique_ptr<tern::Conn>> conns[tern::kLevels];  // [level][peer], self included
+  std::vector<tern::Conn*> connView[tern::kLevels];                // the same, as plans see them
   std::unique_ptr<tern::Executor> engine;
   std::unique_ptr<tern::TernaryState> ternary;      // options, call index, residuals
 

@@ -40,7 +40,13 @@ void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
   }
   // A blocking caller drives its own operation (see wait()): waking the
   // progress thread for it would cost a futile context switch.
-  if (wake) cv_.notify_all();
+  if (wake) workCv_.notify_all();
+}
+
+// Completions are frequent and usually nobody sleeps on them (the caller
+// drives its own operation): notify only when someone does.
+void Executor::wakeWaiters() {
+  if (doneWaiters_.load() > 0) doneCv_.notify_all();
 }
 
 ternResult_t Executor::wait(Operation& op, std::string* error) {
@@ -49,7 +55,10 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
       bool finished = driveUntil(&op);
       drive_.unlock();
       // Work left over (async requests, other threads' calls): hand it on.
-      if (outstanding_.load() > 0) cv_.notify_all();
+      if (outstanding_.load() > 0) {
+        workCv_.notify_all();
+        wakeWaiters();
+      }
       if (finished) break;
       std::this_thread::yield();  // handed over: let the urgent caller in
       continue;
@@ -72,15 +81,17 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
       }
     }
     std::unique_lock<std::mutex> lk(m_);
-    cv_.wait_for(lk, std::chrono::milliseconds(1),
-                 [&] { return op.done.load(std::memory_order_acquire); });
+    ++doneWaiters_;
+    doneCv_.wait_for(lk, std::chrono::milliseconds(1),
+                     [&] { return op.done.load(std::memory_order_acquire); });
+    --doneWaiters_;
   }
   if (error) *error = op.error;
   return op.result;
 }
 
 void Executor::drain() {
-  cv_.notify_all();
+  workCv_.notify_all();
   while (outstanding_.load() > 0) {
     if (drive_.try_lock()) {
       driveUntil(nullptr);
@@ -88,7 +99,9 @@ void Executor::drain() {
       continue;
     }
     std::unique_lock<std::mutex> lk(m_);
-    cv_.wait_for(lk, std::chrono::milliseconds(1), [&] { return outstanding_.load() == 0; });
+    ++doneWaiters_;
+    doneCv_.wait_for(lk, std::chrono::milliseconds(1), [&] { return outstanding_.load() == 0; });
+    --doneWaiters_;
   }
 }
 
@@ -97,7 +110,7 @@ void Executor::stop() {
     std::lock_guard<std::mutex> lk(m_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  workCv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -116,20 +129,20 @@ void Executor::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(m_);
-      cv_.wait(lk, [&] { return stopping_ || outstanding_.load() > 0; });
+      workCv_.wait(lk, [&] { return stopping_ || outstanding_.load() > 0; });
       if (outstanding_.load() == 0) return;  // stopping, nothing left
     }
     if (!drive_.try_lock()) {  // a caller drives: look again when it lets go
       std::unique_lock<std::mutex> lk(m_);
-      cv_.wait_for(lk, std::chrono::milliseconds(1));
+      workCv_.wait_for(lk, std::chrono::milliseconds(1));
       continue;
     }
     bool finished = driveUntil(nullptr);
     drive_.unlock();
     if (!finished) {  // handed over: let the urgent caller take the token first
+      wakeWaiters();
       std::unique_lock<std::mutex> lk(m_);
-      cv_.notify_all();
-      cv_.wait_for(lk, std::chrono::milliseconds(1));
+      workCv_.wait_for(lk, std::chrono::milliseconds(1));
     }
   }
 }
@@ -305,7 +318,7 @@ void Executor::complete(Operation& op, ternResult_t r, const std::string& err) {
     op.done.store(true, std::memory_order_release);
     outstanding_.fetch_sub(1);
   }
-  cv_.notify_all();
+  wakeWaiters();
 }
 
 // A failure fails the communicator: every admitted operation ends with the

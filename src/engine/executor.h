@@ -60,6 +60,7 @@ class Executor {
   void stop();
   bool bindTo(const std::vector<int>& cpus);
   bool idle();
+  void wakeWaiters();
 
  private:
   void loop();
@@ -82,7 +83,9 @@ class Executor {
   const double timeoutSec_;
 
   std::mutex m_;                      // pending_, stopping_, completion
-  std::condition_variable cv_;        // completions, new work, token released
+  std::condition_variable workCv_;    // the progress thread: work for it, token released
+  std::condition_variable doneCv_;    // waiters: an operation completed, token released
+  std::atomic<int> doneWaiters_{0};   // threads asleep on doneCv_ (spares futile wake-ups)
   std::vector<OpPtr> pending_;
   std::atomic<int> outstanding_{0};   // submitted and not completed
   bool stopping_ = false;

@@ -84,15 +84,16 @@ struct PlanCtx {
   int rank = 0, nranks = 1;
   const std::vector<int>* ring = nullptr;     // ring[i]: the rank at position i
   const std::vector<int>* ringPos = nullptr;  // ringPos[r]: rank r's position
-  std::vector<Conn*> conns;
+  const std::vector<Conn*>* conns = nullptr;  // the level's, per peer (built once per comm)
   const Config* cfg = nullptr;
   const MemOps* mem = nullptr;  // how the operation's buffers are copied, reduced, coded
 
   int pos() const { return (*ringPos)[rank]; }
   int posOf(int r) const { return (*ringPos)[r]; }
   int rankAt(int p) const { return (*ring)[((p % nranks) + nranks) % nranks]; }
-  Conn* next() const { return conns[rankAt(pos() + 1)]; }
-  Conn* prev() const { return conns[rankAt(pos() - 1)]; }
+  Conn* conn(int peer) const { return (*conns)[peer]; }
+  Conn* next() const { return conn(rankAt(pos() + 1)); }
+  Conn* prev() const { return conn(rankAt(pos() - 1)); }
 };
 
 // Moves program `p` of operation `op` as far as the fifos allow, at most about
