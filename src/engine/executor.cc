@@ -255,15 +255,19 @@ ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
   return ternSuccess;
 }
 
-// A collective whose plan neither read from its ring predecessor nor wrote to
-// its successor (a broadcast root, the last rank of a broadcast, the start
-// of a reduce) still exchanges descriptors with them at its end: ranks that
-// disagree on the root would otherwise both only send, and nobody would
-// notice before the next call read the other's bytes.
+// Broadcast and reduce plans leave one rank's descriptor unread (the last
+// rank of a broadcast and a reduce's root send nothing; the root / first rank
+// read nothing from them): those two exchange descriptors at the end, or
+// ranks that disagree on the root would both only send, and nobody would
+// notice before the next call read the other's bytes.  Every other
+// collective's plan has every rank send to someone who reads, so a mismatch
+// is always seen without this extra dependency (it would cost small
+// allreduces a wait on a further rank).
 bool Executor::greetNeighbours(Operation& op) {
   if (op.greetedNeighbours) return false;
   op.greetedNeighbours = true;
-  if (!op.collective || op.ctx.nranks == 1) return false;
+  if (op.ctx.nranks == 1 || (op.desc.kind != OpKind::Broadcast && op.desc.kind != OpKind::Reduce))
+    return false;
   auto seen = [](const std::vector<const Conn*>& v, const Conn* c) {
     return std::find(v.begin(), v.end(), c) != v.end();
   };
