@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common.h"
 #include "tern/tern.h"
 
 namespace {
@@ -28,17 +29,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
-
-size_t parseSize(const char* s) {
-  char* end;
-  double v = strtod(s, &end);
-  switch (*end) {
-    case 'G': case 'g': v *= 1 << 30; break;
-    case 'M': case 'm': v *= 1 << 20; break;
-    case 'K': case 'k': v *= 1 << 10; break;
-  }
-  return static_cast<size_t>(v);
-}
 
 void check(ternResult_t r, ternComm_t comm, const char* what) {
   if (r == ternSuccess) return;
@@ -106,8 +96,8 @@ int main(int argc, char** argv) {
   std::string mode = "both";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "-b") bulkBytes = parseSize(argv[i + 1]);
-    else if (a == "-u") urgentBytes = parseSize(argv[i + 1]);
+    if (a == "-b") bulkBytes = ternperf::parseSize(argv[i + 1], argv[0]);
+    else if (a == "-u") urgentBytes = ternperf::parseSize(argv[i + 1], argv[0]);
     else if (a == "-n") iters = atoi(argv[i + 1]);
     else if (a == "--mode") mode = argv[i + 1];
     else {

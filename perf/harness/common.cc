@@ -37,18 +37,6 @@ struct Options {
   exit(2);
 }
 
-size_t parseSize(const char* s, const char* prog) {
-  char* end;
-  double v = strtod(s, &end);
-  switch (*end) {
-    case 'G': case 'g': v *= 1 << 30; break;
-    case 'M': case 'm': v *= 1 << 20; break;
-    case 'K': case 'k': v *= 1 << 10; break;
-    case '\0': break;
-    default: usage(prog, "bad size");
-  }
-  return static_cast<size_t>(v);
-}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -175,6 +163,19 @@ void printDevices(Backend& b) {
 }
 
 }  // namespace
+
+size_t parseSize(const char* s, const char* prog) {
+  char* end;
+  double v = strtod(s, &end);
+  switch (*end) {
+    case 'G': case 'g': v *= 1 << 30; break;
+    case 'M': case 'm': v *= 1 << 20; break;
+    case 'K': case 'k': v *= 1 << 10; break;
+    case '\0': break;
+    default: usage(prog, "bad size");
+  }
+  return static_cast<size_t>(v);
+}
 
 // Wire bytes per call of the ternary allreduce and the dense ring's, from
 // the communicator's counters around a timed loop.

@@ -252,20 +252,23 @@ ternResult_t ternCommGetAsyncError(ternComm_t comm, ternResult_t* asyncError) {
   return ternSuccess;
 }
 
-ternResult_t ternCommCount(const ternComm_t comm, int* count) {
-  if (!count) return fail(nullptr, ternInvalidArgument, "count is NULL");
+// Queries that work on a failed communicator too: only the pointers are checked.
+static ternResult_t checkQuery(const ternComm* comm, const void* out, const char* name) {
+  if (!out) return fail(nullptr, ternInvalidArgument, std::string(name) + " is NULL");
   if (!comm || !isLive(comm))
     return fail(nullptr, comm ? ternInvalidUsage : ternInvalidArgument,
                 "comm is not a live communicator");
+  return ternSuccess;
+}
+
+ternResult_t ternCommCount(const ternComm_t comm, int* count) {
+  TERN_CHECK(checkQuery(comm, count, "count"));
   *count = comm->nranks;
   return ternSuccess;
 }
 
 ternResult_t ternCommUserRank(const ternComm_t comm, int* rank) {
-  if (!rank) return fail(nullptr, ternInvalidArgument, "rank is NULL");
-  if (!comm || !isLive(comm))
-    return fail(nullptr, comm ? ternInvalidUsage : ternInvalidArgument,
-                "comm is not a live communicator");
+  TERN_CHECK(checkQuery(comm, rank, "rank"));
   *rank = comm->rank;
   return ternSuccess;
 }
@@ -283,10 +286,7 @@ const char* ternCommPeerTransport(const ternComm_t comm, int peer) {
 }
 
 ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats) {
-  if (!stats) return fail(nullptr, ternInvalidArgument, "stats is NULL");
-  if (!comm || !isLive(comm))
-    return fail(nullptr, comm ? ternInvalidUsage : ternInvalidArgument,
-                "comm is not a live communicator");
+  TERN_CHECK(checkQuery(comm, stats, "stats"));
   *stats = {};
   uint64_t sent, recv;
   comm->wireBytes(&sent, &recv);

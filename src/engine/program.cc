@@ -41,26 +41,19 @@ void execute(const MemOps& mem, const Step& s, const char* in, char* out, size_t
   if (dst && dst != src) mem.copy(dst, src, n);
 }
 
-// Where this step's message starts on each stream: the operation's first use
-// of a stream is preceded by its descriptor.
+// Where this step's message starts on a stream at `pos`: the operation's
+// first use of a stream is preceded by its descriptor.
+void lay(Lead& l, uint64_t pos, bool greetedAlready, const Step& s, uint32_t unit) {
+  l.desc = greetedAlready ? 0 : sizeof(OpDesc);
+  l.skip = alignUp(pos, l.desc ? sizeof(OpDesc) : s.codec ? 16 : 8);
+  pos += l.skip + l.desc;
+  l.hdr = s.codec ? sizeof(StepHeader) : 0;
+  l.skip2 = s.codec ? alignUp(pos + l.hdr, unit) : alignUp(pos, 8);
+}
+
 void layout(Operation& op, Program& p, const Step& s) {
-  const bool needs16 = s.codec != nullptr;
-  if (s.in) {
-    uint64_t pos = s.in->recvPos();
-    p.inDesc = greeted(op.greetedIn, s.in) ? 0 : sizeof(OpDesc);
-    p.inSkip = alignUp(pos, p.inDesc ? sizeof(OpDesc) : needs16 ? 16 : 8);
-    pos += p.inSkip + p.inDesc;
-    p.inHdr = s.codec ? sizeof(StepHeader) : 0;
-    p.inSkip2 = s.codec ? alignUp(pos + p.inHdr, s.inUnit) : alignUp(pos, 8);
-  }
-  if (s.out) {
-    uint64_t pos = s.out->sendPos();
-    p.outDesc = greeted(op.greetedOut, s.out) ? 0 : sizeof(OpDesc);
-    p.outSkip = alignUp(pos, p.outDesc ? sizeof(OpDesc) : needs16 ? 16 : 8);
-    pos += p.outSkip + p.outDesc;
-    p.outHdr = s.codec ? sizeof(StepHeader) : 0;
-    p.outSkip2 = s.codec ? alignUp(pos + p.outHdr, s.outUnit) : alignUp(pos, 8);
-  }
+  if (s.in) lay(p.in, s.in->recvPos(), greeted(op.greetedIn, s.in), s, s.inUnit);
+  if (s.out) lay(p.out, s.out->sendPos(), greeted(op.greetedOut, s.out), s, s.outUnit);
   p.started = true;
 }
 
@@ -135,20 +128,21 @@ void writeHeader(const Step& s, Conn* out, size_t* left) {
 // Padding, descriptor, header and padding before the payload, each in turn
 // as far as the fifos allow.  *ready once all of them are through.
 ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
+  Lead& i = p.in;
+  Lead& o = p.out;
   if (s.in) {
-    skipIn(s.in, &p.inSkip);
-    if (p.inSkip == 0) TERN_CHECK(readDesc(op, s.in, &p.inDesc));
-    if (p.inSkip + p.inDesc == 0) TERN_CHECK(readHeader(s, s.in, &p.inHdr));
-    if (p.inSkip + p.inDesc + p.inHdr == 0) skipIn(s.in, &p.inSkip2);
+    skipIn(s.in, &i.skip);
+    if (i.skip == 0) TERN_CHECK(readDesc(op, s.in, &i.desc));
+    if (i.skip + i.desc == 0) TERN_CHECK(readHeader(s, s.in, &i.hdr));
+    if (i.skip + i.desc + i.hdr == 0) skipIn(s.in, &i.skip2);
   }
   if (s.out) {
-    padOut(s.out, &p.outSkip);
-    if (p.outSkip == 0) writeDesc(op, s.out, &p.outDesc);
-    if (p.outSkip + p.outDesc == 0) writeHeader(s, s.out, &p.outHdr);
-    if (p.outSkip + p.outDesc + p.outHdr == 0) padOut(s.out, &p.outSkip2);
+    padOut(s.out, &o.skip);
+    if (o.skip == 0) writeDesc(op, s.out, &o.desc);
+    if (o.skip + o.desc == 0) writeHeader(s, s.out, &o.hdr);
+    if (o.skip + o.desc + o.hdr == 0) padOut(s.out, &o.skip2);
   }
-  *ready = p.inSkip + p.inDesc + p.inHdr + p.inSkip2 + p.outSkip + p.outDesc + p.outHdr +
-               p.outSkip2 == 0;
+  *ready = i.left() + o.left() == 0;
   return ternSuccess;
 }
 

@@ -56,15 +56,21 @@ struct Reduction {
   ternRedOp_t op = ternSum;
 };
 
+// What comes before a step's payload on one stream, in order: padding, the
+// operation's descriptor (its first use of the stream), the codec header,
+// padding to the group size.  Counts bytes still to go.
+struct Lead {
+  size_t skip = 0, desc = 0, hdr = 0, skip2 = 0;
+  size_t left() const { return skip + desc + hdr + skip2; }
+};
+
 struct Program {
   std::vector<Step> steps;
   // Execution state, owned by advance(): the current step, payload units
-  // done, and what is left of the in / out prologue (descriptor, padding,
-  // header).
+  // done, and what is left of the in / out leads.
   size_t cur = 0, off = 0;
   bool started = false;
-  size_t inSkip = 0, inDesc = 0, inHdr = 0, inSkip2 = 0;
-  size_t outSkip = 0, outDesc = 0, outHdr = 0, outSkip2 = 0;
+  Lead in, out;
   void add(const Step& s) {
     if (s.bytes > 0) steps.push_back(s);
   }
