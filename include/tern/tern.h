@@ -71,6 +71,17 @@ ternResult_t ternGroupStart(void);
 ternResult_t ternGroupEnd(void);
 ternResult_t ternBarrier(ternComm_t comm);
 
+/* NCCL 2.28's all-to-all, gather and scatter: count elements per rank pair; rank j's block is
+ * at buff + j*count (gather: the root's recvbuff; scatter: the root's sendbuff).  In place:
+ * gather sendbuff == recvbuff + root*count on the root, scatter recvbuff == sendbuff +
+ * root*count on the root, all-to-all sendbuff == recvbuff (staged through a copy). */
+ternResult_t ternAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+    ternDataType_t datatype, ternComm_t comm, ternStream_t stream);
+ternResult_t ternGather(const void* sendbuff, void* recvbuff, size_t count,
+    ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream);
+ternResult_t ternScatter(const void* sendbuff, void* recvbuff, size_t count,
+    ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream);
+
 /* Ternary-compressed allreduce: datatype float32, float16 or bfloat16; op ternSum or ternAvg. */
 ternResult_t ternAllReduceTernary(const void* sendbuff, void* recvbuff, size_t count,
     ternDataType_t datatype, ternRedOp_t op, ternComm_t comm, ternStream_t stream);

@@ -336,6 +336,43 @@ ternResult_t ternAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   return launch(comm, collArgs(OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype));
 }
 
+ternResult_t ternAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
+  TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, count, datatype, stream, "ternAllToAll"));
+  if (count == 0) return ternSuccess;
+  return launch(comm, collArgs(OpKind::AllToAll, sendbuff, recvbuff, count, datatype));
+}
+
+// Gather and scatter: the root's side holds nranks blocks; the other side one.
+static ternResult_t rootedBlocks(const void* one, const void* many, size_t count,
+                                 ternDataType_t datatype, int root, ternComm_t comm,
+                                 ternStream_t stream, const char* what, const char* manyName) {
+  TERN_CHECK(checkArgs(comm, one, one, count, datatype, stream, what));
+  TERN_CHECK(checkRank(comm, root, "root", what));
+  if (comm->rank == root && count > 0 && !many)
+    return fail(comm, ternInvalidArgument,
+                std::string(what) + ": " + manyName + " is NULL on the root");
+  return ternSuccess;
+}
+
+ternResult_t ternGather(const void* sendbuff, void* recvbuff, size_t count,
+                        ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream) {
+  TERN_CHECK(rootedBlocks(sendbuff, recvbuff, count, datatype, root, comm, stream, "ternGather",
+                          "recvbuff"));
+  if (count == 0) return ternSuccess;
+  return launch(comm,
+                collArgs(OpKind::Gather, sendbuff, recvbuff, count, datatype, ternSum, root));
+}
+
+ternResult_t ternScatter(const void* sendbuff, void* recvbuff, size_t count,
+                         ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream) {
+  TERN_CHECK(rootedBlocks(recvbuff, sendbuff, count, datatype, root, comm, stream, "ternScatter",
+                          "sendbuff"));
+  if (count == 0) return ternSuccess;
+  return launch(comm,
+                collArgs(OpKind::Scatter, sendbuff, recvbuff, count, datatype, ternSum, root));
+}
+
 ternResult_t ternReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
                                ternStream_t stream) {

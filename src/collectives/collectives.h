@@ -29,6 +29,11 @@ void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPer
 void planReduceScatter(const PlanCtx& x, const void* src, void* dst, size_t recvcount,
                        ternDataType_t dt, ternRedOp_t op, Phase* ph);
 
+// Direct transfers (alltoall.cc): blockBytes per rank pair.
+void planAllToAll(const PlanCtx& x, const void* src, void* dst, size_t blockBytes, Phase* ph);
+void planGather(const PlanCtx& x, const void* src, void* dst, size_t blockBytes, int root, Phase* ph);
+void planScatter(const PlanCtx& x, const void* src, void* dst, size_t blockBytes, int root, Phase* ph);
+
 // What a dense collective, a barrier or a transfer was asked to do.
 struct CollArgs {
   OpKind kind = OpKind::AllReduce;

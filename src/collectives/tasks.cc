@@ -1,5 +1,7 @@
 // Tasks of the dense collectives, the barrier and point-to-point transfers:
 // one phase of programs, then any local work that belongs after it.
+#include <vector>
+
 #include "collectives/collectives.h"
 
 namespace tern {
@@ -47,12 +49,28 @@ class DenseTask : public Task {
           ph->progs[0].add({c, nullptr, nullptr, static_cast<char*>(a_.dst), bytes});
         return;
       }
+      case OpKind::AllToAll: return planAllToAll(x, stagedIfOverlapping(x, bytes), a_.dst, bytes, ph);
+      case OpKind::Gather: return planGather(x, a_.src, a_.dst, bytes, a_.root, ph);
+      case OpKind::Scatter: return planScatter(x, a_.src, a_.dst, bytes, a_.root, ph);
       case OpKind::Ternary:
         return;  // not dense (allreduce_ternary.cc)
     }
   }
 
+  // All-to-all sends blocks while others arrive: when the buffers overlap
+  // (in place), the send blocks are copied aside first (the one case that
+  // allocates per call).
+  const void* stagedIfOverlapping(const PlanCtx& x, size_t blockBytes) {
+    const size_t total = blockBytes * x.nranks;
+    const char *s = static_cast<const char*>(a_.src), *d = static_cast<const char*>(a_.dst);
+    if (!(s < d + total && d < s + total)) return a_.src;
+    staged_.resize(total);
+    x.mem->copy(staged_.data(), s, total);
+    return staged_.data();
+  }
+
   CollArgs a_;
+  std::vector<char> staged_;
   int stage_ = 0;
   int token_ = 0;
 };

@@ -15,6 +15,9 @@ const char* opKindName(OpKind k) {
     case OpKind::Ternary: return "ternary allreduce";
     case OpKind::Send: return "send";
     case OpKind::Recv: return "recv";
+    case OpKind::AllToAll: return "all-to-all";
+    case OpKind::Gather: return "gather";
+    case OpKind::Scatter: return "scatter";
   }
   return "unknown operation";
 }
@@ -37,7 +40,9 @@ bool hasRedOp(OpKind k) {
          k == OpKind::Ternary;
 }
 
-bool hasRoot(OpKind k) { return k == OpKind::Broadcast || k == OpKind::Reduce; }
+bool hasRoot(OpKind k) {
+  return k == OpKind::Broadcast || k == OpKind::Reduce || k == OpKind::Gather || k == OpKind::Scatter;
+}
 
 }  // namespace
 

@@ -17,7 +17,8 @@
 namespace tern {
 
 enum class OpKind : uint8_t {
-  AllReduce = 1, Broadcast, Reduce, AllGather, ReduceScatter, Barrier, Ternary, Send, Recv
+  AllReduce = 1, Broadcast, Reduce, AllGather, ReduceScatter, Barrier, Ternary, Send, Recv,
+  AllToAll, Gather, Scatter
 };
 const char* opKindName(OpKind k);
 
