@@ -49,42 +49,49 @@ void Executor::wakeWaiters() {
   if (doneWaiters_.load() > 0) doneCv_.notify_all();
 }
 
+// Runs the rounds while this thread holds the drive token, then lets go;
+// false when it handed the token to a more urgent waiter.
+bool Executor::driveHeld(const Operation* op) {
+  bool finished = driveUntil(op);
+  drive_.unlock();
+  // Work left over (async requests, other threads' calls): hand it on.
+  if (outstanding_.load() > 0) {
+    workCv_.notify_all();
+    wakeWaiters();
+  }
+  return finished;
+}
+
+// Sleeps until `ready` (or a millisecond: the token may have come free).
+template <class Pred>
+void Executor::sleepUntil(Pred ready) {
+  std::unique_lock<std::mutex> lk(m_);
+  ++doneWaiters_;
+  doneCv_.wait_for(lk, std::chrono::milliseconds(1), ready);
+  --doneWaiters_;
+}
+
 ternResult_t Executor::wait(Operation& op, std::string* error) {
-  while (!op.done.load(std::memory_order_acquire)) {
-    if (drive_.try_lock()) {
-      bool finished = driveUntil(&op);
-      drive_.unlock();
-      // Work left over (async requests, other threads' calls): hand it on.
-      if (outstanding_.load() > 0) {
-        workCv_.notify_all();
-        wakeWaiters();
+  auto done = [&] { return op.done.load(std::memory_order_acquire); };
+  while (!done()) {
+    bool got = drive_.try_lock();
+    if (!got) {
+      // Someone else drives: ask for the token if our work is more urgent,
+      // and (unless it is bulk) stay awake for a while to take it: a
+      // wake-up on a busy CPU costs more than a small urgent operation.
+      int want = wantLevel_.load();
+      while (op.level < want && !wantLevel_.compare_exchange_weak(want, op.level)) {
       }
-      if (finished) break;
-      std::this_thread::yield();  // handed over: let the urgent caller in
-      continue;
-    }
-    // Someone else drives: ask for the token if our work is more urgent, and
-    // stay awake for a while to take it (a wake-up on a busy CPU costs more
-    // than a small urgent operation).
-    int want = wantLevel_.load();
-    while (op.level < want && !wantLevel_.compare_exchange_weak(want, op.level)) {
-    }
-    if (op.level < kLevels - 1) {
       auto until = Clock::now() + std::chrono::milliseconds(2);
-      bool got = false;
-      while (!op.done.load(std::memory_order_acquire) && Clock::now() < until)
-        if ((got = drive_.try_lock())) break;
-        else sched_yield();
-      if (got) {
-        drive_.unlock();  // taken at the top of the loop
-        continue;
-      }
+      while (op.level < kLevels - 1 && !done() && !(got = drive_.try_lock()) && Clock::now() < until)
+        sched_yield();
     }
-    std::unique_lock<std::mutex> lk(m_);
-    ++doneWaiters_;
-    doneCv_.wait_for(lk, std::chrono::milliseconds(1),
-                     [&] { return op.done.load(std::memory_order_acquire); });
-    --doneWaiters_;
+    if (got) {
+      if (driveHeld(&op)) break;
+      std::this_thread::yield();  // handed over: let the urgent caller in
+    } else if (!done()) {
+      sleepUntil(done);
+    }
   }
   if (error) *error = op.error;
   return op.result;
@@ -93,15 +100,8 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
 void Executor::drain() {
   workCv_.notify_all();
   while (outstanding_.load() > 0) {
-    if (drive_.try_lock()) {
-      driveUntil(nullptr);
-      drive_.unlock();
-      continue;
-    }
-    std::unique_lock<std::mutex> lk(m_);
-    ++doneWaiters_;
-    doneCv_.wait_for(lk, std::chrono::milliseconds(1), [&] { return outstanding_.load() == 0; });
-    --doneWaiters_;
+    if (drive_.try_lock()) driveHeld(nullptr);
+    else sleepUntil([&] { return outstanding_.load() == 0; });
   }
 }
 
@@ -164,10 +164,7 @@ bool Executor::driveUntil(const Operation* op) {
       continue;
     }
     auto now = Clock::now();
-    if (idleRounds_ == 0) {
-      idleSince_ = now;
-      nextHealth_ = now + std::chrono::milliseconds(2);  // short waits stay syscall-free
-    }
+    if (idleRounds_ == 0) nextHealth_ = now + std::chrono::milliseconds(2);  // short waits stay syscall-free
     if (++idleRounds_ % 64 == 0 && now >= nextHealth_) {
       ternResult_t r = checkIdle(now);
       if (r != ternSuccess) failAll(r, lastThreadError());
@@ -181,12 +178,6 @@ void Executor::admit() {
   std::lock_guard<std::mutex> lk(m_);
   for (OpPtr& op : pending_) active_[op->level].push_back(std::move(op));
   pending_.clear();
-}
-
-bool Executor::activeEmpty() const {
-  for (const auto& l : active_)
-    if (!l.empty()) return false;
-  return true;
 }
 
 // Issue order within a level: see executor.h.
@@ -268,16 +259,13 @@ bool Executor::greetNeighbours(Operation& op) {
   op.greetedNeighbours = true;
   if (op.ctx.nranks == 1 || (op.desc.kind != OpKind::Broadcast && op.desc.kind != OpKind::Reduce))
     return false;
-  auto seen = [](const std::vector<const Conn*>& v, const Conn* c) {
-    return std::find(v.begin(), v.end(), c) != v.end();
-  };
   Program p;
   Step s;
-  if (!seen(op.greetedOut, op.ctx.next())) {
+  if (!op.greetedOutTo(op.ctx.next())) {
     s.out = op.ctx.next();
     p.steps.push_back(s);  // zero bytes: the descriptor alone
   }
-  if (!seen(op.greetedIn, op.ctx.prev())) {
+  if (!op.greetedInFrom(op.ctx.prev())) {
     s = Step();
     s.in = op.ctx.prev();
     p.steps.push_back(s);

@@ -76,7 +76,9 @@ class Executor {
   void failAll(ternResult_t r, const std::string& why);
   ternResult_t checkIdle(Clock::time_point now);
   void idleWait(unsigned idle);
-  bool activeEmpty() const;
+  bool driveHeld(const Operation* op);
+  template <class Pred>
+  void sleepUntil(Pred ready);
 
   EngineHost& host_;
   const int rank_;
@@ -99,7 +101,7 @@ class Executor {
   std::atomic<int> wantLevel_{kLevels};
   std::vector<OpPtr> active_[kLevels];  // driver only
   unsigned idleRounds_ = 0;
-  Clock::time_point idleSince_{}, nextHealth_{};
+  Clock::time_point nextHealth_{};
   std::thread thread_;
 };
 

@@ -5,6 +5,7 @@
 // communicator's executor, which owns its progress until it completes; a
 // request or a blocking caller waits on it.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -69,12 +70,19 @@ struct Operation {
   bool greetedNeighbours = false;
   std::vector<Conn*> pumps;                    // connections the phase must pump
   std::vector<const Conn*> greetedIn, greetedOut;  // streams the descriptor went over
+  bool greetedInFrom(const Conn* c) const { return has(greetedIn, c); }
+  bool greetedOutTo(const Conn* c) const { return has(greetedOut, c); }
   Clock::time_point idleSince{};
 
   // Completion, read by any thread.
   std::atomic<bool> done{false};
   ternResult_t result = ternSuccess;
   std::string error;
+
+ private:
+  static bool has(const std::vector<const Conn*>& v, const Conn* c) {
+    return std::find(v.begin(), v.end(), c) != v.end();
+  }
 };
 
 using OpPtr = std::shared_ptr<Operation>;

@@ -22,10 +22,6 @@ constexpr size_t kBurst = 256 << 10;
 // always one contiguous read.
 inline size_t alignUp(uint64_t pos, size_t a) { return static_cast<size_t>((a - pos % a) % a); }
 
-bool greeted(const std::vector<const Conn*>& seen, const Conn* c) {
-  return std::find(seen.begin(), seen.end(), c) != seen.end();
-}
-
 void execute(const MemOps& mem, const Step& s, const char* in, char* out, size_t off, size_t n,
              const Reduction& red, int nranks) {
   const char* loc = s.local ? s.local + off : nullptr;
@@ -52,8 +48,8 @@ void lay(Lead& l, uint64_t pos, bool greetedAlready, const Step& s, uint32_t uni
 }
 
 void layout(Operation& op, Program& p, const Step& s) {
-  if (s.in) lay(p.in, s.in->recvPos(), greeted(op.greetedIn, s.in), s, s.inUnit);
-  if (s.out) lay(p.out, s.out->sendPos(), greeted(op.greetedOut, s.out), s, s.outUnit);
+  if (s.in) lay(p.in, s.in->recvPos(), op.greetedInFrom(s.in), s, s.inUnit);
+  if (s.out) lay(p.out, s.out->sendPos(), op.greetedOutTo(s.out), s, s.outUnit);
   p.started = true;
 }
 
