@@ -1,12 +1,10 @@
 // Communicator creation and teardown:
 //   1. listen on the chosen interface (TERN_SOCKET_IFNAME),
 //   2. swap addresses with everyone through the bootstrap root,
-//   3. build an authenticated full mesh of sockets (connect to lower ranks,
-//      accept from higher ones; strangers are logged and dropped): per peer
-//      one control socket and one socket per priority level (kept for tcp
-//      peers only),
+//   3. build an authenticated full mesh of control sockets (connect to lower
+//      ranks, accept from higher ones; strangers are logged and dropped),
 //   4. pick a transport per peer and set up one connection per level over
-//      the control socket,
+//      the control socket (tcp pairs: one more socket per level, made then),
 //   5. start the executor.
 #include "comm/comm.h"
 
@@ -31,42 +29,76 @@ namespace tern {
 namespace {
 
 // Sockets per peer pair: slot 0 is the control socket, slot 1 + L the data
-// socket of level L (used when the pair talks tcp).
+// socket of level L (made only for pairs that talk tcp).  The lower rank
+// accepts, the higher one connects and names the slot after authenticating.
 constexpr int kSlots = 1 + kLevels;
 
-ternResult_t formMesh(Comm& c, int lfd, Deadline d, std::vector<int> dataFd[kLevels]) {
-  c.meshFd.assign(c.nranks, -1);
-  for (auto* v = dataFd; v != dataFd + kLevels; ++v) v->assign(c.nranks, -1);
-  auto slotFd = [&](int peer, int slot) -> int& {
-    return slot == 0 ? c.meshFd[peer] : dataFd[slot - 1][peer];
-  };
-  for (int p = 0; p < c.rank; ++p)
-    for (char slot = 0; slot < kSlots; ++slot) {
-      int fd;
-      TERN_CHECK(connectBefore(c.peers[p].sockAddr(), d, &fd));
-      slotFd(p, slot) = fd;
-      TERN_CHECK(authConnect(fd, c.secret, ConnKind::Mesh, c.rank, d));
-      TERN_CHECK(sendAll(fd, &slot, 1, d));
-    }
-  for (int need = (c.nranks - 1 - c.rank) * kSlots; need > 0;) {
+struct Mesh {
+  int lfd;
+  Deadline d;
+  std::vector<int> dataFd[kLevels];  // [level][peer], until a tcp connection owns it
+};
+
+int& slotFd(Comm& c, Mesh& m, int peer, int slot) {
+  return slot == 0 ? c.meshFd[peer] : m.dataFd[slot - 1][peer];
+}
+
+ternResult_t connectSlots(Comm& c, Mesh& m, int p, char first, char last) {
+  for (char slot = first; slot <= last; ++slot) {
+    int fd;
+    TERN_CHECK(connectBefore(c.peers[p].sockAddr(), m.d, &fd));
+    slotFd(c, m, p, slot) = fd;
+    TERN_CHECK(authConnect(fd, c.secret, ConnKind::Mesh, c.rank, m.d));
+    TERN_CHECK(sendAll(fd, &slot, 1, m.d));
+  }
+  return ternSuccess;
+}
+
+// Accepts until `have()`; every authenticated socket goes to its slot
+// (a peer further on may already be connecting data sockets for its own
+// turn: they wait in their slots).  Strangers are logged and dropped.
+template <class Have>
+ternResult_t acceptUntil(Comm& c, Mesh& m, Have have) {
+  while (!have()) {
     int fd, peer = -1;
     char slot = -1;
     SockAddr from;
-    TERN_CHECK(acceptBefore(lfd, d, &fd, &from));
-    Deadline hs = std::min(d, deadlineAfter(10));
+    TERN_CHECK(acceptBefore(m.lfd, m.d, &fd, &from));
+    Deadline hs = std::min(m.d, deadlineAfter(10));
     bool ok = authAccept(fd, c.secret, ConnKind::Mesh, hs, &peer) == ternSuccess &&
               recvAll(fd, &slot, 1, hs) == ternSuccess && peer > c.rank && peer < c.nranks &&
-              slot >= 0 && slot < kSlots && slotFd(peer, slot) < 0;
+              slot >= 0 && slot < kSlots && slotFd(c, m, peer, slot) < 0;
     if (!ok) {
       TERN_LOG(Warn, "rejected a connection from %s: %s", from.str().c_str(),
                peer >= 0 ? "unexpected rank or socket" : lastThreadError().c_str());
       closeFd(fd);
       continue;
     }
-    slotFd(peer, slot) = fd;
-    --need;
+    slotFd(c, m, peer, slot) = fd;
   }
   return ternSuccess;
+}
+
+// The control sockets: connect to lower ranks, accept from higher ones.
+ternResult_t formMesh(Comm& c, Mesh& m) {
+  c.meshFd.assign(c.nranks, -1);
+  for (auto& v : m.dataFd) v.assign(c.nranks, -1);
+  for (int p = 0; p < c.rank; ++p) TERN_CHECK(connectSlots(c, m, p, 0, 0));
+  return acceptUntil(c, m, [&] {
+    for (int p = c.rank + 1; p < c.nranks; ++p)
+      if (c.meshFd[p] < 0) return false;
+    return true;
+  });
+}
+
+// A tcp pair's level sockets, at the pair's turn in setupTransports.
+ternResult_t levelSockets(Comm& c, Mesh& m, int p) {
+  if (p < c.rank) return connectSlots(c, m, p, 1, kLevels);
+  return acceptUntil(c, m, [&] {
+    for (auto& v : m.dataFd)
+      if (v[p] < 0) return false;
+    return true;
+  });
 }
 
 // Hosts in order of their lowest rank, ranks of a host in rank order.
@@ -89,7 +121,8 @@ void orderRing(Comm& c) {
 // pairs in one global order: the pairwise exchanges below cannot deadlock.
 // Levels other than the default one are set up lazy: they cost memory only
 // once an operation uses them.
-ternResult_t setupTransports(Comm& c, Deadline d, std::vector<int> dataFd[kLevels]) {
+ternResult_t setupTransports(Comm& c, Mesh& m) {
+  const Deadline d = m.d;
   TERN_CHECK(makeTransports(c.cfg, &c.transports));
   for (auto& lv : c.conns) lv.resize(c.nranks);
   for (int p = 0; p < c.nranks; ++p) {
@@ -104,16 +137,17 @@ ternResult_t setupTransports(Comm& c, Deadline d, std::vector<int> dataFd[kLevel
       theirs[sizeof theirs - 1] = '\0';
       TERN_CHECK(agreeTransport(c.transports, f, c.cfg, theirs, &t));
     }
+    const bool tcp = !strcmp(t->name(), "tcp");
+    if (tcp) TERN_CHECK(levelSockets(c, m, p));
     for (int level = 0; level < kLevels; ++level) {
       std::unique_ptr<Conn>& conn = c.conns[level][p];
-      ConnSetup s{c.rank, p, p == c.rank ? -1 : c.meshFd[p], dataFd[level][p], level,
+      ConnSetup s{c.rank, p, p == c.rank ? -1 : c.meshFd[p], m.dataFd[level][p], level,
                   level != TERN_PRIORITY_DEFAULT, &c.cfg, d};
       TERN_CHECK(t->connect(s, &conn));
-      if (!strcmp(t->name(), "tcp")) dataFd[level][p] = -1;  // the connection owns it now
+      if (tcp) m.dataFd[level][p] = -1;  // the connection owns it now
       conn->peer = p;
       c.connView[level].push_back(conn.get());
     }
-    for (auto* v = dataFd; v != dataFd + kLevels; ++v) closeFd((*v)[p]);
   }
   return ternSuccess;
 }
@@ -148,12 +182,12 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   ternResult_t r = exchangeWithRoot(id.root, c->secret, rank, nranks,
                                     makePeerInfo(listenAddr, localHostHash()), d, &c->peers);
   std::vector<int> bindCpus;
-  std::vector<int> dataFd[kLevels];
+  Mesh mesh{lfd, d, {}};
   if (r == ternSuccess) r = placeComm(*c, &bindCpus);
-  if (r == ternSuccess) r = formMesh(*c, lfd, d, dataFd);
-  close(lfd);
-  if (r == ternSuccess) r = setupTransports(*c, d, dataFd);
-  for (auto& v : dataFd)
+  if (r == ternSuccess) r = formMesh(*c, mesh);
+  if (r == ternSuccess) r = setupTransports(*c, mesh);
+  close(lfd);  // after the tcp pairs' level sockets
+  for (auto& v : mesh.dataFd)
     for (int& fd : v) closeFd(fd);
   TERN_CHECK(r);
   orderRing(*c);
