@@ -169,14 +169,24 @@ int statsBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm();
   std::atomic<bool> stop{false};
   std::atomic<int> bad{0}, reads{0};
+  std::string why;  // the first failed check, written by the reader only
   std::thread reader([&] {
     unsigned long long last = 0;
     while (!stop) {
+      // Ternary statistics first: a payload recorded before the byte count
+      // is read was sent before it (reading them the other way round races
+      // with a ternary call finishing in between, when this thread is
+      // descheduled on a busy machine).
       ternCommStats_t s;
       ternTernaryStats_t t;
-      if (ternCommGetStats(comm, &s) != ternSuccess || ternCommGetTernaryStats(comm, &t) != ternSuccess ||
-          s.bytesSent < last || t.payloadBytes > s.bytesSent)
-        ++bad;
+      char buf[160] = "";
+      if (ternCommGetTernaryStats(comm, &t) != ternSuccess || ternCommGetStats(comm, &s) != ternSuccess)
+        snprintf(buf, sizeof buf, "a statistics call failed: %s", ternGetLastError(comm));
+      else if (s.bytesSent < last)
+        snprintf(buf, sizeof buf, "bytesSent went down from %llu to %llu", last, s.bytesSent);
+      else if (t.payloadBytes > s.bytesSent)
+        snprintf(buf, sizeof buf, "ternary payload %llu exceeds bytesSent %llu", t.payloadBytes, s.bytesSent);
+      if (buf[0] && bad++ == 0) why = buf;
       last = s.bytesSent;
       ++reads;
     }
@@ -184,15 +194,18 @@ int statsBody(RankCtx& ctx) {
   std::vector<float> x(1 << 18, 0.5f);
   for (int k = 0; k < 10; ++k) {
     if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternMax, comm, nullptr) != ternSuccess ||
-        ternAllReduceTernary(x.data(), x.data(), x.size(), ternFloat32, ternAvg, comm, nullptr) != ternSuccess)
-      ++bad;
+        ternAllReduceTernary(x.data(), x.data(), x.size(), ternFloat32, ternAvg, comm, nullptr) != ternSuccess) {
+      stop = true;
+      reader.join();
+      return failf(ctx, "allreduce %d failed: %s", k, ternGetLastError(comm));
+    }
   }
   stop = true;
   reader.join();
   ternTernaryStats_t t;
   ternCommGetTernaryStats(comm, &t);
   if (bad || reads < 10 || t.calls != 10 || t.payloadBytes == 0)
-    return failf(ctx, "bad=%d reads=%d calls=%llu", bad.load(), reads.load(), t.calls);
+    return failf(ctx, "bad=%d (%s) reads=%d calls=%llu", bad.load(), why.c_str(), reads.load(), t.calls);
   return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
 }
 
