@@ -102,6 +102,9 @@ class TernBackend : public Backend {
   bool allReduce(const void* s, void* r, size_t n, ternDataType_t dt, ternRedOp_t op) override {
     return ternAllReduce(s, r, n, dt, op, comm_, nullptr) == ternSuccess;
   }
+  bool allToAll(const void* s, void* r, size_t n, ternDataType_t dt) override {
+    return ternAllToAll(s, r, n, dt, comm_, nullptr) == ternSuccess;
+  }
   bool barrier() override { return ternBarrier(comm_) == ternSuccess; }
   const char* lastError() const override { return ternGetLastError(comm_); }
   ternComm_t tern() override { return comm_; }

@@ -28,6 +28,11 @@ class Backend {
   virtual const char* transport() const = 0;  // how this rank reaches the next
   virtual bool allReduce(const void* send, void* recv, size_t count, ternDataType_t dt,
                          ternRedOp_t op) = 0;
+  // `count` elements to and from every rank; only backends that have it.
+  virtual bool allToAll(const void* send, void* recv, size_t count, ternDataType_t dt) {
+    (void)send, (void)recv, (void)count, (void)dt;
+    return false;
+  }
   virtual bool barrier() = 0;
   virtual const char* lastError() const = 0;
   virtual ternComm_t tern() { return nullptr; }
@@ -68,5 +73,9 @@ size_t countWrongReduction(const void* recv, size_t count, ternDataType_t dt, te
 // kAllReduceTest.ternary is ternAllReduceTernary on inputs in {-1, 0, 1}
 // (magnitudes equal to their block's scale, so results are exact).
 extern const CollTest kAllReduceTest;
+
+// alltoall (through Backend::allToAll, so the peers run it too), gather and
+// scatter (tern only): size = the bytes of all blocks of one rank.
+extern const CollTest kAllToAllTest, kGatherTest, kScatterTest;
 
 }  // namespace ternperf

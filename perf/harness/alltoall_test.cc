@@ -1,23 +1,23 @@
-// alltoall_perf, gather_perf, scatter_perf (one source, TERN_PERF_KIND picks):
-// nccl-tests' flags and table; size = the bytes of all blocks of one rank
-// (count x nranks x element), busbw = algbw x (n-1)/n as nccl-tests.
+// The alltoall, gather and scatter tests (alltoall_perf, gather_perf,
+// scatter_perf, and mpi/gloo_alltoall_perf for the side-by-side row):
+// size = the bytes of all blocks of one rank (count x nranks x element),
+// busbw = algbw x (n-1)/n as nccl-tests.
 // In place: all-to-all on one buffer; gather: the root's block already in
 // recvbuff; scatter: the root's recvbuff inside its sendbuff.
 #include "common.h"
 #include "values.h"
 
-using namespace ternperf;
-
+namespace ternperf {
 namespace {
 
 enum Kind { AllToAll = 0, Gather = 1, Scatter = 2 };
-constexpr Kind kKind = static_cast<Kind>(TERN_PERF_KIND);
 
 // Value of element i of the block rank `from` sends to rank `to`.
 void put(ternDataType_t dt, void* buf, size_t at, int from, int to, size_t i) {
   store(dt, buf, at, inputValue(from * 64 + to, i, dt, ternSum));
 }
 
+template <Kind kKind>
 Sizes sizes(size_t bytes, size_t esz, int n, int rank) {
   size_t c = bytes / esz / n;
   if (kKind == AllToAll) return {c * n, c * n, c, 0, 0};
@@ -25,6 +25,7 @@ Sizes sizes(size_t bytes, size_t esz, int n, int rank) {
   return {c * n, c, c, 0, c * rank};  // scatter: recvbuff inside sendbuff in place
 }
 
+template <Kind kKind>
 void fill(void* send, const Sizes& s, ternDataType_t dt, ternRedOp_t, int root, int rank, int n) {
   if (kKind == Gather) {
     for (size_t i = 0; i < s.count; ++i) put(dt, send, i, rank, root, i);
@@ -35,6 +36,7 @@ void fill(void* send, const Sizes& s, ternDataType_t dt, ternRedOp_t, int root, 
     for (size_t i = 0; i < s.count; ++i) put(dt, send, j * s.count + i, rank, j, i);
 }
 
+template <Kind kKind>
 size_t check(const void* recv, const Sizes& s, ternDataType_t dt, ternRedOp_t, int root, int rank,
              int n) {
   size_t wrong = 0;
@@ -53,18 +55,24 @@ size_t check(const void* recv, const Sizes& s, ternDataType_t dt, ternRedOp_t, i
   return wrong;
 }
 
+template <Kind kKind>
 bool run(Backend& b, const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t, int root) {
-  ternComm_t comm = b.tern();
-  if (kKind == AllToAll) return ternAllToAll(s, r, c, dt, comm, nullptr) == ternSuccess;
-  if (kKind == Gather) return ternGather(s, r, c, dt, root, comm, nullptr) == ternSuccess;
-  return ternScatter(s, r, c, dt, root, comm, nullptr) == ternSuccess;
+  if (kKind == AllToAll) return b.allToAll(s, r, c, dt);
+  if (kKind == Gather) return ternGather(s, r, c, dt, root, b.tern(), nullptr) == ternSuccess;
+  return ternScatter(s, r, c, dt, root, b.tern(), nullptr) == ternSuccess;
+}
+
+double busFactor(int n) { return static_cast<double>(n - 1) / n; }
+
+template <Kind k>
+CollTest make(const char* name) {
+  return {name, false, k != AllToAll, sizes<k>, busFactor, run<k>, fill<k>, check<k>};
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  static const char* names[] = {"alltoall", "gather", "scatter"};
-  CollTest t{names[kKind], false, kKind != AllToAll, sizes,
-             [](int n) { return static_cast<double>(n - 1) / n; }, run, fill, check};
-  return perfMain(argc, argv, t);
-}
+const CollTest kAllToAllTest = make<AllToAll>("alltoall");
+const CollTest kGatherTest = make<Gather>("gather");
+const CollTest kScatterTest = make<Scatter>("scatter");
+
+}  // namespace ternperf
