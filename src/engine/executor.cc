@@ -36,6 +36,7 @@ void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
   {
     std::lock_guard<std::mutex> lk(m_);
     for (const OpPtr& op : ops) pending_.push_back(op);
+    anyPending_.store(true, std::memory_order_release);
     outstanding_.fetch_add(static_cast<int>(ops.size()));
   }
   // A blocking caller drives its own operation (see wait()): waking the
@@ -163,21 +164,29 @@ bool Executor::driveUntil(const Operation* op) {
       idleRounds_ = 0;
       continue;
     }
-    auto now = Clock::now();
-    if (idleRounds_ == 0) nextHealth_ = now + std::chrono::milliseconds(2);  // short waits stay syscall-free
-    if (++idleRounds_ % 64 == 0 && now >= nextHealth_) {
-      ternResult_t r = checkIdle(now);
-      if (r != ternSuccess) failAll(r, lastThreadError());
-      nextHealth_ = now + std::chrono::milliseconds(20);
+    // The clock is read every 64 idle rounds only, and the first check
+    // comes 2 ms into a wait: short waits stay free of both.
+    if (++idleRounds_ % 64 == 0) {
+      auto now = Clock::now();
+      if (idleRounds_ == 64) {
+        nextHealth_ = now + std::chrono::milliseconds(2);
+      } else if (now >= nextHealth_) {
+        ternResult_t r = checkIdle(now);
+        if (r != ternSuccess) failAll(r, lastThreadError());
+        nextHealth_ = now + std::chrono::milliseconds(20);
+      }
     }
     idleWait(idleRounds_);
   }
 }
 
+// Called every round: the lock is taken only when something was submitted.
 void Executor::admit() {
+  if (!anyPending_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lk(m_);
   for (OpPtr& op : pending_) active_[op->level].push_back(std::move(op));
   pending_.clear();
+  anyPending_.store(false, std::memory_order_relaxed);
 }
 
 // Issue order within a level: see executor.h.
@@ -242,7 +251,7 @@ ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
     }
     if (any) break;  // else a phase of local work only: go on to the next
   }
-  op.idleSince = Clock::now();
+  ++op.moves;  // a new phase is progress
   return ternSuccess;
 }
 
@@ -292,7 +301,7 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* fin
     TERN_CHECK(advance(op, p, op.phase.red, op.ctx.nranks, budget, moved));
     done &= p.done();
   }
-  if (*moved) op.idleSince = Clock::now();
+  op.moves += *moved;
   if (!done) return ternSuccess;
   for (Conn* k : op.pumps)  // everything sent has left the process
     if (!k->flushed()) return ternSuccess;
@@ -334,6 +343,10 @@ ternResult_t Executor::checkIdle(Clock::time_point now) {
       Operation& op = *list[i];
       if (!op.begun || !runnable(list, i)) continue;
       TERN_CHECK(checkBlockedOnGone(op.phase, rank_, op.phase.what));
+      if (op.moves != op.movesSeen) {  // moved since the last check: idle from now
+        op.movesSeen = op.moves;
+        op.idleSince = now;
+      }
       double waited = std::chrono::duration<double>(now - op.idleSince).count();
       if (waited > timeoutSec_)
         return setError(ternTimeout, "rank " + std::to_string(rank_) + " made no progress in " +

@@ -89,6 +89,7 @@ class Executor {
   std::condition_variable doneCv_;    // waiters: an operation completed, token released
   std::atomic<int> doneWaiters_{0};   // threads asleep on doneCv_ (spares futile wake-ups)
   std::vector<OpPtr> pending_;
+  std::atomic<bool> anyPending_{false};  // pending_ non-empty: admit() skips the lock otherwise
   std::atomic<int> outstanding_{0};   // submitted and not completed
   bool stopping_ = false;
 

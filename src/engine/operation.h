@@ -72,6 +72,9 @@ struct Operation {
   std::vector<const Conn*> greetedIn, greetedOut;  // streams the descriptor went over
   bool greetedInFrom(const Conn* c) const { return has(greetedIn, c); }
   bool greetedOutTo(const Conn* c) const { return has(greetedOut, c); }
+  // Stall detection off the hot path: steps count their moves, and the
+  // idle check (every 20 ms at most) notes when the count last changed.
+  uint64_t moves = 0, movesSeen = ~uint64_t(0);
   Clock::time_point idleSince{};
 
   // Completion, read by any thread.
