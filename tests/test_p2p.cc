@@ -1,12 +1,15 @@
 // Send/recv and groups over real processes: all-to-all exchanges posted in
 // the "wrong" order inside one group (receives first), messages far larger
 // than the fifos, several messages to one peer (order kept), self send/recv,
-// nested groups, collectives in a group, and barrier semantics.
+// nested groups, collectives in a group, barrier semantics, and receives
+// from any source.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "harness.h"
@@ -96,6 +99,118 @@ TEST_P(P2P, GroupsNeverDeadlock) {
                                                   {"TERN_BUFFSIZE", "16384"},
                                                   {"TERN_CHUNKSIZE", "4096"}}),
                          p2pBody, 1, 120));
+}
+
+// Receives from any source (ternRecvAnySource): every other rank sends rank 0
+// two messages; rank 0 takes them in whatever order they come, and each
+// sender's two arrive in its order.  Then a receive from rank 1 issued before
+// an any-source one in a group leaves rank 1's send to it, so the any-source
+// one takes rank 2's; then the same at another priority level as an async
+// request; then bad arguments.
+int anySourceBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  const int n = ctx.nranks, me = ctx.rank;
+  const size_t count = 70001;  // larger than the fifos: the payload streams
+  int fails = 0;
+  std::vector<uint32_t> buf(count);
+  auto fill = [&](int m) {
+    for (size_t i = 0; i < count; ++i) buf[i] = word(me, 0, m, i);
+  };
+  auto matches = [&](const std::vector<uint32_t>& b, int from, int m) {
+    for (size_t i = 0; i < count; i += 997)
+      if (b[i] != word(from, 0, m, i)) return false;
+    return b[count - 1] == word(from, 0, m, count - 1);
+  };
+  if (me == 0) {
+    std::vector<int> next(n, 0);  // the message each sender is expected to deliver next
+    for (int k = 0; k < 2 * (n - 1); ++k) {
+      int src = -7;
+      std::fill(buf.begin(), buf.end(), 0);
+      if (ternRecvAnySource(buf.data(), count, ternUint32, &src, comm, nullptr) != ternSuccess)
+        return failf(ctx, "ternRecvAnySource failed: %s", ternGetLastError(comm));
+      if (src < 1 || src >= n || next[src] > 1 || !matches(buf, src, next[src]))
+        return failf(ctx, "any-source receive %d: source %d, data of message %d wrong", k, src,
+                     src >= 1 && src < n ? next[src] : -1);
+      ++next[src];
+    }
+  } else {
+    for (int m = 0; m < 2; ++m) {
+      fill(m);
+      if (ternSend(buf.data(), count, ternUint32, 0, comm, nullptr) != ternSuccess)
+        return failf(ctx, "send %d failed: %s", m, ternGetLastError(comm));
+    }
+  }
+  if (n >= 3 && me < 3) {
+    ternSetPriority(2);
+    if (me == 0) {
+      std::vector<uint32_t> from1(count, 0);
+      int src = -7;
+      ternRequest_t req = nullptr;
+      ternGroupStart();
+      ternRecv(from1.data(), count, ternUint32, 1, comm, nullptr);
+      ternRecvAnySource(buf.data(), count, ternUint32, &src, comm, nullptr);
+      if (ternGroupEndAsync(&req) != ternSuccess || ternRequestWait(req) != ternSuccess)
+        return failf(ctx, "group of recv + any-source recv failed: %s", ternGetLastError(comm));
+      if (src != 2 || !matches(buf, 2, 5) || !matches(from1, 1, 5))
+        fails += failf(ctx, "any-source receive after a receive from 1 took rank %d's send", src);
+    } else {
+      if (me == 2) usleep(100000);  // rank 1's send comes first, while the any-source one waits
+      fill(5);
+      if (ternSend(buf.data(), count, ternUint32, 0, comm, nullptr) != ternSuccess)
+        return failf(ctx, "level-2 send failed: %s", ternGetLastError(comm));
+    }
+    ternSetPriority(TERN_PRIORITY_DEFAULT);
+  }
+  int src;
+  if (ternRecvAnySource(buf.data(), count, ternUint32, nullptr, comm, nullptr) != ternInvalidArgument ||
+      std::string(ternGetLastError(comm)).find("source is NULL") == std::string::npos)
+    fails += failf(ctx, "a NULL source was not refused: %s", ternGetLastError(comm));
+  if (ternRecvAnySource(buf.data(), count, ternUint32, &src, nullptr, nullptr) == ternSuccess)
+    fails += failf(ctx, "a NULL comm was not refused");
+  if (ternBarrier(comm) != ternSuccess) fails += failf(ctx, "barrier after any-source receives failed");
+  if (ternCommDestroy(comm) != ternSuccess) fails += failf(ctx, "destroy failed");
+  return fails ? 1 : 0;
+}
+
+TEST_P(P2P, ReceiveFromAnySource) {
+  auto [transport, nranks] = GetParam();
+  if (nranks < 2) {  // one rank: nobody can send, and the call says so
+    expectAllRanksOk(runRanks(1, transportEnv(transport, {}), [](RankCtx& ctx) {
+      ternComm_t comm = ctx.comm(0);
+      int src, x;
+      if (ternRecvAnySource(&x, 1, ternInt32, &src, comm, nullptr) != ternInvalidUsage)
+        return failf(ctx, "any-source receive on one rank was not refused");
+      return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+    }, 1, 60));
+    return;
+  }
+  expectAllRanksOk(runRanks(nranks,
+                            transportEnv(transport, {{"TERN_TIMEOUT", "30"},
+                                                     {"TERN_BUFFSIZE", "16384"},
+                                                     {"TERN_CHUNKSIZE", "4096"}}),
+                            anySourceBody, 1, 120));
+}
+
+// Nobody sends: the any-source receive fails within TERN_TIMEOUT with a
+// sentence, it does not hang.
+TEST(P2PAnySource, NobodySendsIsATimeoutNotAHang) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "2"}}), [](RankCtx& ctx) {
+    ternComm_t comm = ctx.comm(0);
+    if (ctx.rank == 1) {
+      usleep(4500000);  // alive but silent, past rank 0's timeout
+      ternCommDestroy(comm);
+      return 0;
+    }
+    int src, x;
+    auto t0 = std::chrono::steady_clock::now();
+    ternResult_t r = ternRecvAnySource(&x, 1, ternInt32, &src, comm, nullptr);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string err = ternGetLastError(comm);
+    ternCommDestroy(comm);
+    if (r != ternTimeout || err.find("receive from any source") == std::string::npos || secs > 10)
+      return failf(ctx, "got %s after %.1f s: %s", ternGetErrorString(r), secs, err.c_str());
+    return 0;
+  }, 1, 60));
 }
 
 INSTANTIATE_TEST_SUITE_P(

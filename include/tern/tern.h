@@ -163,6 +163,15 @@ const char* ternCommPeerTransport(const ternComm_t comm, int peer);
  * (nranks entries).  Ranks of one host are contiguous. */
 ternResult_t ternCommRingOrder(const ternComm_t comm, int* ranks);
 
+/* Receives count elements from whichever rank sends to this one first (at the
+ * calling thread's priority level; a send from rank r is matched in r's
+ * issue order as with ternRecv).  *source is set to that rank by the time
+ * the operation completes (keep it valid until then, like recvbuff).  Inside
+ * a group or a ternGroupEndAsync request like any receive.  Receives issued
+ * after it, from any rank, wait until it has picked its sender. */
+ternResult_t ternRecvAnySource(void* recvbuff, size_t count, ternDataType_t datatype,
+    int* source, ternComm_t comm, ternStream_t stream);
+
 /* Bytes this rank has put on the wire / taken off it since the comm was made. */
 typedef struct { unsigned long long bytesSent, bytesRecv, ops; } ternCommStats_t;
 ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats);

@@ -88,6 +88,8 @@ OpPtr makeOp(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task) {
   op->collective = args.kind != OpKind::Send && args.kind != OpKind::Recv;
   op->peer = op->collective ? -1 : args.root;
   op->send = args.kind == OpKind::Send;
+  op->anySource = args.source != nullptr;
+  op->source = args.source;
   OpDesc& d = op->desc;
   d.magic = kDescMagic;
   d.kind = args.kind;
@@ -407,6 +409,22 @@ ternResult_t ternSend(const void* sendbuff, size_t count, ternDataType_t datatyp
 ternResult_t ternRecv(void* recvbuff, size_t count, ternDataType_t datatype, int peer,
                       ternComm_t comm, ternStream_t stream) {
   return pointToPoint(recvbuff, count, datatype, peer, comm, stream, false);
+}
+
+ternResult_t ternRecvAnySource(void* recvbuff, size_t count, ternDataType_t datatype, int* source,
+                               ternComm_t comm, ternStream_t stream) {
+  const char* what = "ternRecvAnySource";
+  TERN_CHECK(checkArgs(comm, recvbuff, recvbuff, count, datatype, stream, what));
+  if (!source) return fail(comm, ternInvalidArgument, "ternRecvAnySource: source is NULL");
+  if (comm->nranks < 2)
+    return fail(comm, ternInvalidUsage,
+                "ternRecvAnySource on a communicator of one rank would wait forever: no other rank "
+                "can send");
+  *source = -1;
+  if (count == 0) return ternSuccess;  // matches nothing, like a zero-count ternRecv
+  CollArgs a = collArgs(OpKind::Recv, recvbuff, recvbuff, count, datatype, ternSum, -1);
+  a.source = source;
+  return launch(comm, a);
 }
 
 ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t count,

@@ -42,7 +42,8 @@ struct CollArgs {
   size_t count = 0;  // elements (allgather, reduce-scatter: per rank)
   ternDataType_t dt = ternUint8;
   ternRedOp_t op = ternSum;
-  int root = -1;     // broadcast/reduce root; send/recv peer
+  int root = -1;     // broadcast/reduce root; send/recv peer (-1: any source)
+  int* source = nullptr;  // a receive from any source: where its sender goes
 };
 // Dense collectives, the barrier, send and recv.
 std::unique_ptr<Task> makeTask(const CollArgs& a);

@@ -11,6 +11,7 @@ namespace {
 class DenseTask : public Task {
  public:
   explicit DenseTask(const CollArgs& a) : a_(a) {}
+  void bindPeer(int peer) override { a_.root = peer; }
 
   ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
     *more = stage_++ == 0;

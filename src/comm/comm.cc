@@ -218,7 +218,7 @@ PlanCtx ternComm::planCtx(int level) const {
 }
 
 void ternComm::startBookkeeping() {
-  p2pSeq.assign(static_cast<size_t>(nranks) * 2 * kLevels, 0);
+  p2pSeq.assign(static_cast<size_t>(nranks) * kLevels, 0);
   ctlIn.assign(nranks, std::string());
   ctlClosed.assign(nranks, false);
 }
@@ -227,9 +227,9 @@ void ternComm::issue(const std::vector<OpPtr>& ops, bool wake) {
   std::lock_guard<std::mutex> lk(issueMu);
   for (const OpPtr& op : ops) {
     op->ctx = planCtx(op->level);
-    op->desc.seq = op->collective
-                       ? collSeq[op->level]++
-                       : p2pSeq[(static_cast<size_t>(op->peer) * 2 + op->send) * kLevels + op->level]++;
+    // Receives are numbered when they start (Executor::nextRecvSeq).
+    if (op->collective) op->desc.seq = collSeq[op->level]++;
+    else if (op->send) op->desc.seq = p2pSeq[static_cast<size_t>(op->peer) * kLevels + op->level]++;
     TERN_LOG(Trace, "issue %s", describe(op->desc).c_str());
   }
   engine->submit(ops, wake);

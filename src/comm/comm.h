@@ -75,7 +75,7 @@ struct ternComm : public tern::EngineHost {
   std::string lastError, failReason;
   std::mutex issueMu;
   uint64_t collSeq[tern::kLevels] = {};
-  std::vector<uint64_t> p2pSeq;            // [(peer * 2 + send) * kLevels + level]
+  std::vector<uint64_t> p2pSeq;            // sends issued, [peer * kLevels + level]
   std::vector<std::string> ctlIn;          // bytes of notices read so far, per peer
   std::vector<bool> ctlClosed;             // the peer closed its control socket
 };

@@ -190,14 +190,50 @@ void Executor::admit() {
 }
 
 // Issue order within a level: see executor.h.
+// A receive from any source that has not picked its sender yet stands for
+// every peer: later receives wait for it (it may pick their peer).
 bool Executor::runnable(const std::vector<OpPtr>& list, size_t i) const {
   const Operation& op = *list[i];
   if (op.collective) return i == 0;
   for (size_t j = 0; j < i; ++j) {
     const Operation& e = *list[j];
-    if (e.collective || (e.peer == op.peer && e.send == op.send)) return false;
+    if (e.collective || (e.send == op.send && (e.peer == op.peer || e.unbound()))) return false;
   }
   return true;
+}
+
+// Picks the sender of an unbound any-source receive: the first peer (round
+// robin from the last one picked) whose stream at this level holds a send
+// descriptor, among the peers no earlier receive still waits on.  Every
+// earlier operation that read that stream has completed (collectives before
+// it have; receives from that peer are excluded), so the next bytes there are
+// the start of a new operation: padding to 32, then its descriptor.
+ternResult_t Executor::bindSource(const std::vector<OpPtr>& list, size_t i, bool* bound) {
+  Operation& op = *list[i];
+  const int n = op.ctx.nranks;
+  op.pumps.clear();
+  for (int k = 1; k <= n && !*bound; ++k) {
+    const int q = (lastSource_ + k) % n;
+    if (q == rank_ || std::any_of(list.begin(), list.begin() + i, [q](const OpPtr& e) {
+          return !e->send && e->peer == q; }))
+      continue;
+    Conn* c = op.ctx.conn(q);
+    TERN_CHECK(c->activate());
+    if (c->needsProgress()) {
+      bool m = false;
+      TERN_CHECK(c->progress(&m));
+      op.pumps.push_back(c);  // idleWait polls them
+    }
+    OpDesc d;
+    if (!peekDesc(c, &d) || d.kind != OpKind::Send || d.root != rank_) continue;
+    op.peer = lastSource_ = q;
+    op.desc.root = q;
+    op.task->bindPeer(q);
+    *op.source = q;
+    *bound = true;
+    TERN_LOG(Trace, "receive from any source takes rank %d's send", q);
+  }
+  return ternSuccess;
 }
 
 bool Executor::round() {
@@ -211,7 +247,8 @@ bool Executor::round() {
       if (!runnable(list, i)) continue;
       Operation& op = *list[i];
       bool m = false, finished = false;
-      ternResult_t r = step(op, budget, &m, &finished);
+      ternResult_t r = op.unbound() ? bindSource(list, i, &m) : ternSuccess;
+      if (r == ternSuccess && !op.unbound()) r = step(op, budget, &m, &finished);
       if (r != ternSuccess) {
         failAll(r, lastThreadError());
         return true;
@@ -288,6 +325,7 @@ bool Executor::greetNeighbours(Operation& op) {
 ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* finished) {
   if (!op.begun) {
     op.begun = true;
+    if (!op.collective && !op.send) op.desc.seq = nextRecvSeq(op);
     TERN_CHECK(beginPhase(op, finished));
     if (*finished) return ternSuccess;
   }
@@ -334,6 +372,15 @@ void Executor::failAll(ternResult_t r, const std::string& why) {
   }
 }
 
+// Receives are numbered per peer and level when they start (not when issued):
+// a receive from any source learns its peer only then, and receives from one
+// peer start in issue order.
+uint64_t Executor::nextRecvSeq(const Operation& op) {
+  std::vector<uint64_t>& seq = recvSeq_[op.level];
+  if (seq.size() < static_cast<size_t>(op.ctx.nranks)) seq.resize(op.ctx.nranks, 0);
+  return seq[op.peer]++;
+}
+
 // Called while nothing moves: earlier failures, abort, dead peers, and
 // operations that waited longer than TERN_TIMEOUT.
 ternResult_t Executor::checkIdle(Clock::time_point now) {
@@ -341,8 +388,8 @@ ternResult_t Executor::checkIdle(Clock::time_point now) {
   for (auto& list : active_)
     for (size_t i = 0; i < list.size(); ++i) {
       Operation& op = *list[i];
-      if (!op.begun || !runnable(list, i)) continue;
-      TERN_CHECK(checkBlockedOnGone(op.phase, rank_, op.phase.what));
+      if ((!op.begun && !op.unbound()) || !runnable(list, i)) continue;
+      if (op.begun) TERN_CHECK(checkBlockedOnGone(op.phase, rank_, op.phase.what));
       if (op.moves != op.movesSeen) {  // moved since the last check: idle from now
         op.movesSeen = op.moves;
         op.idleSince = now;
@@ -350,9 +397,11 @@ ternResult_t Executor::checkIdle(Clock::time_point now) {
       double waited = std::chrono::duration<double>(now - op.idleSince).count();
       if (waited > timeoutSec_)
         return setError(ternTimeout, "rank " + std::to_string(rank_) + " made no progress in " +
-                                         op.phase.what + " for " + std::to_string((int)waited) +
+                                         (op.unbound() ? "a receive from any source" : op.phase.what) +
+                                         " for " + std::to_string((int)waited) +
                                          " s (TERN_TIMEOUT) waiting on rank(s) " +
-                                         blockedPeers(op.phase) + ": dead or stalled peer?");
+                                         (op.unbound() ? "any" : blockedPeers(op.phase)) +
+                                         ": dead or stalled peer?");
     }
   return ternSuccess;
 }

@@ -69,6 +69,8 @@ class Executor {
   bool round();
   void admit();
   bool runnable(const std::vector<OpPtr>& list, size_t i) const;
+  ternResult_t bindSource(const std::vector<OpPtr>& list, size_t i, bool* bound);
+  uint64_t nextRecvSeq(const Operation& op);
   ternResult_t step(Operation& op, size_t budget, bool* moved, bool* finished);
   ternResult_t beginPhase(Operation& op, bool* finished);
   bool greetNeighbours(Operation& op);
@@ -102,6 +104,8 @@ class Executor {
   std::atomic<int> wantLevel_{kLevels};
   std::vector<OpPtr> active_[kLevels];  // driver only
   unsigned idleRounds_ = 0;
+  std::vector<uint64_t> recvSeq_[kLevels];  // receives started, per level and peer
+  int lastSource_ = 0;                      // where the next any-source pick starts
   Clock::time_point nextHealth_{};
   std::thread thread_;
 };

@@ -53,6 +53,8 @@ class Task {
  public:
   virtual ~Task() = default;
   virtual ternResult_t next(const PlanCtx& ctx, Phase* ph, bool* more) = 0;
+  // A receive from any source learns its peer before its first phase.
+  virtual void bindPeer(int peer) { (void)peer; }
 };
 
 struct Operation {
@@ -61,6 +63,11 @@ struct Operation {
   bool collective = true;   // a collective waits for every earlier operation of its level
   int peer = -1;            // p2p: the other rank
   bool send = false;        // p2p: direction
+  // A receive from any source: peer stays -1 until the executor sees which
+  // peer's send arrives first, then *source (the caller's) gets it.
+  bool anySource = false;
+  int* source = nullptr;
+  bool unbound() const { return anySource && peer < 0; }
   PlanCtx ctx;
   std::unique_ptr<Task> task;
 

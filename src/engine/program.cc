@@ -173,6 +173,15 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
 
 }  // namespace
 
+bool peekDesc(Conn* in, OpDesc* d) {
+  size_t pad = alignUp(in->recvPos(), sizeof(OpDesc));
+  skipIn(in, &pad);
+  const char* ip;
+  if (pad > 0 || in->recvAvail(&ip) < sizeof(OpDesc)) return false;
+  memcpy(d, ip, sizeof *d);
+  return d->magic == kDescMagic;
+}
+
 ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,
                      bool* moved) {
   size_t spent = 0;

@@ -21,6 +21,7 @@
 namespace tern {
 
 struct Operation;
+struct OpDesc;
 
 // A codec turns groups of incoming bytes into groups of outgoing bytes (and
 // may write the caller's buffer itself): the ternary allreduce's fused
@@ -101,6 +102,11 @@ struct PlanCtx {
   Conn* next() const { return conn(rankAt(pos() + 1)); }
   Conn* prev() const { return conn(rankAt(pos() - 1)); }
 };
+
+// Skips the padding at the head of `in` and reads (without consuming) the
+// descriptor that follows, if it has arrived; false otherwise.  Only where a
+// new operation starts on that stream.
+bool peekDesc(Conn* in, OpDesc* d);
 
 // Moves program `p` of operation `op` as far as the fifos allow, at most about
 // `budget` payload bytes.  Sets *moved when anything moved.  Ill-formed or
