@@ -2,9 +2,11 @@
 // sentence from ternGetLastError; nothing crashes or hangs.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "tern/tern.h"
 
@@ -99,6 +101,47 @@ TEST_F(Errors, GroupMisuse) {
   buf[3] = 7;
   EXPECT_EQ(ternGroupEnd(), ternSuccess);
   EXPECT_EQ(got[3], 7);
+}
+
+// ternGetLastError describes the latest failure: a comm-less misuse after a
+// communicator's failure is what the thread hears, and a later communicator
+// failure wins again.
+TEST_F(Errors, LastErrorIsTheNewestFailure) {
+  expectError(ternAllReduce(buf, buf, 4, static_cast<ternDataType_t>(99), ternSum, comm, nullptr),
+              ternInvalidArgument, "datatype", comm);
+  expectError(ternGroupEnd(), ternInvalidUsage, "without a matching ternGroupStart", comm);
+  expectError(ternGroupEnd(), ternInvalidUsage, "without a matching ternGroupStart", nullptr);
+  expectError(ternBroadcast(buf, buf, 4, ternFloat32, 3, comm, nullptr), ternInvalidArgument,
+              "root 3", comm);
+  ASSERT_EQ(ternGroupStart(), ternSuccess);
+  ASSERT_EQ(ternGroupStart(), ternSuccess);
+  ternRequest_t req;
+  expectError(ternGroupEndAsync(&req), ternInvalidUsage, "outermost", comm);
+  EXPECT_EQ(ternGroupEnd(), ternSuccess);
+  EXPECT_EQ(ternGroupEnd(), ternSuccess);
+  expectError(ternSetPriority(99), ternInvalidArgument, "ternSetPriority", comm);
+  expectError(ternRequestWait(nullptr), ternInvalidUsage, "ternRequestWait", comm);
+  expectError(ternAllReduce(buf, buf, 4, ternFloat32, static_cast<ternRedOp_t>(9), comm, nullptr),
+              ternInvalidArgument, "op 9", comm);
+}
+
+// Comm-less calls record their sentence per thread: two threads failing
+// differently each read their own.
+TEST(ErrorsInit, CommlessErrorsArePerThread) {
+  std::atomic<int> failed{0};
+  std::string seen[2];
+  auto worker = [&](int i) {
+    ternResult_t r = i == 0 ? ternGroupEnd() : ternSetPriority(42);
+    EXPECT_EQ(r, i == 0 ? ternInvalidUsage : ternInvalidArgument);
+    failed.fetch_add(1);
+    while (failed.load() < 2) std::this_thread::yield();  // both have failed before either reads
+    seen[i] = ternGetLastError(nullptr);
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join();
+  b.join();
+  EXPECT_NE(seen[0].find("ternGroupEnd without"), std::string::npos) << seen[0];
+  EXPECT_NE(seen[1].find("ternSetPriority: level 42"), std::string::npos) << seen[1];
 }
 
 TEST(ErrorsInit, BadInitArguments) {

@@ -2,7 +2,8 @@
 //   1. listen on the chosen interface (TERN_SOCKET_IFNAME),
 //   2. swap addresses with everyone through the bootstrap root,
 //   3. build an authenticated full mesh of control sockets (connect to lower
-//      ranks, accept from higher ones; strangers are logged and dropped),
+//      ranks, accept from higher ones through the gate: concurrent handshakes,
+//      strangers dropped and logged with a count),
 //   4. pick a transport per peer and set up one connection per level over
 //      the control socket (tcp pairs: one more socket per level, made then),
 //   5. start the executor.
