@@ -73,6 +73,9 @@ bool AuthGate::serve(Pending& p, const char** why) {
   }
   p.proven = true;
   p.in.clear();
+  // A fresh window for the trailer: the proof may have waited in the socket
+  // while the owner of the gate was busy elsewhere (between mesh phases).
+  p.until = deadlineAfter(handshakeSec_);
   return serve(p, why);  // the trailer may be there already
 }
 
