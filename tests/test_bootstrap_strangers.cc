@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <thread>
@@ -181,6 +182,68 @@ TEST(BootstrapStrangers, IdleAndSlowDripConnectionsDoNotDelayTheJob) {
   double took = lastFormed - lastStart;
   printf("job formed %.3f s after its last rank started, 16 strangers connected\n", took);
   EXPECT_LT(took, 3.0) << "16 idle/slow strangers at the root delayed the job";
+  munmap(sh, sizeof *sh);
+}
+
+// The same at a rank's mesh listener: rank 1 reads rank 0's listening
+// address from its INFO log and parks idle and dripping strangers there
+// before it joins; rank 0 accepts rank 1's mesh connection at once.
+TEST(BootstrapStrangers, StrangersAtAMeshListenerDoNotDelayTheJob) {
+  const int port = freePort();
+  std::string log = "/tmp/tern_mesh_" + std::to_string(getpid()) + ".log";
+  Shared* sh = makeShared();
+  ASSERT_NE(sh, nullptr);
+  std::map<std::string, std::string> env = {{"TERN_ROOT", "127.0.0.1:" + std::to_string(port)},
+                                            {"TERN_SECRET", kSecret},
+                                            {"TERN_SOCKET_IFNAME", "lo"},
+                                            {"TERN_TIMEOUT", "30"}};
+  RunResult r = runRanks(2, env, [&](RankCtx& c) {
+    if (c.rank == 0) {
+      setenv("TERN_DEBUG", "INFO", 1);
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(fd, 2);
+      close(fd);
+      return joinAndCheck(c, sh);
+    }
+    std::regex listening("rank 0/2 listening on 127\\.0\\.0\\.1:([0-9]+)");
+    int meshPort = -1;
+    for (double until = now() + 30; meshPort < 0 && now() < until;) {
+      std::ifstream f(log);
+      std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      std::smatch m;
+      if (std::regex_search(all, m, listening)) meshPort = std::stoi(m[1]);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (meshPort < 0) return failf(c, "rank 0 never logged its mesh listener");
+    std::vector<int> strangers;
+    for (int i = 0; i < 8; ++i) {
+      int fd = connectTo("127.0.0.1", meshPort);
+      if (fd < 0) return failf(c, "cannot connect to rank 0's mesh listener: %s", strerror(errno));
+      strangers.push_back(fd);
+    }
+    std::atomic<bool> stop{false};
+    std::thread drip([&] {  // half of them send a byte every 200 ms
+      while (!stop) {
+        for (int i = 0; i < 4; ++i) (void)!send(strangers[i], "x", 1, MSG_NOSIGNAL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    });
+    int res = joinAndCheck(c, sh);
+    stop = true;
+    drip.join();
+    for (int fd : strangers) close(fd);
+    return res;
+  }, 0, 90);
+  if (r.timedOut || r.exitCodes[0] != 0) {  // rank 0's stderr went to the log
+    std::ifstream f(log);
+    printf("rank 0's log:\n%s\n", std::string((std::istreambuf_iterator<char>(f)),
+                                              std::istreambuf_iterator<char>()).c_str());
+  }
+  unlink(log.c_str());
+  expectAllRanksOk(r);
+  double took = std::max(sh->formed[0], sh->formed[1]) - sh->start[1];
+  printf("job formed %.3f s after rank 1 started, 8 strangers at rank 0's mesh listener\n", took);
+  EXPECT_LT(took, 3.0) << "strangers at a mesh listener delayed the job";
   munmap(sh, sizeof *sh);
 }
 

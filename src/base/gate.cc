@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <thread>
 
 #include "base/error.h"
 #include "base/reject_log.h"
@@ -86,10 +87,15 @@ void AuthGate::acceptNew() {
     p.fd = accept4(lfd_, reinterpret_cast<sockaddr*>(&p.from.ss), &p.from.len,
                    SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (p.fd < 0) {
-      // Out of descriptors: make room by dropping the oldest handshake.
-      if ((errno == EMFILE || errno == ENFILE) && !pending_.empty()) {
-        drop(pending_.front(), "dropped for lack of file descriptors");
-        pending_.erase(pending_.begin());
+      // Out of descriptors: make room by dropping the oldest handshake, or
+      // (none to drop) wait a little instead of spinning on the listener.
+      if (errno == EMFILE || errno == ENFILE) {
+        if (pending_.empty()) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        } else {
+          drop(pending_.front(), "dropped for lack of file descriptors");
+          pending_.erase(pending_.begin());
+        }
       }
       return;
     }
