@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "harness.h"
 #include "tern/tern.h"
 
 namespace {
@@ -142,6 +143,33 @@ TEST(ErrorsInit, CommlessErrorsArePerThread) {
   b.join();
   EXPECT_NE(seen[0].find("ternGroupEnd without"), std::string::npos) << seen[0];
   EXPECT_NE(seen[1].find("ternSetPriority: level 42"), std::string::npos) << seen[1];
+}
+
+// After a peer fails the communicator: every later call names the cause
+// once ("failed earlier (cause)", not nested call after call), and a later
+// comm-less misuse is still what ternGetLastError reports.
+TEST(ErrorsAsync, FailedEarlierNamesTheCauseOnce) {
+  terntest::expectAllRanksOk(terntest::runRanks(2, {{"TERN_TIMEOUT", "10"}}, [](terntest::RankCtx& c) {
+    ternComm_t comm = c.comm(0);
+    if (c.rank == 1) return ternCommAbort(comm) == ternSuccess ? 0 : 1;  // gone: sockets shut
+    float x[4] = {};
+    if (ternAllReduce(x, x, 4, ternFloat32, ternSum, comm, nullptr) == ternSuccess)
+      return terntest::failf(c, "allreduce with an aborted peer succeeded");
+    std::string cause = ternGetLastError(comm);
+    std::string later[2];
+    for (std::string& l : later) {
+      if (ternAllReduce(x, x, 4, ternFloat32, ternSum, comm, nullptr) == ternSuccess)
+        return terntest::failf(c, "a call on the failed communicator succeeded");
+      l = ternGetLastError(comm);
+    }
+    if (later[0] != later[1] || later[0].find("failed earlier (" + cause + ")") == std::string::npos)
+      return terntest::failf(c, "cause '%s', then '%s', then '%s'", cause.c_str(),
+                             later[0].c_str(), later[1].c_str());
+    if (ternGroupEnd() != ternInvalidUsage ||
+        std::string(ternGetLastError(comm)).find("ternGroupStart") == std::string::npos)
+      return terntest::failf(c, "after a ternGroupEnd misuse: '%s'", ternGetLastError(comm));
+    return ternCommAbort(comm) == ternSuccess ? 0 : 1;
+  }, 1, 60));
 }
 
 TEST(ErrorsInit, BadInitArguments) {
