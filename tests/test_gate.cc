@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "base/error.h"
 #include "base/gate.h"
 #include "base/socket.h"
+#include "comm/bootstrap.h"
 
 namespace tern {
 namespace {
@@ -124,6 +126,29 @@ TEST(Gate, WrongSecretIsRefusedAndTheRightOneStillGetsIn) {
   closeFd(a.fd);
   closeFd(bad);
   closeFd(good);
+}
+
+// ternGetUniqueId's root listens on the TERN_SOCKET_IFNAME interface's
+// address (here lo: 127.0.0.1), not on every address of the host.
+TEST(Gate, UniqueIdRootListensOnTheInterfaceAddressOnly) {
+  setenv("TERN_SOCKET_IFNAME", "lo", 1);
+  setenv("TERN_TIMEOUT", "3", 1);  // the root gives up soon after the test
+  ternUniqueId id;
+  ASSERT_EQ(ternGetUniqueId(&id), ternSuccess);
+  unsetenv("TERN_SOCKET_IFNAME");
+  unsetenv("TERN_TIMEOUT");
+  IdContents c;
+  ASSERT_EQ(decodeId(id, &c), ternSuccess);
+  EXPECT_EQ(c.root.host(), "127.0.0.1");
+  int fd = -1;
+  EXPECT_EQ(connectBefore(c.root, deadlineAfter(5), &fd), ternSuccess);
+  closeFd(fd);
+  SockAddr other;
+  ASSERT_EQ(parseHostPort("127.0.0.2:" + std::to_string(c.root.port()), &other), ternSuccess);
+  // Refused connections are retried until the deadline: a short one.
+  EXPECT_EQ(connectBefore(other, deadlineAfter(0.3), &fd), ternTimeout)
+      << "the root accepted a connection on 127.0.0.2";
+  closeFd(fd);
 }
 
 }  // namespace
