@@ -2,10 +2,13 @@
 // sentence from ternGetLastError; nothing crashes or hangs.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
+#include "harness.h"
 #include "tern/tern.h"
 
 namespace {
@@ -99,6 +102,74 @@ TEST_F(Errors, GroupMisuse) {
   buf[3] = 7;
   EXPECT_EQ(ternGroupEnd(), ternSuccess);
   EXPECT_EQ(got[3], 7);
+}
+
+// ternGetLastError describes the latest failure: a comm-less misuse after a
+// communicator's failure is what the thread hears, and a later communicator
+// failure wins again.
+TEST_F(Errors, LastErrorIsTheNewestFailure) {
+  expectError(ternAllReduce(buf, buf, 4, static_cast<ternDataType_t>(99), ternSum, comm, nullptr),
+              ternInvalidArgument, "datatype", comm);
+  expectError(ternGroupEnd(), ternInvalidUsage, "without a matching ternGroupStart", comm);
+  expectError(ternGroupEnd(), ternInvalidUsage, "without a matching ternGroupStart", nullptr);
+  expectError(ternBroadcast(buf, buf, 4, ternFloat32, 3, comm, nullptr), ternInvalidArgument,
+              "root 3", comm);
+  ASSERT_EQ(ternGroupStart(), ternSuccess);
+  ASSERT_EQ(ternGroupStart(), ternSuccess);
+  ternRequest_t req;
+  expectError(ternGroupEndAsync(&req), ternInvalidUsage, "outermost", comm);
+  EXPECT_EQ(ternGroupEnd(), ternSuccess);
+  EXPECT_EQ(ternGroupEnd(), ternSuccess);
+  expectError(ternSetPriority(99), ternInvalidArgument, "ternSetPriority", comm);
+  expectError(ternRequestWait(nullptr), ternInvalidUsage, "ternRequestWait", comm);
+  expectError(ternAllReduce(buf, buf, 4, ternFloat32, static_cast<ternRedOp_t>(9), comm, nullptr),
+              ternInvalidArgument, "op 9", comm);
+}
+
+// Comm-less calls record their sentence per thread: two threads failing
+// differently each read their own.
+TEST(ErrorsInit, CommlessErrorsArePerThread) {
+  std::atomic<int> failed{0};
+  std::string seen[2];
+  auto worker = [&](int i) {
+    ternResult_t r = i == 0 ? ternGroupEnd() : ternSetPriority(42);
+    EXPECT_EQ(r, i == 0 ? ternInvalidUsage : ternInvalidArgument);
+    failed.fetch_add(1);
+    while (failed.load() < 2) std::this_thread::yield();  // both have failed before either reads
+    seen[i] = ternGetLastError(nullptr);
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join();
+  b.join();
+  EXPECT_NE(seen[0].find("ternGroupEnd without"), std::string::npos) << seen[0];
+  EXPECT_NE(seen[1].find("ternSetPriority: level 42"), std::string::npos) << seen[1];
+}
+
+// After a peer fails the communicator: every later call names the cause
+// once ("failed earlier (cause)", not nested call after call), and a later
+// comm-less misuse is still what ternGetLastError reports.
+TEST(ErrorsAsync, FailedEarlierNamesTheCauseOnce) {
+  terntest::expectAllRanksOk(terntest::runRanks(2, {{"TERN_TIMEOUT", "10"}}, [](terntest::RankCtx& c) {
+    ternComm_t comm = c.comm(0);
+    if (c.rank == 1) return ternCommAbort(comm) == ternSuccess ? 0 : 1;  // gone: sockets shut
+    float x[4] = {};
+    if (ternAllReduce(x, x, 4, ternFloat32, ternSum, comm, nullptr) == ternSuccess)
+      return terntest::failf(c, "allreduce with an aborted peer succeeded");
+    std::string cause = ternGetLastError(comm);
+    std::string later[2];
+    for (std::string& l : later) {
+      if (ternAllReduce(x, x, 4, ternFloat32, ternSum, comm, nullptr) == ternSuccess)
+        return terntest::failf(c, "a call on the failed communicator succeeded");
+      l = ternGetLastError(comm);
+    }
+    if (later[0] != later[1] || later[0].find("failed earlier (" + cause + ")") == std::string::npos)
+      return terntest::failf(c, "cause '%s', then '%s', then '%s'", cause.c_str(),
+                             later[0].c_str(), later[1].c_str());
+    if (ternGroupEnd() != ternInvalidUsage ||
+        std::string(ternGetLastError(comm)).find("ternGroupStart") == std::string::npos)
+      return terntest::failf(c, "after a ternGroupEnd misuse: '%s'", ternGetLastError(comm));
+    return ternCommAbort(comm) == ternSuccess ? 0 : 1;
+  }, 1, 60));
 }
 
 TEST(ErrorsInit, BadInitArguments) {

@@ -41,10 +41,12 @@ ternResult_t checkComm(ternComm* c) {
     return fail(nullptr, ternInvalidUsage,
                 "comm is not a live communicator (already destroyed or never created)");
   int e = c->asyncError.load();
-  if (e != ternSuccess)
+  if (e != ternSuccess) {
+    std::string why = c->failureReason();  // the cause, not the last sentence (no nesting)
     return fail(c, static_cast<ternResult_t>(e),
-                "the communicator failed earlier (" + c->getLastError() +
+                "the communicator failed earlier (" + (why.empty() ? "aborted" : why) +
                     "); call ternCommAbort and make a new one");
+  }
   return ternSuccess;
 }
 
@@ -130,10 +132,16 @@ CollArgs collArgs(OpKind kind, const void* src, void* dst, size_t count, ternDat
 
 extern "C" {
 
+// The newer of the communicator's last failure and the calling thread's:
+// a comm-less call (ternGroupEnd, ternSetPriority, ...) that fails after the
+// communicator's last failure is what this thread hears about.  Every path
+// that returns an error records it in one of the two (setError, fail(),
+// ternComm::failWith), so nothing here needs to know the paths.
 const char* ternGetLastError(ternComm_t comm) {
   static thread_local std::string copy;
-  copy = (comm && isLive(comm)) ? comm->getLastError() : lastThreadError();
-  if (copy.empty()) copy = lastThreadError();
+  uint64_t commStamp = 0;
+  std::string commMsg = (comm && isLive(comm)) ? comm->getLastError(&commStamp) : std::string();
+  copy = commStamp > lastThreadErrorStamp() ? commMsg : lastThreadError();
   return copy.c_str();
 }
 
@@ -160,7 +168,7 @@ ternResult_t ternGetUniqueId(ternUniqueId* uniqueId) {
   randomBytes(id.secret.key, sizeof id.secret.key);
   SockAddr bindAddr;
   TERN_CHECK(pickInterface(cfg.ifname, &bindAddr, nullptr));
-  TERN_CHECK(startRoot(bindAddr, id.secret, cfg.timeoutSec, &id.root));
+  TERN_CHECK(startRoot(bindAddr, id.secret, cfg, &id.root));
   encodeId(id, uniqueId);
   return ternSuccess;
 }
@@ -200,15 +208,7 @@ ternResult_t ternCommInitFromEnvConfig(ternComm_t* comm, const ternConfig_t* con
   *comm = nullptr;
   EnvJob job;
   TERN_CHECK(jobFromEnv(&job));
-  if (job.rank == 0) {
-    // Rank 0 hosts the root on the agreed port, on every local address.
-    SockAddr any = job.id.root, actual;
-    if (any.ss.ss_family == AF_INET)
-      reinterpret_cast<sockaddr_in*>(&any.ss)->sin_addr.s_addr = htonl(INADDR_ANY);
-    else
-      reinterpret_cast<sockaddr_in6*>(&any.ss)->sin6_addr = in6addr_any;
-    TERN_CHECK(startRoot(any, job.id.secret, readConfig().timeoutSec, &actual));
-  }
+  if (job.rank == 0) TERN_CHECK(startEnvRoot(job.id, readConfig()));
   return registerNew(comm, job.nranks, job.id, job.rank, config);
 }
 

@@ -72,22 +72,30 @@ uint64_t mac(const Secret& s, const char* tag, const uint8_t* nonce, int32_t ran
 }
 }  // namespace
 
-ternResult_t authAccept(int fd, const Secret& s, ConnKind kind, Deadline d, int* peerRank) {
-  Hello hello{kMagic, {}};
-  randomBytes(hello.nonce, sizeof hello.nonce);
-  TERN_CHECK(sendAll(fd, &hello, sizeof hello, d));
+static_assert(sizeof(Hello) == kAuthHelloBytes && sizeof(Proof) == kAuthProofBytes &&
+                  sizeof(Reply) == kAuthReplyBytes,
+              "wire sizes");
+
+void authChallenge(AuthChallenge* c, uint8_t hello[kAuthHelloBytes]) {
+  Hello h{kMagic, {}};
+  randomBytes(h.nonce, sizeof h.nonce);
+  memcpy(c->nonce, h.nonce, sizeof c->nonce);
+  memcpy(hello, &h, sizeof h);
+}
+
+const char* authVerify(const Secret& s, ConnKind kind, const AuthChallenge& c,
+                       const uint8_t proofBytes[kAuthProofBytes], uint8_t replyBytes[kAuthReplyBytes],
+                       int* peerRank) {
   Proof proof;
-  TERN_CHECK(recvAll(fd, &proof, sizeof proof, d));
+  memcpy(&proof, proofBytes, sizeof proof);
   int32_t k = static_cast<int32_t>(kind);
-  if (proof.magic != kMagic)
-    return setError(ternRemoteError, "a connection that does not speak tern was rejected");
-  if (proof.kind != k || proof.mac != mac(s, "tern-c", hello.nonce, proof.rank, k))
-    return setError(ternRemoteError,
-                    "a connection that could not prove the job secret was rejected");
+  if (proof.magic != kMagic) return "does not speak tern";
+  if (proof.kind != k) return "wrong kind of tern connection";
+  if (proof.mac != mac(s, "tern-c", c.nonce, proof.rank, k)) return "bad secret";
   Reply reply{mac(s, "tern-s", proof.nonce, proof.rank, k), 0, 0};
-  TERN_CHECK(sendAll(fd, &reply, sizeof reply, d));
+  memcpy(replyBytes, &reply, sizeof reply);
   *peerRank = proof.rank;
-  return ternSuccess;
+  return nullptr;
 }
 
 ternResult_t authConnect(int fd, const Secret& s, ConnKind kind, int myRank, Deadline d) {
@@ -105,7 +113,8 @@ ternResult_t authConnect(int fd, const Secret& s, ConnKind kind, int myRank, Dea
   if (r != ternSuccess)
     return setError(ternRemoteError,
                     "the listener closed the connection during authentication "
-                    "(wrong unique id or job secret?)");
+                    "(wrong unique id or job secret, or this process answered slower than the "
+                    "listener's TERN_HANDSHAKE_TIMEOUT)");
   if (reply.mac != mac(s, "tern-s", proof.nonce, myRank, k))
     return setError(ternRemoteError, "the listener could not prove the job secret");
   return ternSuccess;

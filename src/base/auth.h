@@ -18,9 +18,20 @@ uint64_t sipHash24(const Secret& key, const void* data, size_t n);
 // a data connection of the same job.
 enum class ConnKind : int32_t { Root = 1, Mesh = 2 };
 
-// Acceptor side.  On success *peerRank holds the rank the client announced.
-ternResult_t authAccept(int fd, const Secret& s, ConnKind kind, Deadline d, int* peerRank);
-// Connector side.
+// Acceptor side, in steps, so one thread can handshake many connections at
+// once (base/gate.h): send the challenge, read kAuthProofBytes, verify, send
+// the reply.  Nothing here blocks or records an error: a stranger is not a
+// failure of ours.
+constexpr size_t kAuthHelloBytes = 24, kAuthProofBytes = 40, kAuthReplyBytes = 16;
+struct AuthChallenge { uint8_t nonce[16]; };
+// A fresh nonce and the hello that carries it.
+void authChallenge(AuthChallenge* c, uint8_t hello[kAuthHelloBytes]);
+// Checks a proof: nullptr and the reply to send plus the announced rank on
+// success, else a short reason for the log ("bad secret", ...).
+const char* authVerify(const Secret& s, ConnKind kind, const AuthChallenge& c,
+                       const uint8_t proof[kAuthProofBytes], uint8_t reply[kAuthReplyBytes],
+                       int* peerRank);
+// Connector side (blocking, until d).
 ternResult_t authConnect(int fd, const Secret& s, ConnKind kind, int myRank, Deadline d);
 
 }  // namespace tern

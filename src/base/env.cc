@@ -30,6 +30,11 @@ Config readConfig() {
   const char* t = getenv("TERN_TIMEOUT");
   c.timeoutSec = (t && *t) ? atof(t) : 300.0;
   if (c.timeoutSec <= 0) c.timeoutSec = 300.0;
+  // A rank answers a handshake in milliseconds; a connection that takes
+  // longer is a stranger (or a peer too loaded to matter) and is dropped.
+  const char* h = getenv("TERN_HANDSHAKE_TIMEOUT");
+  c.handshakeSec = (h && *h) ? atof(h) : 5.0;
+  if (c.handshakeSec <= 0) c.handshakeSec = 5.0;
   // The fifo must hold a few chunks so every ring step can be posted at once.
   c.chunkBytes = roundUp(std::max<long long>(envInt("TERN_CHUNKSIZE", 512 << 10), 64), 64);
   c.fifoBytes = roundUp(std::max<long long>(envInt("TERN_BUFFSIZE", 4 << 20), 4096), 4096);

@@ -12,6 +12,7 @@ bool envSet(const char* name);
 
 struct Config {
   double timeoutSec;       // TERN_TIMEOUT: longest wait without progress
+  double handshakeSec;     // TERN_HANDSHAKE_TIMEOUT: an accepted connection's time to authenticate
   size_t fifoBytes;        // TERN_BUFFSIZE: bytes per direction per connection
   size_t chunkBytes;       // TERN_CHUNKSIZE: ring pipeline chunk
   size_t smallBytes;       // TERN_SMALL_THRESHOLD: allreduce below uses recursive doubling

@@ -1,5 +1,6 @@
 #include "base/error.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -8,9 +9,14 @@
 namespace tern {
 
 static thread_local std::string tlsLastError;
+static thread_local uint64_t tlsStamp = 0;
+static std::atomic<uint64_t> stamps{0};
+
+uint64_t nextErrorStamp() { return stamps.fetch_add(1) + 1; }
+uint64_t lastThreadErrorStamp() { return tlsStamp; }
 
 ternResult_t setError(ternResult_t code, const std::string& msg) {
-  tlsLastError = msg;
+  setThreadError(msg);
   // Logged without a source location: error.cc's would say nothing.
   if (logLevel() >= LogLevel::Warn)
     logLine(LogLevel::Warn, nullptr, 0, "%s (%s)", msg.c_str(), ternGetErrorString(code));
@@ -23,8 +29,14 @@ ternResult_t setSysError(const std::string& what) {
 }
 
 const std::string& lastThreadError() { return tlsLastError; }
-void clearThreadError() { tlsLastError.clear(); }
-void setThreadError(const std::string& msg) { tlsLastError = msg; }
+void clearThreadError() {
+  tlsLastError.clear();
+  tlsStamp = 0;
+}
+void setThreadError(const std::string& msg) {
+  tlsLastError = msg;
+  tlsStamp = nextErrorStamp();
+}
 
 }  // namespace tern
 

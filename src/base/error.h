@@ -1,6 +1,7 @@
 // Error reporting: every failing path records one human sentence and returns a
 // ternResult_t.  TERN_CHECK propagates failures so each call site stays one line.
 #pragma once
+#include <cstdint>
 #include <string>
 #include "tern/tern.h"
 
@@ -13,6 +14,11 @@ ternResult_t setError(ternResult_t code, const std::string& msg);
 ternResult_t setSysError(const std::string& what);
 const std::string& lastThreadError();
 void clearThreadError();
+// Every recorded error (the thread's here, a communicator's in comm.cc) is
+// stamped from one process-wide counter, so ternGetLastError can tell which
+// of a thread's and a communicator's sentences is the newer.
+uint64_t nextErrorStamp();
+uint64_t lastThreadErrorStamp();
 
 }  // namespace tern
 

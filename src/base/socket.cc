@@ -29,18 +29,18 @@ int msLeft(Deadline d, int cap) {
   return left > cap ? cap : static_cast<int>(left);
 }
 
-std::string SockAddr::str() const {
+std::string SockAddr::host() const {
   char host[INET6_ADDRSTRLEN] = "?";
-  if (ss.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-    return std::string(host) + ":" + std::to_string(ntohs(a->sin_port));
-  }
-  if (ss.ss_family == AF_INET6) {
-    auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-    return "[" + std::string(host) + "]:" + std::to_string(ntohs(a->sin6_port));
-  }
+  if (ss.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
+  if (ss.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, host, sizeof host);
+  return host;
+}
+
+std::string SockAddr::str() const {
+  if (ss.ss_family == AF_INET) return host() + ":" + std::to_string(port());
+  if (ss.ss_family == AF_INET6) return "[" + host() + "]:" + std::to_string(port());
   return "?";
 }
 
@@ -150,7 +150,8 @@ ternResult_t listenOn(const SockAddr& bindAddr, int* fd, SockAddr* actual) {
     close(s);
     return r;
   }
-  if (listen(s, 128) != 0) {
+  // A burst of strangers must not fill the backlog before the gate accepts them.
+  if (listen(s, SOMAXCONN) != 0) {
     ternResult_t r = setSysError("listen() failed");
     close(s);
     return r;
@@ -171,16 +172,6 @@ static ternResult_t waitFd(int fd, short events, Deadline d, const char* what) {
     if (rc == 0 && ms == 0)
       return setError(ternTimeout, std::string("timed out ") + what);
   }
-}
-
-ternResult_t acceptBefore(int lfd, Deadline d, int* fd, SockAddr* peer) {
-  TERN_CHECK(waitFd(lfd, POLLIN, d, "waiting for a connection"));
-  peer->len = sizeof peer->ss;
-  int s = accept4(lfd, reinterpret_cast<sockaddr*>(&peer->ss), &peer->len, SOCK_CLOEXEC);
-  if (s < 0) return setSysError("accept() failed");
-  setNoDelay(s);
-  *fd = s;
-  return ternSuccess;
 }
 
 ternResult_t connectBefore(const SockAddr& addr, Deadline d, int* fd) {

@@ -21,6 +21,7 @@ struct SockAddr {
   sockaddr_storage ss{};
   socklen_t len = 0;
   std::string str() const;                 // "1.2.3.4:5678" / "[::1]:5678"
+  std::string host() const;                // "1.2.3.4" / "::1"
   int port() const;
   void setPort(int port);
 };
@@ -32,8 +33,6 @@ ternResult_t parseHostPort(const std::string& s, SockAddr* out);
 ternResult_t pickInterface(const std::string& ifspec, SockAddr* out, std::string* ifname);
 
 ternResult_t listenOn(const SockAddr& bindAddr, int* fd, SockAddr* actual);
-// Accepts one connection, waiting at most until `d`.
-ternResult_t acceptBefore(int lfd, Deadline d, int* fd, SockAddr* peer);
 // Connects, retrying refused connections until `d` (the listener may not be up yet).
 ternResult_t connectBefore(const SockAddr& addr, Deadline d, int* fd);
 ternResult_t sendAll(int fd, const void* buf, size_t n, Deadline d);

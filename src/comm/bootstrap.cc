@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/gate.h"
 #include "base/log.h"
 
 namespace tern {
@@ -39,54 +40,54 @@ void replyError(int fd, const std::string& msg, Deadline d) {
   sendAll(fd, &r, sizeof r, d);
 }
 
+// What is wrong with a rank's hello, given what the others said ("" if nothing).
+std::string badHello(const RankHello& h, int claimed, int nranks, const std::vector<int>& fds) {
+  if (h.nranks != nranks)
+    return "rank " + std::to_string(h.rank) + " says nranks=" + std::to_string(h.nranks) +
+           " but others said " + std::to_string(nranks);
+  if (h.rank < 0 || h.rank >= nranks || h.rank != claimed)
+    return "rank " + std::to_string(h.rank) + " is out of range for nranks=" +
+           std::to_string(nranks);
+  if (fds[h.rank] >= 0) return "two processes both claim rank " + std::to_string(h.rank);
+  return "";
+}
+
 // The rendezvous: collect one hello per rank, then send everyone the table.
-void rootLoop(int lfd, Secret secret, double timeoutSec) {
+// The gate handshakes every connection concurrently, so strangers (idle,
+// slow or wrong) cost the ranks nothing.
+void rootLoop(int lfd, Secret secret, double timeoutSec, double handshakeSec) {
   Deadline d = deadlineAfter(timeoutSec);
   int nranks = -1, arrived = 0;
   std::vector<int> fds;
   std::vector<PeerInfo> table;
-  while (nranks < 0 || arrived < nranks) {
-    int fd;
-    SockAddr peer;
-    if (acceptBefore(lfd, d, &fd, &peer) != ternSuccess) {
-      TERN_LOG(Warn, "bootstrap root gave up: %d of %d ranks arrived within TERN_TIMEOUT",
-               arrived, nranks);
-      break;
+  {
+    AuthGate gate(lfd, secret, ConnKind::Root, sizeof(RankHello), handshakeSec,
+                  "bootstrap root");
+    while (nranks < 0 || arrived < nranks) {
+      Admitted a;
+      if (gate.next(d, &a) != ternSuccess) {
+        TERN_LOG(Warn, "bootstrap root gave up: %d of %d ranks arrived within TERN_TIMEOUT",
+                 arrived, nranks);
+        break;
+      }
+      RankHello h;
+      memcpy(&h, a.trailer.data(), sizeof h);
+      if (nranks < 0 && h.nranks > 0) {
+        nranks = h.nranks;
+        fds.assign(nranks, -1);
+        table.resize(nranks);
+      }
+      std::string bad = badHello(h, a.rank, nranks, fds);
+      if (!bad.empty()) {
+        replyError(a.fd, bad, deadlineAfter(handshakeSec));
+        gate.refuse(a, bad);
+        continue;
+      }
+      fds[h.rank] = a.fd;
+      table[h.rank] = h.info;
+      ++arrived;
     }
-    Deadline hd = std::min(d, deadlineAfter(10));
-    int claimed = -1;
-    RankHello h{};
-    if (authAccept(fd, secret, ConnKind::Root, hd, &claimed) != ternSuccess ||
-        recvAll(fd, &h, sizeof h, hd) != ternSuccess) {
-      TERN_LOG(Warn, "bootstrap root rejected a connection from %s: %s", peer.str().c_str(),
-               lastThreadError().c_str());
-      closeFd(fd);
-      continue;
-    }
-    if (nranks < 0 && h.nranks > 0) {
-      nranks = h.nranks;
-      fds.assign(nranks, -1);
-      table.resize(nranks);
-    }
-    std::string bad;
-    if (h.nranks != nranks)
-      bad = "rank " + std::to_string(h.rank) + " says nranks=" + std::to_string(h.nranks) +
-            " but others said " + std::to_string(nranks);
-    else if (h.rank < 0 || h.rank >= nranks || h.rank != claimed)
-      bad = "rank " + std::to_string(h.rank) + " is out of range for nranks=" +
-            std::to_string(nranks);
-    else if (fds[h.rank] >= 0)
-      bad = "two processes both claim rank " + std::to_string(h.rank);
-    if (!bad.empty()) {
-      TERN_LOG(Warn, "bootstrap root: %s", bad.c_str());
-      replyError(fd, bad, hd);
-      closeFd(fd);
-      continue;
-    }
-    fds[h.rank] = fd;
-    table[h.rank] = h.info;
-    ++arrived;
-  }
+  }  // the gate drops unfinished handshakes and reports the rejection counts
   if (nranks > 0 && arrived == nranks) {
     RootReply ok{0, {}};
     for (int r = 0; r < nranks; ++r) {
@@ -123,13 +124,28 @@ ternResult_t decodeId(const ternUniqueId& id, IdContents* c) {
   return ternSuccess;
 }
 
-ternResult_t startRoot(const SockAddr& bindAddr, const Secret& s, double timeoutSec,
+ternResult_t startRoot(const SockAddr& bindAddr, const Secret& s, const Config& cfg,
                        SockAddr* actual) {
   int lfd;
   TERN_CHECK(listenOn(bindAddr, &lfd, actual));
-  std::thread(rootLoop, lfd, s, timeoutSec).detach();
+  std::thread(rootLoop, lfd, s, cfg.timeoutSec, cfg.handshakeSec).detach();
   TERN_LOG(Info, "bootstrap root listening on %s", actual->str().c_str());
   return ternSuccess;
+}
+
+ternResult_t startEnvRoot(const IdContents& id, const Config& cfg) {
+  SockAddr bindAddr = id.root, actual;
+  std::string host = envString("TERN_ROOT_BIND", "");
+  if (!host.empty()) {
+    if (host.find(':') != std::string::npos && host[0] != '[') host = "[" + host + "]";
+    TERN_CHECK(parseHostPort(host + ":" + std::to_string(id.root.port()), &bindAddr));
+  }
+  if (startRoot(bindAddr, id.secret, cfg, &actual) == ternSuccess) return ternSuccess;
+  return setError(ternSystemError,
+                  "rank 0 cannot host the bootstrap root at " + bindAddr.str() + " (" +
+                      lastThreadError() +
+                      "): TERN_ROOT (or MASTER_ADDR) must name an address of rank 0's host, "
+                      "or set TERN_ROOT_BIND=0.0.0.0 to listen on every address");
 }
 
 ternResult_t exchangeWithRoot(const SockAddr& root, const Secret& s, int rank, int nranks,

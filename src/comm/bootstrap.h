@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/auth.h"
+#include "base/env.h"
 #include "base/socket.h"
 
 namespace tern {
@@ -28,9 +29,14 @@ void encodeId(const IdContents& c, ternUniqueId* id);
 ternResult_t decodeId(const ternUniqueId& id, IdContents* c);
 
 // Starts the root listener thread at `bindAddr` (port 0: any).  It serves one
-// communicator's rendezvous, then exits; it gives up after `timeoutSec`.
-ternResult_t startRoot(const SockAddr& bindAddr, const Secret& s, double timeoutSec,
+// communicator's rendezvous, then exits; it gives up after cfg.timeoutSec.
+// Each connection gets cfg.handshakeSec to authenticate (base/gate.h).
+ternResult_t startRoot(const SockAddr& bindAddr, const Secret& s, const Config& cfg,
                        SockAddr* actual);
+// Rank 0 of a launcher-started job: the root at the address TERN_ROOT (or
+// MASTER_ADDR, ...) names, not every address of the host; TERN_ROOT_BIND
+// (e.g. 0.0.0.0) listens elsewhere, on the same port, when asked.
+ternResult_t startEnvRoot(const IdContents& id, const Config& cfg);
 
 // Sends this rank's info to the root and receives the table of all ranks.
 ternResult_t exchangeWithRoot(const SockAddr& root, const Secret& s, int rank, int nranks,

@@ -2,7 +2,8 @@
 //   1. listen on the chosen interface (TERN_SOCKET_IFNAME),
 //   2. swap addresses with everyone through the bootstrap root,
 //   3. build an authenticated full mesh of control sockets (connect to lower
-//      ranks, accept from higher ones; strangers are logged and dropped),
+//      ranks, accept from higher ones through the gate: concurrent handshakes,
+//      strangers dropped and logged with a count),
 //   4. pick a transport per peer and set up one connection per level over
 //      the control socket (tcp pairs: one more socket per level, made then),
 //   5. start the executor.
@@ -21,6 +22,7 @@
 
 #include "comm/config.h"
 #include "base/error.h"
+#include "base/gate.h"
 #include "transport/registry.h"
 #include "base/log.h"
 
@@ -34,7 +36,7 @@ namespace {
 constexpr int kSlots = 1 + kLevels;
 
 struct Mesh {
-  int lfd;
+  AuthGate& gate;  // the listener: concurrent handshakes, strangers dropped (base/gate.h)
   Deadline d;
   std::vector<int> dataFd[kLevels];  // [level][peer], until a tcp connection owns it
 };
@@ -56,25 +58,21 @@ ternResult_t connectSlots(Comm& c, Mesh& m, int p, char first, char last) {
 
 // Accepts until `have()`; every authenticated socket goes to its slot
 // (a peer further on may already be connecting data sockets for its own
-// turn: they wait in their slots).  Strangers are logged and dropped.
+// turn: they wait in their slots).  One gate serves the whole set-up, so a
+// handshake under way between two calls is not lost.
 template <class Have>
 ternResult_t acceptUntil(Comm& c, Mesh& m, Have have) {
   while (!have()) {
-    int fd, peer = -1;
-    char slot = -1;
-    SockAddr from;
-    TERN_CHECK(acceptBefore(m.lfd, m.d, &fd, &from));
-    Deadline hs = std::min(m.d, deadlineAfter(10));
-    bool ok = authAccept(fd, c.secret, ConnKind::Mesh, hs, &peer) == ternSuccess &&
-              recvAll(fd, &slot, 1, hs) == ternSuccess && peer > c.rank && peer < c.nranks &&
-              slot >= 0 && slot < kSlots && slotFd(c, m, peer, slot) < 0;
-    if (!ok) {
-      TERN_LOG(Warn, "rejected a connection from %s: %s", from.str().c_str(),
-               peer >= 0 ? "unexpected rank or socket" : lastThreadError().c_str());
-      closeFd(fd);
+    Admitted a;
+    TERN_CHECK(m.gate.next(m.d, &a));
+    int slot = static_cast<unsigned char>(a.trailer[0]);
+    if (a.rank <= c.rank || a.rank >= c.nranks || slot >= kSlots ||
+        slotFd(c, m, a.rank, slot) >= 0) {
+      m.gate.refuse(a, "unexpected rank " + std::to_string(a.rank) + " or socket " +
+                           std::to_string(slot));
       continue;
     }
-    slotFd(c, m, peer, slot) = fd;
+    slotFd(c, m, a.rank, slot) = a.fd;
   }
   return ternSuccess;
 }
@@ -182,13 +180,17 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   ternResult_t r = exchangeWithRoot(id.root, c->secret, rank, nranks,
                                     makePeerInfo(listenAddr, localHostHash()), d, &c->peers);
   std::vector<int> bindCpus;
-  Mesh mesh{lfd, d, {}};
-  if (r == ternSuccess) r = placeComm(*c, &bindCpus);
-  if (r == ternSuccess) r = formMesh(*c, mesh);
-  if (r == ternSuccess) r = setupTransports(*c, mesh);
+  {
+    AuthGate gate(lfd, c->secret, ConnKind::Mesh, 1, c->cfg.handshakeSec,
+                  "rank " + std::to_string(rank));
+    Mesh mesh{gate, d, {}};
+    if (r == ternSuccess) r = placeComm(*c, &bindCpus);
+    if (r == ternSuccess) r = formMesh(*c, mesh);
+    if (r == ternSuccess) r = setupTransports(*c, mesh);
+    for (auto& v : mesh.dataFd)
+      for (int& fd : v) closeFd(fd);
+  }
   close(lfd);  // after the tcp pairs' level sockets
-  for (auto& v : mesh.dataFd)
-    for (int& fd : v) closeFd(fd);
   TERN_CHECK(r);
   orderRing(*c);
   c->startBookkeeping();
@@ -252,11 +254,14 @@ void ternComm::fail(ternResult_t r) {
     if (fd >= 0) shutdown(fd, SHUT_RDWR);
 }
 
+// Every failure path of the communicator (the executor's, a peer's notice)
+// comes through here, so its last error is always the newest sentence.
 void ternComm::failWith(ternResult_t r, const std::string& why) {
   {
     std::lock_guard<std::mutex> lk(errMu);
     if (failReason.empty()) failReason = why;
   }
+  setLastError(why);
   fail(r);
 }
 
@@ -270,8 +275,7 @@ void ternComm::onFailure(ternResult_t r, const std::string& why) {
     for (int fd : meshFd)
       if (fd >= 0) (void)!::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
-  setLastError(why);  // what a nonblocking caller reads after ternCommGetAsyncError
-  failWith(r, why);
+  failWith(r, why);  // also what a nonblocking caller reads after ternCommGetAsyncError
 }
 
 void ternComm::readNotices(int p) {
@@ -341,11 +345,18 @@ const char* ternComm::transportName(int peer) const {
 void ternComm::setLastError(const std::string& e) {
   std::lock_guard<std::mutex> lk(errMu);
   lastError = e;
+  lastErrorStamp = nextErrorStamp();
 }
 
-std::string ternComm::getLastError() {
+std::string ternComm::getLastError(uint64_t* stamp) {
   std::lock_guard<std::mutex> lk(errMu);
+  if (stamp) *stamp = lastErrorStamp;
   return lastError;
+}
+
+std::string ternComm::failureReason() {
+  std::lock_guard<std::mutex> lk(errMu);
+  return failReason;
 }
 
 ternComm::~ternComm() {

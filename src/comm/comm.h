@@ -58,8 +58,12 @@ struct ternComm : public tern::EngineHost {
   void wireBytes(uint64_t* sent, uint64_t* recv) const;
   const char* transportName(int peer) const;
 
+  // The communicator's latest failure sentence, stamped (base/error.h) so
+  // ternGetLastError can compare it with the calling thread's.
   void setLastError(const std::string& e);
-  std::string getLastError();
+  std::string getLastError(uint64_t* stamp = nullptr);
+  // What failed the communicator first (empty while it is healthy).
+  std::string failureReason();
 
   // tern::EngineHost
   ternResult_t checkHealth() override;
@@ -73,6 +77,7 @@ struct ternComm : public tern::EngineHost {
   void readNotices(int peer);
   std::mutex errMu;
   std::string lastError, failReason;
+  uint64_t lastErrorStamp = 0;
   std::mutex issueMu;
   uint64_t collSeq[tern::kLevels] = {};
   std::vector<uint64_t> p2pSeq;            // sends issued, [peer * kLevels + level]

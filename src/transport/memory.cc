@@ -3,6 +3,10 @@
 
 #include "transport/transport.h"
 
+#include <string>
+
+#include "base/error.h"
+
 namespace tern {
 
 void* allocPrefaulted(size_t bytes) {
@@ -29,7 +33,9 @@ ternResult_t Staging::allocate() {
   if (!s || !r) {
     freePrefaulted(s, footprint());
     freePrefaulted(r, footprint());
-    return ternSystemError;
+    // The executor reports the thread's last error: it must be this one.
+    return setError(ternSystemError, "cannot allocate " + std::to_string(2 * footprint()) +
+                                         " bytes of staging buffers for a connection");
   }
   send_ = s;
   recv_ = r;
