@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/socket.h"
 #include "tern/tern.h"
 
 namespace {
@@ -33,18 +34,6 @@ struct Shared {
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 int connectWhenUp(int port) {
@@ -95,7 +84,7 @@ void rank(int r, int n, int port, Shared* sh) {
 double formOnce(int n, int idle, Shared* sh) {
   sh->~Shared();
   new (sh) Shared{};
-  const int port = freePort();
+  const int port = tern::freeLoopbackPort();
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r)
     if ((pids.emplace_back(fork())) == 0) rank(r, n, port, sh);

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/socket.h"
 #include "harness.h"
 
 using namespace terntest;
@@ -36,18 +37,6 @@ double now() {
   // CLOCK_MONOTONIC: comparable between the processes of one host.
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 // One connect attempt to ip:port: the socket, or -1 with errno set.
@@ -160,7 +149,7 @@ void stopStrangers(pid_t pid) {
 }
 
 TEST(BootstrapStrangers, IdleAndSlowDripConnectionsDoNotDelayTheJob) {
-  const int port = freePort(), n = 3;
+  const int port = tern::freeLoopbackPort(), n = 3;
   Shared* sh = makeShared();
   ASSERT_NE(sh, nullptr);
   pid_t strangers = startStrangers(port, 8, 8, sh);
@@ -189,7 +178,7 @@ TEST(BootstrapStrangers, IdleAndSlowDripConnectionsDoNotDelayTheJob) {
 // address from its INFO log and parks idle and dripping strangers there
 // before it joins; rank 0 accepts rank 1's mesh connection at once.
 TEST(BootstrapStrangers, StrangersAtAMeshListenerDoNotDelayTheJob) {
-  const int port = freePort();
+  const int port = tern::freeLoopbackPort();
   std::string log = "/tmp/tern_mesh_" + std::to_string(getpid()) + ".log";
   Shared* sh = makeShared();
   ASSERT_NE(sh, nullptr);
@@ -251,7 +240,7 @@ TEST(BootstrapStrangers, StrangersAtAMeshListenerDoNotDelayTheJob) {
 // address (127.0.0.2, also loopback) is refused; TERN_ROOT_BIND=0.0.0.0 is
 // the explicit way to listen on all of them.
 void expectRootBinding(const char* rootBind, bool otherAddressAccepted) {
-  const int port = freePort();
+  const int port = tern::freeLoopbackPort();
   std::map<std::string, std::string> env = {{"TERN_ROOT", "127.0.0.1:" + std::to_string(port)},
                                             {"TERN_SECRET", kSecret},
                                             {"TERN_TIMEOUT", "30"}};
@@ -309,7 +298,7 @@ int countWarnLines(const std::string& log, std::string* all) {
 }
 
 TEST(BootstrapStrangers, FloodOfBadSecretsLogsAFewCountedLines) {
-  const int port = freePort(), flood = 300;
+  const int port = tern::freeLoopbackPort(), flood = 300;
   std::string log = "/tmp/tern_flood_" + std::to_string(getpid()) + ".log";
   std::map<std::string, std::string> env = {{"TERN_ROOT", "127.0.0.1:" + std::to_string(port)},
                                             {"TERN_SECRET", kSecret},

@@ -10,23 +10,12 @@
 #include <cstdio>
 #include <string>
 
+#include "base/socket.h"
 #include "harness.h"
 
 using namespace terntest;
 
 namespace {
-
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 // Sets per-rank variables, inits from env, checks one allreduce.
 int envBody(RankCtx& ctx, const char* rankVar, const char* sizeVar) {
@@ -47,27 +36,27 @@ int envBody(RankCtx& ctx, const char* rankVar, const char* sizeVar) {
 }
 
 TEST(EnvInit, TernrunVariables) {
-  std::string root = "127.0.0.1:" + std::to_string(freePort());
+  std::string root = "127.0.0.1:" + std::to_string(tern::freeLoopbackPort());
   expectAllRanksOk(runRanks(3, {{"TERN_ROOT", root}, {"TERN_SECRET", "00112233445566778899aabbccddeeff"}},
                        [](RankCtx& c) { return envBody(c, "TERN_RANK", "TERN_NRANKS"); }));
 }
 
 TEST(EnvInit, MpirunVariablesAllLocal) {
   expectAllRanksOk(runRanks(3, {{"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
-                           {"TERN_ROOT_PORT", std::to_string(freePort())}},
+                           {"TERN_ROOT_PORT", std::to_string(tern::freeLoopbackPort())}},
                        [](RankCtx& c) {
                          return envBody(c, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
                        }));
 }
 
 TEST(EnvInit, TorchrunVariables) {
-  int port = freePort() - 1;  // tern uses MASTER_PORT + 1; torch's store has MASTER_PORT
+  int port = tern::freeLoopbackPort() - 1;  // tern uses MASTER_PORT + 1; torch's store has MASTER_PORT
   expectAllRanksOk(runRanks(2, {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}},
                        [](RankCtx& c) { return envBody(c, "RANK", "WORLD_SIZE"); }));
 }
 
 TEST(EnvInit, MismatchedSecretFailsInsteadOfHanging) {
-  std::string root = "127.0.0.1:" + std::to_string(freePort());
+  std::string root = "127.0.0.1:" + std::to_string(tern::freeLoopbackPort());
   auto t0 = std::chrono::steady_clock::now();
   RunResult r = runRanks(2, {{"TERN_ROOT", root}, {"TERN_TIMEOUT", "3"}}, [](RankCtx& c) {
     setenv("TERN_SECRET", c.rank == 0 ? "000102030405060708090a0b0c0d0e0f"

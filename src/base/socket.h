@@ -1,8 +1,10 @@
 // Blocking-with-deadline socket helpers shared by the bootstrap and the tcp
 // transport.  Every wait is bounded: a stalled peer becomes ternTimeout.
 #pragma once
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <string>
@@ -40,5 +42,19 @@ ternResult_t recvAll(int fd, void* buf, size_t n, Deadline d);
 void setNonBlocking(int fd, bool on);
 void setNoDelay(int fd);
 void closeFd(int& fd);
+
+// A port free on 127.0.0.1 right now (tests and benchmarks that start a job
+// on loopback; another process may still take it before it is used).
+inline int freeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);  // not closeFd: header-only, so benchmarks need not link the internals
+  return ntohs(a.sin_port);
+}
 
 }  // namespace tern
