@@ -34,10 +34,14 @@ struct TernFailure : std::runtime_error {
 };
 
 // The calling thread's last tern error (not the communicator's, which another
-// thread's operation may have set meanwhile).
-inline std::exception_ptr failure(ternResult_t r) {
-  return std::make_exception_ptr(
-      TernFailure(std::string("tern: ") + ternGetErrorString(r) + ": " + ternGetLastError(nullptr)));
+// thread's operation may have set meanwhile).  A timeout is worded as c10d's
+// backends word it ("Timed out waiting ... for <op> to complete"): callers and
+// torch's own tests match on that.
+inline std::exception_ptr failure(ternResult_t r, const std::string& what = "") {
+  std::string head = r == ternTimeout ? "Timed out waiting for " + (what.empty() ? "the operation" : what) +
+                                            " to complete"
+                                      : std::string(ternGetErrorString(r));
+  return std::make_exception_ptr(TernFailure("tern: " + head + ": " + ternGetLastError(nullptr)));
 }
 
 inline void check(ternResult_t r) {
@@ -54,6 +58,13 @@ class TernWork : public c10d::Work {
       : Work(rank, type), outputs_(std::move(outputs)), keep_(std::move(keep)),
         after_(std::move(after)),
         future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::ofTensors())) {}
+
+  // A receive's Work names its sender (torch's Work._source_rank()).
+  void setSource(int rank) { source_ = rank; }
+  int sourceRank() const override {
+    TORCH_CHECK(source_ >= 0, "tern: sourceRank() is only known for the Work of a recv");
+    return source_;
+  }
 
   // The request of the group issued for this work, or the failure to issue it
   // (then `request` is what was issued anyway, or NULL).
@@ -80,8 +91,9 @@ class TernWork : public c10d::Work {
       // A shorter bound of the caller's own: poll (the operation goes on).
       auto deadline = std::chrono::steady_clock::now() + timeout;
       while (!isCompleted()) {
-        TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "tern: ", c10d::opTypeToString(opType_),
-                    " did not complete within the ", timeout.count(), " ms given to wait()");
+        TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "tern: Timed out waiting ", timeout.count(),
+                    " ms (given to wait()) for ", c10d::opTypeToString(opType_),
+                    " to complete; the operation goes on");
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
@@ -109,7 +121,9 @@ class TernWork : public c10d::Work {
   void settleLocked(ternResult_t r) {
     settled_ = true;
     request_ = nullptr;  // released by ternRequestWait/Test
-    std::exception_ptr e = issueError_ ? issueError_ : r != ternSuccess ? failure(r) : nullptr;
+    std::exception_ptr e = issueError_                ? issueError_
+                           : r != ternSuccess ? failure(r, c10d::opTypeToString(opType_))
+                                              : nullptr;
     if (!e && after_) {
       try {
         after_();
@@ -130,6 +144,7 @@ class TernWork : public c10d::Work {
   std::exception_ptr issueError_;
   bool settled_ = false;
   std::atomic<bool> marked_{false};
+  int source_ = -1;
 };
 
 // Settles a process group's works in issue order and completes their futures.
