@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -38,6 +39,9 @@ def _suite_class(backend, start):
     os.environ["BACKEND"] = "gloo"
     os.environ.setdefault("WORLD_SIZE", "2")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    # As torch's run_test.py runs the file:// configuration (the suite reads
+    # INIT_METHOD at import; test_barrier_timeout_global re-inits with it).
+    os.environ.setdefault("INIT_METHOD", "file://" + os.path.join(tempfile.mkdtemp(), "init_file"))
     try:
         import expecttest  # noqa: F401 - torch's test utilities need it
     except ImportError:
