@@ -23,7 +23,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -94,9 +93,8 @@ ternRedOp_t redOpOf(const c10d::ReduceOp& op) {
 class ProcessGroupTern : public Base {
  public:
   ProcessGroupTern(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   const ternConfig_t& config, std::chrono::milliseconds timeout, bool anySource)
-      : Base(rank, size), timeout_(timeout), store_(store), anySource_(anySource),
-        recvsPosted_(size, 0) {
+                   const ternConfig_t& config, std::chrono::milliseconds timeout)
+      : Base(rank, size), timeout_(timeout) {
     ternUniqueId id;
     if (rank == 0) {
       check(ternGetUniqueId(&id));
@@ -327,44 +325,31 @@ class ProcessGroupTern : public Base {
     auto w = issue(OpType::SEND, ts, {}, [&] {
       return ternSend(t.data_ptr(), t.numel(), dtypeOf(t), dst, comm_, nullptr);
     });
-    if (anySource_) store_->add(sentKey(getRank(), dst), 1);
     return w;
   }
 
-  // Receives from whichever peer has a send to this rank that no receive
-  // matched yet: with TERN_TORCH_ANY_SOURCE=1 every send counts itself in the
-  // store, and this compares those counts with the receives posted per peer
-  // (messages between two ranks match in order).  It returns once a sender
-  // is known (bounded by the group's timeout); the transfer itself is async.
+  // tern's ternRecvAny (an extension): the next message any peer sends to
+  // this rank at this priority level; the engine names the sender, which the
+  // Work reports once the receive has completed.
   c10::intrusive_ptr<Work> recvAnysource(Tensors& ts, int /*tag*/) override {
-    TORCH_CHECK(anySource_, "tern: recv from any source needs TERN_TORCH_ANY_SOURCE=1 on every rank when the "
-                "group is created (each send then counts itself in the c10d store)");
     checkSingle(ts);
-    auto deadline = std::chrono::steady_clock::now() + timeout_;
-    for (int round = 0;; ++round) {
-      for (int i = 1; i < getSize(); ++i) {
-        int q = (getRank() + round + i) % getSize();  // rotate: no peer is always asked first
-        if (q == getRank()) continue;
-        if (store_->add(sentKey(q, getRank()), 0) > posted(q)) return recvFrom(ts, q);
-      }
-      TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "tern: Timed out waiting ", timeout_.count(),
-                  " ms for recv from any source: no rank sent to rank ", getRank());
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    at::Tensor t = ts[0];
+    auto source = std::make_shared<int>(-1);
+    auto w = issue(OpType::RECVANYSOURCE, ts, {}, [&] {
+      return ternRecvAny(t.data_ptr(), t.numel(), dtypeOf(t), source.get(), comm_, nullptr);
+    });
+    w->setSource(source);
+    return w;
   }
 
   c10::intrusive_ptr<TernWork> recvFrom(Tensors& ts, int src) {
     checkSingle(ts);
     checkRoot(src);
     at::Tensor t = ts[0];
-    {
-      std::lock_guard<std::mutex> lk(p2pMu_);
-      ++recvsPosted_[src];
-    }
     auto w = issue(OpType::RECV, ts, {}, [&] {
       return ternRecv(t.data_ptr(), t.numel(), dtypeOf(t), src, comm_, nullptr);
     });
-    w->setSource(src);
+    w->setSource(std::make_shared<int>(src));
     return w;
   }
 
@@ -580,20 +565,8 @@ class ProcessGroupTern : public Base {
     return w;
   }
 
-  static std::string sentKey(int from, int to) {
-    return "tern/sent/" + std::to_string(from) + ">" + std::to_string(to);
-  }
-  int64_t posted(int peer) {
-    std::lock_guard<std::mutex> lk(p2pMu_);
-    return recvsPosted_[peer];
-  }
-
   ternComm_t comm_ = nullptr;
   std::chrono::milliseconds timeout_;  // the process group's (c10d) timeout
-  c10::intrusive_ptr<c10d::Store> store_;
-  bool anySource_;                     // sends are counted in the store (recv from any source)
-  std::mutex p2pMu_;
-  std::vector<int64_t> recvsPosted_;   // receives issued so far, per peer
   Completer completer_;
 };
 
@@ -605,8 +578,7 @@ c10::intrusive_ptr<ProcessGroupTern> create(const c10::intrusive_ptr<c10d::Store
   // minutes by default), so it cannot tell us whether the user chose it.
   ternConfig_t config = TERN_CONFIG_INITIALIZER;
   if (!getenv("TERN_TIMEOUT")) config.timeoutSeconds = timeout.count() / 1000.0;
-  const char* any = getenv("TERN_TORCH_ANY_SOURCE");
-  return c10::make_intrusive<ProcessGroupTern>(store, rank, size, config, timeout, any && std::string(any) == "1");
+  return c10::make_intrusive<ProcessGroupTern>(store, rank, size, config, timeout);
 }
 
 }  // namespace tern_torch

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -59,11 +60,13 @@ class TernWork : public c10d::Work {
         after_(std::move(after)),
         future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::ofTensors())) {}
 
-  // A receive's Work names its sender (torch's Work._source_rank()).
-  void setSource(int rank) { source_ = rank; }
+  // A receive's Work names its sender (torch's Work._source_rank()); from
+  // any source, tern writes it when the receive is bound to a peer.
+  void setSource(std::shared_ptr<const int> rank) { source_ = std::move(rank); }
   int sourceRank() const override {
-    TORCH_CHECK(source_ >= 0, "tern: sourceRank() is only known for the Work of a recv");
-    return source_;
+    TORCH_CHECK(source_, "tern: sourceRank() is only known for the Work of a recv");
+    TORCH_CHECK(*source_ >= 0, "tern: the sender of a recv from any source is known once it completes");
+    return *source_;
   }
 
   // The request of the group issued for this work, or the failure to issue it
@@ -144,7 +147,7 @@ class TernWork : public c10d::Work {
   std::exception_ptr issueError_;
   bool settled_ = false;
   std::atomic<bool> marked_{false};
-  int source_ = -1;
+  std::shared_ptr<const int> source_;
 };
 
 // Settles a process group's works in issue order and completes their futures.

@@ -200,6 +200,17 @@ typedef struct {
 } ternTernaryStats_t;
 ternResult_t ternCommGetTernaryStats(const ternComm_t comm, ternTernaryStats_t* stats);
 
+/* ---- Extensions (not NCCL's, not normative) -------------------------------- */
+
+/* Receive from any source (MPI_ANY_SOURCE; torch's recv without src): receives the next
+ * message that some peer sends to this rank at the caller's priority level, from whichever
+ * peer's message is there first.  *peer (set when the receive completes; valid after
+ * ternGroupEnd / ternRequestWait) names the sender.  It starts after the earlier operations
+ * of its level that a receive would wait for and the earlier receives of its level from any
+ * peer; later receives of its level wait for it.  count and datatype must match the send. */
+ternResult_t ternRecvAny(void* recvbuff, size_t count, ternDataType_t datatype, int* peer,
+    ternComm_t comm, ternStream_t stream);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -102,13 +102,16 @@ OpPtr makeOp(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task) {
 }
 
 // Runs an operation now, or adds it to the open group.
-ternResult_t launch(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task = nullptr) {
-  OpPtr op = makeOp(c, args, std::move(task));
+ternResult_t launchOp(ternComm* c, OpPtr op) {
   if (groupOpen()) {
     groupAdd(c, std::move(op));
     return ternSuccess;
   }
   return runBlocking({{c, std::move(op)}});
+}
+
+ternResult_t launch(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task = nullptr) {
+  return launchOp(c, makeOp(c, args, std::move(task)));
 }
 
 CollArgs collArgs(OpKind kind, const void* src, void* dst, size_t count, ternDataType_t dt,
@@ -407,6 +410,24 @@ ternResult_t ternSend(const void* sendbuff, size_t count, ternDataType_t datatyp
 ternResult_t ternRecv(void* recvbuff, size_t count, ternDataType_t datatype, int peer,
                       ternComm_t comm, ternStream_t stream) {
   return pointToPoint(recvbuff, count, datatype, peer, comm, stream, false);
+}
+
+ternResult_t ternRecvAny(void* recvbuff, size_t count, ternDataType_t datatype, int* peer,
+                         ternComm_t comm, ternStream_t stream) {
+  const char* what = "ternRecvAny";
+  TERN_CHECK(checkArgs(comm, recvbuff, recvbuff, count, datatype, stream, what));
+  if (!peer) return fail(comm, ternInvalidArgument, std::string(what) + ": peer is NULL");
+  if (comm->nranks == 1)
+    return fail(comm, ternInvalidUsage,
+                std::string(what) + " on a communicator of one rank would wait forever");
+  if (count == 0)
+    return fail(comm, ternInvalidArgument,
+                std::string(what) + ": count is 0 (an empty message names no sender)");
+  *peer = -1;
+  OpPtr op = makeOp(comm, collArgs(OpKind::Recv, recvbuff, recvbuff, count, datatype, ternSum, -1),
+                    nullptr);
+  op->anySource = peer;
+  return launchOp(comm, std::move(op));
 }
 
 ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t count,

@@ -12,6 +12,8 @@ class DenseTask : public Task {
  public:
   explicit DenseTask(const CollArgs& a) : a_(a) {}
 
+  void bindPeer(int peer) override { a_.root = peer; }
+
   ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
     *more = stage_++ == 0;
     if (*more) {

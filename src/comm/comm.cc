@@ -227,9 +227,11 @@ void ternComm::issue(const std::vector<OpPtr>& ops, bool wake) {
   std::lock_guard<std::mutex> lk(issueMu);
   for (const OpPtr& op : ops) {
     op->ctx = planCtx(op->level);
-    op->desc.seq = op->collective
-                       ? collSeq[op->level]++
-                       : p2pSeq[(static_cast<size_t>(op->peer) * 2 + op->send) * kLevels + op->level]++;
+    // Receives are numbered when they start (engine/receive.h): one from
+    // any source learns its peer only then.
+    op->desc.seq = op->collective ? collSeq[op->level]++
+                   : op->send     ? p2pSeq[(static_cast<size_t>(op->peer) * 2 + 1) * kLevels + op->level]++
+                                  : 0;
     TERN_LOG(Trace, "issue %s", describe(op->desc).c_str());
   }
   engine->submit(ops, wake);

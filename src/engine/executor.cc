@@ -1,4 +1,5 @@
 #include "engine/executor.h"
+#include "engine/receive.h"
 
 #include <immintrin.h>
 #include <poll.h>
@@ -186,7 +187,8 @@ bool Executor::runnable(const std::vector<OpPtr>& list, size_t i) const {
   if (op.collective) return i == 0;
   for (size_t j = 0; j < i; ++j) {
     const Operation& e = *list[j];
-    if (e.collective || (e.peer == op.peer && e.send == op.send)) return false;
+    if (e.collective || (e.send == op.send && (e.peer == op.peer || unboundRecv(e) || unboundRecv(op))))
+      return false;
   }
   return true;
 }
@@ -278,6 +280,9 @@ bool Executor::greetNeighbours(Operation& op) {
 
 ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* finished) {
   if (!op.begun) {
+    bool ready = true;
+    if (!op.collective && !op.send) TERN_CHECK(startRecv(op, recvSeq_, &ready));
+    if (!ready) return ternSuccess;
     op.begun = true;
     TERN_CHECK(beginPhase(op, finished));
     if (*finished) return ternSuccess;
@@ -332,9 +337,15 @@ ternResult_t Executor::checkIdle(Clock::time_point now) {
   for (auto& list : active_)
     for (size_t i = 0; i < list.size(); ++i) {
       Operation& op = *list[i];
-      if (!op.begun || !runnable(list, i)) continue;
-      TERN_CHECK(checkBlockedOnGone(op.phase, rank_, op.phase.what));
+      if (!runnable(list, i)) continue;
       double waited = std::chrono::duration<double>(now - op.idleSince).count();
+      if (unboundRecv(op) && op.idleSince != Clock::time_point{} && waited > timeoutSec_)
+        return setError(ternTimeout, "rank " + std::to_string(rank_) + " waited " +
+                                         std::to_string((int)waited) +
+                                         " s (TERN_TIMEOUT) in a receive from any source: no rank "
+                                         "sent to it");
+      if (!op.begun) continue;
+      TERN_CHECK(checkBlockedOnGone(op.phase, rank_, op.phase.what));
       if (waited > timeoutSec_)
         return setError(ternTimeout, "rank " + std::to_string(rank_) + " made no progress in " +
                                          op.phase.what + " for " + std::to_string((int)waited) +

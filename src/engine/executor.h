@@ -100,6 +100,7 @@ class Executor {
   // wait for a wake-up on a busy CPU.
   std::atomic<int> wantLevel_{kLevels};
   std::vector<OpPtr> active_[kLevels];  // driver only
+  std::vector<uint64_t> recvSeq_;       // driver only: receives started, per peer and level
   unsigned idleRounds_ = 0;
   Clock::time_point nextHealth_{};
   std::thread thread_;

@@ -53,14 +53,18 @@ class Task {
  public:
   virtual ~Task() = default;
   virtual ternResult_t next(const PlanCtx& ctx, Phase* ph, bool* more) = 0;
+  // A receive from any source learns its peer before its first next().
+  virtual void bindPeer(int /*peer*/) {}
 };
 
 struct Operation {
   OpDesc desc;
   int level = 4;
   bool collective = true;   // a collective waits for every earlier operation of its level
-  int peer = -1;            // p2p: the other rank
+  int peer = -1;            // p2p: the other rank (a receive from any source: -1 until bound)
   bool send = false;        // p2p: direction
+  int* anySource = nullptr; // ternRecvAny: where the bound peer is reported
+  unsigned anySourceTurn = 0;  // which peer an unbound receive looks at first
   PlanCtx ctx;
   std::unique_ptr<Task> task;
 

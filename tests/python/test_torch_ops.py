@@ -465,3 +465,36 @@ def test_monitored_barrier_names_the_late_rank(tmp_path):
     res = ranks.run(monitored, 2, str(tmp_path / "store"), timeout=60)
     assert "Rank 1 failed to pass monitoredBarrier in 500 ms" in res[0], res[0]
     assert "Rank 1 timed out in monitoredBarrier" in res[1], res[1]
+
+
+def any_source(rank, n, store_path):
+    """Rank 0 receives from anyone: twice through irecv + Work._source_rank(),
+    once through recv's return value; the last rank sends two messages."""
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+    got = []
+    if rank == 0:
+        for k in range(n):
+            t = torch.zeros(1000)
+            if k < n - 1:
+                w = dist.irecv(t)
+                w.wait()
+                sender = w._source_rank()
+            else:
+                sender = dist.recv(t)
+            got.append((sender, float(t[0]), float(t[-1])))
+    else:
+        time.sleep(0.1 * (n - rank))  # the highest rank sends first
+        dist.send(torch.full((1000,), float(rank)), dst=0)
+        if rank == n - 1:
+            dist.send(torch.full((1000,), 10.0 * rank), dst=0)
+    dist.barrier()
+    dist.destroy_process_group()
+    return got
+
+
+def test_recv_from_any_source_names_the_sender(tmp_path):
+    got = ranks.run(any_source, 3, str(tmp_path / "store"), timeout=60)[0]
+    assert sorted(g[0] for g in got) == [1, 2, 2], got
+    for sender, first, last in got:
+        assert first == last and first in (sender, 10.0 * sender), got
+    assert [g[1] for g in got if g[0] == 2] == [2.0, 20.0], got  # one sender's messages keep their order

@@ -165,10 +165,7 @@ def _all_tests():
 def run_backend(backend, names, args, out_path):
     """Runs `names` under `backend` in a fresh python; returns {test: record}."""
     env = dict(os.environ, **{CHILD_ENV: backend, "TERN_SUITE_START": args.start,
-                              "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": str(args.timeout),
-                              # recv(src=None) is opt-in for tern: each send then
-                              # counts itself in the store (README, torch section)
-                              "TERN_TORCH_ANY_SOURCE": "1"})
+                              "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": str(args.timeout)})
     open(out_path, "w").close()
     done = {}
     todo = list(names)
