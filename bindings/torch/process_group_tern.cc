@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "tern/tern.h"
+#include "sparse.h"
 #include "tern_work.h"
 
 namespace tern_torch {
@@ -438,42 +439,36 @@ class ProcessGroupTern : public Base {
   }
 
   // gloo's sparse allreduce: every rank's coalesced indices and values are
-  // allgathered (padded to the largest count, which a first allgather tells)
-  // and summed locally; the sum replaces the input.
+  // allgathered, padded to the largest count (which a first allgather tells;
+  // the call waits for it), and summed locally; the sum replaces the input.
   c10::intrusive_ptr<Work> sparseAllreduce(at::Tensor t, const c10d::ReduceOp& op) {
     TORCH_CHECK(op == c10d::ReduceOp::SUM, "tern: sparse allreduce supports ReduceOp.SUM only");
     TORCH_CHECK(t.device().is_cpu(), "tern: only CPU tensors are supported, got ", t.device());
     at::Tensor in = t.coalesce();
     at::Tensor idx = in._indices().to(at::kLong).contiguous(), val = in._values().contiguous();
-    dtypeOf(val);
-    int n = getSize();
-    at::Tensor nnz = at::full({1}, in._nnz(), at::kLong), every = at::empty({n}, at::kLong);
-    Tensors nnzIn{nnz};
-    std::vector<Tensors> nnzOut{Tensors(every.unbind(0))};
-    allgather(nnzOut, nnzIn, {})->wait();
-    std::vector<int64_t> counts(every.data_ptr<int64_t>(), every.data_ptr<int64_t>() + n);
+    ternDataType_t dt = dtypeOf(val);
+    std::vector<int64_t> counts = everyRanks(in._nnz());
     int64_t most = *std::max_element(counts.begin(), counts.end());
-    std::vector<int64_t> valShape = val.sizes().vec();
-    valShape[0] = most;
-    at::Tensor idxPad = at::zeros({idx.size(0), most}, idx.options()), valPad = at::zeros(valShape, val.options());
-    idxPad.narrow(1, 0, idx.size(1)).copy_(idx);
-    valPad.narrow(0, 0, val.size(0)).copy_(val);
-    valShape.insert(valShape.begin(), n);
-    at::Tensor idxAll = at::empty({n, idx.size(0), most}, idx.options()), valAll = at::empty(valShape, val.options());
+    at::Tensor idxPad = padTo(idx, 1, most), valPad = padTo(val, 0, most);
+    at::Tensor idxAll = at::empty({getSize(), idx.size(0), most}, idx.options());
+    std::vector<int64_t> valAllShape = valPad.sizes().vec();
+    valAllShape.insert(valAllShape.begin(), getSize());
+    at::Tensor valAll = at::empty(valAllShape, val.options());
     auto sizes = t.sizes().vec();
     return issue(OpType::ALLREDUCE, {t}, {idxPad, valPad, idxAll, valAll}, [&] {
       ternResult_t r = ternAllGather(idxPad.data_ptr(), idxAll.data_ptr(), idxPad.numel(), ternInt64, comm_, nullptr);
       if (r != ternSuccess) return r;
-      return ternAllGather(valPad.data_ptr(), valAll.data_ptr(), valPad.numel(), dtypeOf(val), comm_, nullptr);
-    }, [t, idxAll, valAll, counts, sizes] {
-      at::Tensor sum;
-      for (size_t r = 0; r < counts.size(); ++r) {
-        at::Tensor part = at::sparse_coo_tensor(idxAll[r].narrow(1, 0, counts[r]),
-                                                valAll[r].narrow(0, 0, counts[r]), sizes);
-        sum = sum.defined() ? sum.add(part) : part;
-      }
-      t.copy_(sum.coalesce());
-    });
+      return ternAllGather(valPad.data_ptr(), valAll.data_ptr(), valPad.numel(), dt, comm_, nullptr);
+    }, [t, idxAll, valAll, counts, sizes] { t.copy_(sumOfParts(idxAll, valAll, counts, sizes)); });
+  }
+
+  // Every rank's `v`, by rank (an allgather, waited for).
+  std::vector<int64_t> everyRanks(int64_t v) {
+    at::Tensor mine = at::full({1}, v, at::kLong), all = at::empty({getSize()}, at::kLong);
+    Tensors in{mine};
+    std::vector<Tensors> out(1, all.unbind(0));  // views: the allgather fills `all`
+    allgather(out, in, {})->wait();
+    return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + getSize());
   }
 
   // Polls `w` until the deadline; true if it completed (failures rethrown).
