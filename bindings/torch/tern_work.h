@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -43,6 +44,13 @@ inline std::exception_ptr failure(ternResult_t r, const std::string& what = "") 
                                             " to complete"
                                       : std::string(ternGetErrorString(r));
   return std::make_exception_ptr(TernFailure("tern: " + head + ": " + ternGetLastError(nullptr)));
+}
+
+// "allreduce", "barrier", ... (c10d spells them in capitals).
+inline std::string opName(c10d::OpType t) {
+  std::string s = c10d::opTypeToString(t);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 inline void check(ternResult_t r) {
@@ -95,7 +103,7 @@ class TernWork : public c10d::Work {
       auto deadline = std::chrono::steady_clock::now() + timeout;
       while (!isCompleted()) {
         TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "tern: Timed out waiting ", timeout.count(),
-                    " ms (given to wait()) for ", c10d::opTypeToString(opType_),
+                    " ms (given to wait()) for ", opName(opType_),
                     " to complete; the operation goes on");
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
@@ -125,7 +133,7 @@ class TernWork : public c10d::Work {
     settled_ = true;
     request_ = nullptr;  // released by ternRequestWait/Test
     std::exception_ptr e = issueError_                ? issueError_
-                           : r != ternSuccess ? failure(r, c10d::opTypeToString(opType_))
+                           : r != ternSuccess ? failure(r, opName(opType_))
                                               : nullptr;
     if (!e && after_) {
       try {

@@ -498,3 +498,23 @@ def test_recv_from_any_source_names_the_sender(tmp_path):
     for sender, first, last in got:
         assert first == last and first in (sender, 10.0 * sender), got
     assert [g[1] for g in got if g[0] == 2] == [2.0, 20.0], got  # one sender's messages keep their order
+
+
+def lone_barrier(rank, n, store_path):
+    import datetime
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n,
+                            timeout=datetime.timedelta(seconds=1))
+    if rank == 1:
+        time.sleep(3)  # never calls the barrier; stays until rank 0 has timed out
+        return None
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as e:
+        dist.barrier()
+    return str(e.value), time.monotonic() - start
+
+
+def test_timeout_is_a_runtime_error_worded_like_c10d(tmp_path):
+    msg, waited = ranks.run(lone_barrier, 2, str(tmp_path / "store"), timeout=60)[0]
+    assert msg.startswith("tern: Timed out waiting for barrier to complete: "), msg
+    assert "waiting on rank(s) 1" in msg, msg
+    assert waited >= 0.9, waited  # the group's timeout, not before
