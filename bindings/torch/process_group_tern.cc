@@ -19,11 +19,15 @@
 
 #include <pybind11/chrono.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
+#include <thread>
 
 #include "tern/tern.h"
+#include "sparse.h"
 #include "tern_work.h"
 
 namespace tern_torch {
@@ -90,8 +94,8 @@ ternRedOp_t redOpOf(const c10d::ReduceOp& op) {
 class ProcessGroupTern : public Base {
  public:
   ProcessGroupTern(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   const ternConfig_t& config)
-      : Base(rank, size) {
+                   const ternConfig_t& config, std::chrono::milliseconds timeout)
+      : Base(rank, size), timeout_(timeout) {
     ternUniqueId id;
     if (rank == 0) {
       check(ternGetUniqueId(&id));
@@ -118,6 +122,7 @@ class ProcessGroupTern : public Base {
   const std::string getBackendName() const override { return "tern"; }
 
   c10::intrusive_ptr<Work> allreduce(Tensors& ts, const c10d::AllreduceOptions& o) override {
+    if (ts.size() == 1 && ts[0].is_sparse()) return sparseAllreduce(ts[0], o.reduceOp);
     checkSingle(ts);
     at::Tensor t = ts[0];
     if (isBitwise(o.reduceOp)) return bitwiseAllreduce(t, o.reduceOp);
@@ -214,43 +219,176 @@ class ProcessGroupTern : public Base {
     int me = getRank();
     TORCH_CHECK(inOff[me + 1] - inOff[me] == outOff[me + 1] - outOff[me],
                 "tern: alltoall sends a different number of elements to itself than it expects");
-    size_t esz = in.element_size();
-    auto* src = static_cast<const char*>(in.data_ptr());
+    auto* src = static_cast<char*>(in.data_ptr());
     auto* dst = static_cast<char*>(out.data_ptr());
-    // This rank's own slice is a local copy, made now: the input is the
-    // caller's until the call returns.
-    memcpy(dst + outOff[me] * esz, src + inOff[me] * esz, (inOff[me + 1] - inOff[me]) * esz);
-    return issue(OpType::ALLTOALL_BASE, {out}, {in}, [&] {
-      ternDataType_t dt = dtypeOf(in);
-      ternResult_t r = ternSuccess;
-      for (int p = 0; p < getSize() && r == ternSuccess; ++p) {
-        size_t sendN = inOff[p + 1] - inOff[p], recvN = outOff[p + 1] - outOff[p];
-        if (p == me) continue;
-        if (recvN) r = ternRecv(dst + outOff[p] * esz, recvN, dt, p, comm_, nullptr);
-        if (sendN && r == ternSuccess) r = ternSend(src + inOff[p] * esz, sendN, dt, p, comm_, nullptr);
-      }
-      return r;
+    size_t esz = in.element_size();
+    std::vector<Block> sends, recvs;
+    for (int p = 0; p < getSize(); ++p) {
+      sends.push_back({src + inOff[p] * esz, static_cast<size_t>(inOff[p + 1] - inOff[p])});
+      recvs.push_back({dst + outOff[p] * esz, static_cast<size_t>(outOff[p + 1] - outOff[p])});
+    }
+    return exchange(OpType::ALLTOALL_BASE, {out}, {in}, dtypeOf(in), esz, sends, recvs);
+  }
+
+  // gloo's way: every input flattened into one buffer, one allgather, unpacked.
+  c10::intrusive_ptr<Work> allgather_coalesced(std::vector<Tensors>& outs, Tensors& ins,
+                                               const c10d::AllgatherOptions&) override {
+    TORCH_CHECK(!ins.empty(), "tern: allgather_coalesced needs input tensors");
+    checkSameAs(ins[0], ins);
+    TORCH_CHECK(static_cast<int>(outs.size()) == getSize(),
+                "tern: allgather_coalesced needs one output list per rank");
+    for (auto& list : outs) {
+      TORCH_CHECK(list.size() == ins.size(), "tern: allgather_coalesced: each output list must have ",
+                  ins.size(), " tensors, like the input list");
+      checkSameAs(ins[0], list);
+      for (size_t i = 0; i < ins.size(); ++i)
+        TORCH_CHECK(list[i].numel() == ins[i].numel(),
+                    "tern: allgather_coalesced: output tensor sizes must match the inputs'");
+    }
+    at::Tensor in = at::cat(flatViews(ins));
+    at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
+    Tensors all;
+    for (auto& list : outs) all.insert(all.end(), list.begin(), list.end());
+    return issue(OpType::ALLGATHER_COALESCED, all, {in, flat}, [&] {
+      return ternAllGather(in.data_ptr(), flat.data_ptr(), in.numel(), dtypeOf(in), comm_, nullptr);
+    }, [flat, all] { scatterFlat(flat, all); });
+  }
+
+  // Python passes output lists on the root only.
+  c10::intrusive_ptr<Work> gather(std::vector<Tensors>& outs, Tensors& ins,
+                                  const c10d::GatherOptions& o) override {
+    checkSingle(ins);
+    checkRoot(o.rootRank);
+    at::Tensor in = ins[0];
+    int root = static_cast<int>(o.rootRank);
+    if (getRank() != root) {
+      TORCH_CHECK(outs.empty() || (outs.size() == 1 && outs[0].empty()),
+                  "tern: gather: only the root (rank ", root, ") passes output tensors");
+      return issue(OpType::GATHER, {}, {in}, [&] {
+        return ternGather(in.data_ptr(), nullptr, in.numel(), dtypeOf(in), root, comm_, nullptr);
+      });
+    }
+    checkWorldList(in, outs, "gather outputs");
+    Tensors out = outs[0];
+    at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
+    return issue(OpType::GATHER, out, {in, flat}, [&] {
+      return ternGather(in.data_ptr(), flat.data_ptr(), in.numel(), dtypeOf(in), root, comm_, nullptr);
+    }, [flat, out] { scatterFlat(flat, out); });
+  }
+
+  // Python passes input lists on the root only.
+  c10::intrusive_ptr<Work> scatter(Tensors& outs, std::vector<Tensors>& ins,
+                                   const c10d::ScatterOptions& o) override {
+    checkSingle(outs);
+    checkRoot(o.rootRank);
+    at::Tensor out = outs[0];
+    int root = static_cast<int>(o.rootRank);
+    at::Tensor flat;  // the root's blocks, one after the other
+    if (getRank() == root) {
+      checkWorldList(out, ins, "scatter inputs");
+      flat = at::cat(flatViews(ins[0]));
+    } else {
+      TORCH_CHECK(ins.empty() || (ins.size() == 1 && ins[0].empty()),
+                  "tern: scatter: only the root (rank ", root, ") passes input tensors");
+    }
+    return issue(OpType::SCATTER, outs, flat.defined() ? Tensors{flat} : Tensors{}, [&] {
+      return ternScatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(),
+                         dtypeOf(out), root, comm_, nullptr);
     });
+  }
+
+  // The list form: tensor p goes to rank p, sizes may differ per peer.
+  c10::intrusive_ptr<Work> alltoall(Tensors& outs, Tensors& ins, const c10d::AllToAllOptions&) override {
+    int n = getSize();
+    TORCH_CHECK(static_cast<int>(outs.size()) == n && static_cast<int>(ins.size()) == n,
+                "tern: alltoall needs one input and one output tensor per rank");
+    TORCH_CHECK(!ins.empty(), "tern: alltoall needs tensors");
+    checkSameAs(ins[0], ins);
+    checkSameAs(ins[0], outs);
+    std::vector<Block> sends, recvs;
+    for (int p = 0; p < n; ++p) {
+      sends.push_back({ins[p].data_ptr(), static_cast<size_t>(ins[p].numel())});
+      recvs.push_back({outs[p].data_ptr(), static_cast<size_t>(outs[p].numel())});
+    }
+    Tensors keep(ins.begin(), ins.end());
+    return exchange(OpType::ALLTOALL, outs, keep, dtypeOf(ins[0]), ins[0].element_size(), sends, recvs);
   }
 
   // Sends and receives progress concurrently in tern's engine: an isend and
   // an irecv issued as separate requests cannot block each other.
-  c10::intrusive_ptr<Work> send(Tensors& ts, int dst, int /*tag*/) override {
+  c10::intrusive_ptr<Work> send(Tensors& ts, int dst, int /*tag*/) override { return sendTo(ts, dst); }
+  c10::intrusive_ptr<Work> recv(Tensors& ts, int src, int /*tag*/) override { return recvFrom(ts, src); }
+
+  c10::intrusive_ptr<TernWork> sendTo(Tensors& ts, int dst) {
     checkSingle(ts);
     checkRoot(dst);
     at::Tensor t = ts[0];
-    return issue(OpType::SEND, ts, {}, [&] {
+    auto w = issue(OpType::SEND, ts, {}, [&] {
       return ternSend(t.data_ptr(), t.numel(), dtypeOf(t), dst, comm_, nullptr);
     });
+    return w;
   }
 
-  c10::intrusive_ptr<Work> recv(Tensors& ts, int src, int /*tag*/) override {
+  // tern's ternRecvAnySource (an extension): the next message any peer sends to
+  // this rank at this priority level; the engine names the sender, which the
+  // Work reports once the receive has completed.
+  c10::intrusive_ptr<Work> recvAnysource(Tensors& ts, int /*tag*/) override {
+    checkSingle(ts);
+    at::Tensor t = ts[0];
+    auto source = std::make_shared<int>(-1);
+    auto w = issue(OpType::RECVANYSOURCE, ts, {}, [&] {
+      return ternRecvAnySource(t.data_ptr(), t.numel(), dtypeOf(t), source.get(), comm_, nullptr);
+    });
+    w->setSource(source);
+    return w;
+  }
+
+  c10::intrusive_ptr<TernWork> recvFrom(Tensors& ts, int src) {
     checkSingle(ts);
     checkRoot(src);
     at::Tensor t = ts[0];
-    return issue(OpType::RECV, ts, {}, [&] {
+    auto w = issue(OpType::RECV, ts, {}, [&] {
       return ternRecv(t.data_ptr(), t.numel(), dtypeOf(t), src, comm_, nullptr);
     });
+    w->setSource(std::make_shared<int>(src));
+    return w;
+  }
+
+  // gloo's monitored barrier: every rank checks in with rank 0, which waits
+  // for each at most the timeout and names the ranks that did not come; then
+  // rank 0 lets the others go.  (torch 1.13's Python monitored_barrier serves
+  // gloo groups only; this is reached through the C++/pybind method.)
+  void monitoredBarrier(const c10d::BarrierOptions& o, bool waitAllRanks) override {
+    auto timeout = o.timeout == c10d::kUnsetTimeout ? timeout_ : o.timeout;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    at::Tensor token = at::zeros({1}, at::kInt);
+    Tensors one{token};
+    if (getRank() != 0) {
+      sendTo(one, 0);
+      auto ack = recvFrom(one, 0);
+      TORCH_CHECK(waitUntil(ack, deadline), "tern: Rank ", getRank(), " timed out in monitoredBarrier after ",
+                  timeout.count(), " ms (rank 0 did not let it pass)");
+      return;
+    }
+    std::vector<c10::intrusive_ptr<TernWork>> arrivals;
+    std::vector<Tensors> tokens(getSize());
+    for (int p = 1; p < getSize(); ++p) {
+      tokens[p] = {at::zeros({1}, at::kInt)};
+      arrivals.push_back(recvFrom(tokens[p], p));
+    }
+    std::vector<int> missing;
+    for (int p = 1; p < getSize(); ++p) {
+      if (waitUntil(arrivals[p - 1], deadline)) continue;
+      missing.push_back(p);
+      if (!waitAllRanks) break;
+    }
+    if (!missing.empty()) {
+      std::string who;
+      for (int p : missing) who += (who.empty() ? "" : ", ") + std::to_string(p);
+      TORCH_CHECK(false, "tern: Rank", missing.size() > 1 ? "s " : " ", who,
+                  " failed to pass monitoredBarrier in ", timeout.count(), " ms");
+    }
+    for (int p = 1; p < getSize(); ++p) sendTo(one, p)->wait();
   }
 
   // ternBarrier cannot be issued asynchronously (not in a group); a one-element
@@ -275,6 +413,74 @@ class ProcessGroupTern : public Base {
   ternComm_t comm() const { return comm_; }
 
  private:
+  struct Block {  // one peer's part of an exchange
+    void* data;
+    size_t count;
+  };
+
+  // Block p of `sends` goes to rank p, block p of `recvs` comes from it; this
+  // rank's own block is copied now (the input is the caller's until the call
+  // returns), the others travel as sends and receives of one group.
+  c10::intrusive_ptr<Work> exchange(OpType type, Tensors outputs, Tensors keep, ternDataType_t dt, size_t esz,
+                                    const std::vector<Block>& sends, const std::vector<Block>& recvs) {
+    int me = getRank();
+    TORCH_CHECK(sends[me].count == recvs[me].count,
+                "tern: alltoall sends a different number of elements to itself than it expects");
+    memcpy(recvs[me].data, sends[me].data, sends[me].count * esz);
+    return issue(type, std::move(outputs), std::move(keep), [&] {
+      ternResult_t r = ternSuccess;
+      for (int p = 0; p < getSize() && r == ternSuccess; ++p) {
+        if (p == me) continue;
+        if (recvs[p].count) r = ternRecv(recvs[p].data, recvs[p].count, dt, p, comm_, nullptr);
+        if (sends[p].count && r == ternSuccess) r = ternSend(sends[p].data, sends[p].count, dt, p, comm_, nullptr);
+      }
+      return r;
+    });
+  }
+
+  // gloo's sparse allreduce: every rank's coalesced indices and values are
+  // allgathered, padded to the largest count (which a first allgather tells;
+  // the call waits for it), and summed locally; the sum replaces the input.
+  c10::intrusive_ptr<Work> sparseAllreduce(at::Tensor t, const c10d::ReduceOp& op) {
+    TORCH_CHECK(op == c10d::ReduceOp::SUM, "tern: sparse allreduce supports ReduceOp.SUM only");
+    TORCH_CHECK(t.device().is_cpu(), "tern: only CPU tensors are supported, got ", t.device());
+    at::Tensor in = t.coalesce();
+    at::Tensor idx = in._indices().to(at::kLong).contiguous(), val = in._values().contiguous();
+    ternDataType_t dt = dtypeOf(val);
+    std::vector<int64_t> counts = everyRanks(in._nnz());
+    int64_t most = *std::max_element(counts.begin(), counts.end());
+    at::Tensor idxPad = padTo(idx, 1, most), valPad = padTo(val, 0, most);
+    at::Tensor idxAll = at::empty({getSize(), idx.size(0), most}, idx.options());
+    std::vector<int64_t> valAllShape = valPad.sizes().vec();
+    valAllShape.insert(valAllShape.begin(), getSize());
+    at::Tensor valAll = at::empty(valAllShape, val.options());
+    auto sizes = t.sizes().vec();
+    return issue(OpType::ALLREDUCE, {t}, {idxPad, valPad, idxAll, valAll}, [&] {
+      ternResult_t r = ternAllGather(idxPad.data_ptr(), idxAll.data_ptr(), idxPad.numel(), ternInt64, comm_, nullptr);
+      if (r != ternSuccess) return r;
+      return ternAllGather(valPad.data_ptr(), valAll.data_ptr(), valPad.numel(), dt, comm_, nullptr);
+    }, [t, idxAll, valAll, counts, sizes] { t.copy_(sumOfParts(idxAll, valAll, counts, sizes)); });
+  }
+
+  // Every rank's `v`, by rank (an allgather, waited for).
+  std::vector<int64_t> everyRanks(int64_t v) {
+    at::Tensor mine = at::full({1}, v, at::kLong), all = at::empty({getSize()}, at::kLong);
+    Tensors in{mine};
+    std::vector<Tensors> out(1, all.unbind(0));  // views: the allgather fills `all`
+    allgather(out, in, {})->wait();
+    return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + getSize());
+  }
+
+  // Polls `w` until the deadline; true if it completed (failures rethrown).
+  static bool waitUntil(const c10::intrusive_ptr<Work>& w, std::chrono::steady_clock::time_point deadline) {
+    while (!w->isCompleted()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    w->wait();
+    return true;
+  }
+
   void checkRoot(int64_t r) const {
     TORCH_CHECK(r >= 0 && r < getSize(), "tern: rank ", r, " is outside the group of ", getSize());
   }
@@ -338,7 +544,7 @@ class ProcessGroupTern : public Base {
   // completes when the group's request does, then runs `after`.  A call that
   // fails to issue (the communicator failed earlier) fails the Work; what the
   // group issued anyway is still waited for in the completion path.
-  c10::intrusive_ptr<Work> issue(OpType type, Tensors outputs, Tensors keep,
+  c10::intrusive_ptr<TernWork> issue(OpType type, Tensors outputs, Tensors keep,
                                  const std::function<ternResult_t()>& calls,
                                  std::function<void()> after = nullptr) {
     auto w = c10::make_intrusive<TernWork>(getRank(), type, std::move(outputs), std::move(keep),
@@ -355,6 +561,7 @@ class ProcessGroupTern : public Base {
   }
 
   ternComm_t comm_ = nullptr;
+  std::chrono::milliseconds timeout_;  // the process group's (c10d) timeout
   Completer completer_;
 };
 
@@ -366,7 +573,7 @@ c10::intrusive_ptr<ProcessGroupTern> create(const c10::intrusive_ptr<c10d::Store
   // minutes by default), so it cannot tell us whether the user chose it.
   ternConfig_t config = TERN_CONFIG_INITIALIZER;
   if (!getenv("TERN_TIMEOUT")) config.timeoutSeconds = timeout.count() / 1000.0;
-  return c10::make_intrusive<ProcessGroupTern>(store, rank, size, config);
+  return c10::make_intrusive<ProcessGroupTern>(store, rank, size, config, timeout);
 }
 
 }  // namespace tern_torch

@@ -12,10 +12,12 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -34,10 +36,21 @@ struct TernFailure : std::runtime_error {
 };
 
 // The calling thread's last tern error (not the communicator's, which another
-// thread's operation may have set meanwhile).
-inline std::exception_ptr failure(ternResult_t r) {
-  return std::make_exception_ptr(
-      TernFailure(std::string("tern: ") + ternGetErrorString(r) + ": " + ternGetLastError(nullptr)));
+// thread's operation may have set meanwhile).  A timeout is worded as c10d's
+// backends word it ("Timed out waiting ... for <op> to complete"): callers and
+// torch's own tests match on that.
+inline std::exception_ptr failure(ternResult_t r, const std::string& what = "") {
+  std::string head = r == ternTimeout ? "Timed out waiting for " + (what.empty() ? "the operation" : what) +
+                                            " to complete"
+                                      : std::string(ternGetErrorString(r));
+  return std::make_exception_ptr(TernFailure("tern: " + head + ": " + ternGetLastError(nullptr)));
+}
+
+// "allreduce", "barrier", ... (c10d spells them in capitals).
+inline std::string opName(c10d::OpType t) {
+  std::string s = c10d::opTypeToString(t);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 inline void check(ternResult_t r) {
@@ -54,6 +67,15 @@ class TernWork : public c10d::Work {
       : Work(rank, type), outputs_(std::move(outputs)), keep_(std::move(keep)),
         after_(std::move(after)),
         future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::ofTensors())) {}
+
+  // A receive's Work names its sender (torch's Work._source_rank()); from
+  // any source, tern writes it when the receive is bound to a peer.
+  void setSource(std::shared_ptr<const int> rank) { source_ = std::move(rank); }
+  int sourceRank() const override {
+    TORCH_CHECK(source_, "tern: sourceRank() is only known for the Work of a recv");
+    TORCH_CHECK(*source_ >= 0, "tern: the sender of a recv from any source is known once it completes");
+    return *source_;
+  }
 
   // The request of the group issued for this work, or the failure to issue it
   // (then `request` is what was issued anyway, or NULL).
@@ -80,8 +102,9 @@ class TernWork : public c10d::Work {
       // A shorter bound of the caller's own: poll (the operation goes on).
       auto deadline = std::chrono::steady_clock::now() + timeout;
       while (!isCompleted()) {
-        TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "tern: ", c10d::opTypeToString(opType_),
-                    " did not complete within the ", timeout.count(), " ms given to wait()");
+        TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "tern: Timed out waiting ", timeout.count(),
+                    " ms (given to wait()) for ", opName(opType_),
+                    " to complete; the operation goes on");
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
@@ -109,7 +132,9 @@ class TernWork : public c10d::Work {
   void settleLocked(ternResult_t r) {
     settled_ = true;
     request_ = nullptr;  // released by ternRequestWait/Test
-    std::exception_ptr e = issueError_ ? issueError_ : r != ternSuccess ? failure(r) : nullptr;
+    std::exception_ptr e = issueError_                ? issueError_
+                           : r != ternSuccess ? failure(r, opName(opType_))
+                                              : nullptr;
     if (!e && after_) {
       try {
         after_();
@@ -130,6 +155,7 @@ class TernWork : public c10d::Work {
   std::exception_ptr issueError_;
   bool settled_ = false;
   std::atomic<bool> marked_{false};
+  std::shared_ptr<const int> source_;
 };
 
 // Settles a process group's works in issue order and completes their futures.

@@ -168,7 +168,8 @@ ternResult_t ternCommRingOrder(const ternComm_t comm, int* ranks);
  * issue order as with ternRecv).  *source is set to that rank by the time
  * the operation completes (keep it valid until then, like recvbuff).  Inside
  * a group or a ternGroupEndAsync request like any receive.  Receives issued
- * after it, from any rank, wait until it has picked its sender. */
+ * after it, from any rank, wait until it has picked its sender.  count must
+ * be at least 1. */
 ternResult_t ternRecvAnySource(void* recvbuff, size_t count, ternDataType_t datatype,
     int* source, ternComm_t comm, ternStream_t stream);
 

@@ -420,8 +420,11 @@ ternResult_t ternRecvAnySource(void* recvbuff, size_t count, ternDataType_t data
     return fail(comm, ternInvalidUsage,
                 "ternRecvAnySource on a communicator of one rank would wait forever: no other rank "
                 "can send");
+  if (count == 0)  // a zero-count send moves nothing: no sender could be named
+    return fail(comm, ternInvalidArgument,
+                "ternRecvAnySource: count is 0 (zero-count sends move nothing, so no sender "
+                "could be named)");
   *source = -1;
-  if (count == 0) return ternSuccess;  // matches nothing, like a zero-count ternRecv
   CollArgs a = collArgs(OpKind::Recv, recvbuff, recvbuff, count, datatype, ternSum, -1);
   a.source = source;
   return launch(comm, a);

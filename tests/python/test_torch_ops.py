@@ -148,6 +148,32 @@ def ops(rank, n, store_path):
             return [torch.cat(parts)]
         c.check("all_to_all_single uneven %s" % dt, all_to_all_uneven, uneven_ref)
 
+        def gather(g):
+            out = [torch.empty_like(x) for _ in range(n)] if rank == n - 1 else None
+            dist.gather(x, out, dst=n - 1, group=g)
+            return out or []
+        c.check("gather %s" % dt, gather, lambda: list(every) if rank == n - 1 else [])
+
+        def scatter(g):
+            out = torch.empty(77, dtype=dt)
+            dist.scatter(out, [t.clone() for t in chunks] if rank == 1 else None, src=1, group=g)
+            return [out]
+        c.check("scatter %s" % dt, scatter, lambda: [inputs(10 + rank, dt, 77)])
+
+        def all_gather_coalesced(g):
+            ins = [x[:10].clone(), x[10:40].clone().view(5, 6)]
+            outs = [[torch.empty_like(t) for t in ins] for _ in range(n)]
+            dist.all_gather_coalesced(outs, ins, group=g)
+            return [t for lst in outs for t in lst]
+        c.check("all_gather_coalesced %s" % dt, all_gather_coalesced,
+                lambda: [t for q in range(n) for t in (every[q, :10], every[q, 10:40].view(5, 6))])
+
+        def all_to_all_list(g):  # block sizes differ per pair
+            outs = [torch.empty(splits_out[q], dtype=dt) for q in range(n)]
+            dist.all_to_all(outs, list(x[:sum(splits_in)].clone().split(splits_in)), group=g)
+            return outs
+        c.check("all_to_all %s" % dt, all_to_all_list, lambda: list(uneven_ref()[0].split(splits_out)))
+
         def send_recv(g):
             got = torch.empty_like(x)
             if rank == 0:
@@ -158,8 +184,23 @@ def ops(rank, n, store_path):
                 return [got]
             return []
         c.check("send/recv %s" % dt, send_recv, lambda: [every[0]] if rank == 1 else [])
+    sparse(rank, n, c)
     dist.barrier(group=tg)
     return c.local
+
+
+def sparse(rank, n, c):
+    """Sparse sum: rank r holds rows 0..r (overlapping), with a dense dim."""
+    def make(r):
+        idx = torch.arange(r + 1).view(1, -1)
+        return torch.sparse_coo_tensor(idx, torch.full((r + 1, 3), float(r + 1)), (n + 1, 3))
+
+    def allreduce(g):
+        t = make(rank)
+        dist.all_reduce(t, group=g)
+        assert t.is_sparse
+        return [t.to_dense()]
+    c.check("sparse all_reduce", allreduce, lambda: [sum(make(r) for r in range(n)).to_dense()])
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -167,7 +208,8 @@ def test_every_op_matches_gloo(n, tmp_path):
     local = ranks.run(ops, n, str(tmp_path / "store"), timeout=300)[0]
     # Only what gloo 1.13 lacks may use the local reference.
     for name in local:
-        assert any(k in name for k in ("AVG", "reduce_scatter", "bfloat16", "_all_gather_base")), name
+        assert any(k in name for k in ("AVG", "reduce_scatter", "bfloat16", "_all_gather_base",
+                                       "all_to_all torch")), name  # gloo: all_to_all_single only
 
 
 def async_op(rank, n, store_path):
@@ -399,6 +441,80 @@ def short_wait_then_destroy(rank, n, store_path):
 
 def test_wait_with_a_timeout_and_destroy_with_ops_outstanding(tmp_path):
     res = ranks.run(short_wait_then_destroy, 2, str(tmp_path / "store"), timeout=60)
-    assert "did not complete within the 200 ms" in res[0][0], res[0][0]
+    assert "Timed out waiting 200 ms" in res[0][0], res[0][0]
     for msg, done, value, last in res:
         assert done and value == 3.0 and last == 1.0
+
+
+def monitored(rank, n, store_path):
+    import datetime
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n,
+                            timeout=datetime.timedelta(seconds=3))
+    tern.torch.monitored_barrier(timeout=datetime.timedelta(seconds=20))  # everyone comes
+    if rank == 1:
+        time.sleep(1.5)
+    with pytest.raises(RuntimeError) as e:
+        tern.torch.monitored_barrier(timeout=datetime.timedelta(milliseconds=500), wait_all_ranks=True)
+    if rank == 0:
+        time.sleep(3)  # rank 1's own 500 ms run out (it starts ~1.5 s late) before rank 0 leaves
+    dist.destroy_process_group()
+    return str(e.value)
+
+
+def test_monitored_barrier_names_the_late_rank(tmp_path):
+    res = ranks.run(monitored, 2, str(tmp_path / "store"), timeout=60)
+    assert "Rank 1 failed to pass monitoredBarrier in 500 ms" in res[0], res[0]
+    assert "Rank 1 timed out in monitoredBarrier" in res[1], res[1]
+
+
+def any_source(rank, n, store_path):
+    """Rank 0 receives from anyone: twice through irecv + Work._source_rank(),
+    once through recv's return value; the last rank sends two messages."""
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+    got = []
+    if rank == 0:
+        for k in range(n):
+            t = torch.zeros(1000)
+            if k < n - 1:
+                w = dist.irecv(t)
+                w.wait()
+                sender = w._source_rank()
+            else:
+                sender = dist.recv(t)
+            got.append((sender, float(t[0]), float(t[-1])))
+    else:
+        time.sleep(0.1 * (n - rank))  # the highest rank sends first
+        dist.send(torch.full((1000,), float(rank)), dst=0)
+        if rank == n - 1:
+            dist.send(torch.full((1000,), 10.0 * rank), dst=0)
+    dist.barrier()
+    dist.destroy_process_group()
+    return got
+
+
+def test_recv_from_any_source_names_the_sender(tmp_path):
+    got = ranks.run(any_source, 3, str(tmp_path / "store"), timeout=60)[0]
+    assert sorted(g[0] for g in got) == [1, 2, 2], got
+    for sender, first, last in got:
+        assert first == last and first in (sender, 10.0 * sender), got
+    assert [g[1] for g in got if g[0] == 2] == [2.0, 20.0], got  # one sender's messages keep their order
+
+
+def lone_barrier(rank, n, store_path):
+    import datetime
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n,
+                            timeout=datetime.timedelta(seconds=1))
+    if rank == 1:
+        time.sleep(3)  # never calls the barrier; stays until rank 0 has timed out
+        return None
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as e:
+        dist.barrier()
+    return str(e.value), time.monotonic() - start
+
+
+def test_timeout_is_a_runtime_error_worded_like_c10d(tmp_path):
+    msg, waited = ranks.run(lone_barrier, 2, str(tmp_path / "store"), timeout=60)[0]
+    assert msg.startswith("tern: Timed out waiting for barrier to complete: "), msg
+    assert "waiting on rank(s) 1" in msg, msg
+    assert waited >= 0.9, waited  # the group's timeout, not before

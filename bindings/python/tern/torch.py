@@ -111,3 +111,14 @@ def ternary_hook(state, bucket):
     if last:
         state.end_step()
     return fut.then(lambda f: f.value()[0])
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """torch.distributed.monitored_barrier for tern groups (torch 1.13's own
+    accepts gloo groups only): rank 0 waits for every rank at most `timeout`
+    (default: the group's) and raises naming the rank(s) that did not arrive;
+    the others raise if rank 0 does not let them pass in time."""
+    pg = tern_group(group)
+    if timeout is None:
+        return pg.monitored_barrier(wait_all_ranks=wait_all_ranks)
+    return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
