@@ -107,6 +107,9 @@ def train(rank, n, store_path, cfg):
             out["ternary"].append(dict(stats()))
         if rank == 0:
             out["acc"].append(accuracy(model.module, xte, yte))
+            print("%s %s epoch %d: %.2f%% after %.1fs, loss %.3f, sent %.1f MB" % (
+                cfg["model"], cfg["variant"], epoch + 1, out["acc"][-1], out["time"][-1], loss,
+                out["tx"][-1] / 1e6), flush=True)
     dist.barrier()
     dist.destroy_process_group()
     return out

@@ -6,6 +6,7 @@ ternary     tern.torch.ternary_hook, error feedback off
 fp16        torch's fp16_compress_hook (half the bytes)
 powersgd-rK torch's powerSGD_hook, rank K, error feedback + warm start,
             dense until start_iter (--powersgd-start)
+probe       ternary-ef plus measurements (probe.py); not timed fairly
 
 Every variant returns a `stats()` callable (or None) that reports what the
 variant knows about its own bytes; the wire counters are read by the trainer.
@@ -36,6 +37,9 @@ def install(model, name, opts):
     import tern.torch
     if name == "dense":
         return None
+    if name == "probe":
+        import probe
+        return probe.install(model, opts)
     if name in ("ternary-ef", "ternary"):
         state = tern.torch.TernaryState(None, block=opts.get("block", 256), clip=opts.get("clip", 0.0),
                                         error_feedback=(name == "ternary-ef"),

@@ -38,12 +38,14 @@ def read_idx(root, name, rank):
     path, f = _open(root, name)
     with f:
         data = f.read()
-    if len(data) < 4 + 4 * rank:
-        raise ValueError("%s: too short for an idx header (%d bytes)" % (path, len(data)))
+    if len(data) < 4:
+        raise ValueError("%s: too short for an idx file (%d bytes)" % (path, len(data)))
     zero, dtype, ndim = struct.unpack(">HBB", data[:4])
     if zero != 0 or dtype != _UBYTE or ndim != rank:
         raise ValueError("%s: not a rank-%d uint8 idx file (magic %02x%02x %02x %02x)"
                          % (path, rank, data[0], data[1], dtype, ndim))
+    if len(data) < 4 + 4 * rank:
+        raise ValueError("%s: too short for a rank-%d idx header (%d bytes)" % (path, rank, len(data)))
     shape = struct.unpack(">%dI" % rank, data[4:4 + 4 * rank])
     body = np.frombuffer(data, np.uint8, offset=4 + 4 * rank)
     if body.size != int(np.prod(shape)):
