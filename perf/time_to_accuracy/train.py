@@ -103,6 +103,7 @@ def train(rank, n, store_path, cfg):
         out["time"].append(time.perf_counter() - t0)
         out["tx"].append(tx_bytes() - tx0)
         out["loss"].append(loss)
+        out.setdefault("load", []).append(os.getloadavg()[0])  # other work on this host skews times
         if stats:
             out["ternary"].append(dict(stats()))
         if rank == 0:
