@@ -97,10 +97,11 @@ def train(rank, n, store_path, cfg):
     for epoch in range(cfg["epochs"]):
         perm = torch.randperm(len(xtr), generator=torch.Generator().manual_seed(cfg["seed"] * 1000 + epoch))
         dist.barrier()
-        tx0, t0 = tx_bytes(), time.perf_counter()
+        tx0, t0, c0 = tx_bytes(), time.perf_counter(), time.process_time()
         loss = train_epoch(model, opt, sched, xtr, ytr, rank, n, cfg["batch"], perm)
         dist.barrier()
         out["time"].append(time.perf_counter() - t0)
+        out.setdefault("cpu", []).append(time.process_time() - c0)  # all threads: torch, tern's
         out["tx"].append(tx_bytes() - tx0)
         out["loss"].append(loss)
         out.setdefault("load", []).append(os.getloadavg()[0])  # other work on this host skews times
