@@ -69,16 +69,20 @@ def accuracy(model, x, y, chunk=1000):
 
 
 def train_epoch(model, opt, sched, xtr, ytr, rank, n, batch, perm):
+    """One pass; returns the last loss and each step's seconds (DDP keeps the
+    ranks in step, so rank 0's are everyone's)."""
     per_rank = batch // n
-    loss = None
+    loss, steps = None, []
     for i in range(0, len(perm) - batch + 1, batch):
+        t = time.perf_counter()
         idx = perm[i + rank * per_rank:i + (rank + 1) * per_rank]
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(xtr[idx]), ytr[idx])
         loss.backward()
         opt.step()
         sched.step()
-    return float(loss) if loss is not None else float("nan")
+        steps.append(time.perf_counter() - t)
+    return (float(loss) if loss is not None else float("nan")), steps
 
 
 def train(rank, n, store_path, cfg):
@@ -98,12 +102,15 @@ def train(rank, n, store_path, cfg):
         perm = torch.randperm(len(xtr), generator=torch.Generator().manual_seed(cfg["seed"] * 1000 + epoch))
         dist.barrier()
         tx0, t0, c0 = tx_bytes(), time.perf_counter(), time.process_time()
-        loss = train_epoch(model, opt, sched, xtr, ytr, rank, n, cfg["batch"], perm)
+        loss, steps = train_epoch(model, opt, sched, xtr, ytr, rank, n, cfg["batch"], perm)
         dist.barrier()
         out["time"].append(time.perf_counter() - t0)
         out.setdefault("cpu", []).append(time.process_time() - c0)  # all threads: torch, tern's
         out["tx"].append(tx_bytes() - tx0)
         out["loss"].append(loss)
+        # The host is shared: bursts of other work stretch some steps.  Steps x
+        # the median step is the epoch's time without them (report: "robust").
+        out.setdefault("median_epoch", []).append(len(steps) * float(np.median(steps)))
         out.setdefault("load", []).append(os.getloadavg()[0])  # other work on this host skews times
         if stats:
             out["ternary"].append(dict(stats()))
