@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(cmake g++ make pkg-config libgtest-dev openmpi-bin libopenmpi-dev libgloo-dev libucx-dev libibverbs-dev libhwloc-dev
       iproute2 python3 python3-dev python3-numpy python3-pytest pybind11-dev python3-torch libtorch-dev
-      python3-yaml python3-jsonschema python3-matplotlib)
+      python3-yaml python3-jsonschema python3-matplotlib dataset-fashion-mnist)
 # tern-k8s drives kubectl; keep one that is already there (e.g. a cloud SDK's)
 command -v kubectl >/dev/null 2>&1 || pkgs+=(kubernetes-client)
 missing=()
