@@ -20,17 +20,22 @@ std::unordered_set<ternRequest*> requests;  // live ones
 // not drive them itself (several communicators progress at once, each on its
 // own thread, so a group spanning them cannot deadlock on their mutual
 // dependencies).
+// The scratch vectors are per thread and keep their capacity: a small
+// blocking call allocates nothing here (latency).
 void issueAll(const IssuedOps& ops, bool wake) {
-  std::vector<Comm*> comms;
+  thread_local std::vector<Comm*> comms;
+  thread_local std::vector<OpPtr> mine;
+  comms.clear();
   for (auto& [c, op] : ops)
     if (std::find(comms.begin(), comms.end(), c) == comms.end()) comms.push_back(c);
   wake |= comms.size() > 1;
   for (Comm* c : comms) {
-    std::vector<OpPtr> mine;
+    mine.clear();
     for (auto& [k, op] : ops)
       if (k == c) mine.push_back(op);
     c->issue(mine, wake);
   }
+  mine.clear();  // the executor holds them now
 }
 
 bool liveRequest(ternRequest* r) {
