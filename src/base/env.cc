@@ -41,6 +41,9 @@ Config readConfig() {
   if (c.fifoBytes < 4 * c.chunkBytes) c.fifoBytes = roundUp(4 * c.chunkBytes, 4096);
   c.smallBytes = static_cast<size_t>(envInt("TERN_SMALL_THRESHOLD", 32 << 10));
   if (c.smallBytes > c.fifoBytes / 4) c.smallBytes = c.fifoBytes / 4;
+  // Below this a transfer is cheaper through the fifo (one copy each side,
+  // pipelined) than a system call per chunk reading the peer's memory.
+  c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 256 << 10), 0));
   c.transport = envString("TERN_TRANSPORT", "auto");
   c.net = envString("TERN_NET", "auto");
   c.ifname = envString("TERN_SOCKET_IFNAME", "");

@@ -2,7 +2,9 @@
 // every other (or the root), one program per peer and direction, all driven
 // together by the executor, so no order of arrival can deadlock.  Rank j's
 // block is at buff + j * blockBytes (gather: the root's recvbuff; scatter:
-// the root's sendbuff); a rank's own block is a local copy.
+// the root's sendbuff); a rank's own block is a local copy.  Blocks are
+// plain transfers between the callers' buffers, so large ones between ranks
+// on one host go single copy (Step::direct).
 //
 // The rank that only receives (gather's root, scatter's non-roots) also sends
 // its descriptor the other way (a zero-byte step): two ranks that both think
@@ -22,7 +24,7 @@ void transfer(Phase* ph, Conn* in, Conn* out, const char* src, char* dst, size_t
     s.out = out;
     p.steps.push_back(s);
   } else {
-    p.add({in, out, src, dst, bytes});
+    p.addTransfer(in, out, src, dst, bytes);
   }
   ph->progs.push_back(std::move(p));
 }

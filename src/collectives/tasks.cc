@@ -45,9 +45,9 @@ class DenseTask : public Task {
         ph->progs.resize(1);
         Conn* c = x.conn(a_.root);
         if (a_.kind == OpKind::Send)
-          ph->progs[0].add({nullptr, c, static_cast<const char*>(a_.src), nullptr, bytes});
+          ph->progs[0].addTransfer(nullptr, c, static_cast<const char*>(a_.src), nullptr, bytes);
         else
-          ph->progs[0].add({c, nullptr, nullptr, static_cast<char*>(a_.dst), bytes});
+          ph->progs[0].addTransfer(c, nullptr, nullptr, static_cast<char*>(a_.dst), bytes);
         return;
       }
       case OpKind::AllToAll: return planAllToAll(x, stagedIfOverlapping(x, bytes), a_.dst, bytes, ph);

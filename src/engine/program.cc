@@ -5,6 +5,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "engine/operation.h"
 
 namespace tern {
@@ -37,20 +38,29 @@ void execute(const MemOps& mem, const Step& s, const char* in, char* out, size_t
   if (dst && dst != src) mem.copy(dst, src, n);
 }
 
+// Whether a step carries a direct header: a direct step at least as large as
+// its connection's single-copy threshold (both ends compute the same).
+bool directCandidate(const Step& s) {
+  const Conn* c = s.in ? s.in : s.out;
+  return s.direct && c && c->directMin() > 0 && s.bytes >= c->directMin();
+}
+
 // Where this step's message starts on a stream at `pos`: the operation's
 // first use of a stream is preceded by its descriptor.
 void lay(Lead& l, uint64_t pos, bool greetedAlready, const Step& s, uint32_t unit) {
+  const bool direct = directCandidate(s);
   l.desc = greetedAlready ? 0 : sizeof(OpDesc);
-  l.skip = alignUp(pos, l.desc ? sizeof(OpDesc) : s.codec ? 16 : 8);
+  l.skip = alignUp(pos, (l.desc || direct) ? 32 : s.codec ? 16 : 8);
   pos += l.skip + l.desc;
-  l.hdr = s.codec ? sizeof(StepHeader) : 0;
-  l.skip2 = s.codec ? alignUp(pos + l.hdr, unit) : alignUp(pos, 8);
+  l.hdr = direct ? sizeof(DirectHeader) : s.codec ? sizeof(StepHeader) : 0;
+  l.skip2 = direct ? 0 : s.codec ? alignUp(pos + l.hdr, unit) : alignUp(pos, 8);
 }
 
 void layout(Operation& op, Program& p, const Step& s) {
   if (s.in) lay(p.in, s.in->recvPos(), op.greetedInFrom(s.in), s, s.inUnit);
   if (s.out) lay(p.out, s.out->sendPos(), op.greetedOutTo(s.out), s, s.outUnit);
   p.started = true;
+  p.directNow = false;
 }
 
 // Skips up to *left bytes of padding on the receive side / emits them on the
@@ -121,21 +131,79 @@ void writeHeader(const Step& s, Conn* out, size_t* left) {
   *left = 0;
 }
 
+// The direct header: the sender posts its buffer (or, when its memory cannot
+// be read from another process, says the payload streams as usual).
+void writeDirect(Operation& op, Program& p, const Step& s, size_t* left) {
+  char* o;
+  if (*left == 0 || s.out->sendSpace(&o) < sizeof(DirectHeader)) return;
+  p.directNow = op.ctx.mem->type() == MemType::Host;
+  DirectHeader h{kDirectMagic, p.directNow ? 1u : 0u, s.bytes,
+                 static_cast<uint64_t>(reinterpret_cast<uintptr_t>(s.local)), 0};
+  memcpy(o, &h, sizeof h);
+  s.out->sendCommit(sizeof h);
+  if (p.directNow) p.ticket = s.out->directPosted += s.bytes;
+  *left = 0;
+}
+
+ternResult_t readDirect(Operation& op, Program& p, const Step& s, size_t* left) {
+  const char* ip;
+  if (*left == 0 || s.in->recvAvail(&ip) < sizeof(DirectHeader)) return ternSuccess;
+  DirectHeader h;
+  memcpy(&h, ip, sizeof h);
+  if (h.magic != kDirectMagic || h.mode > 1 || h.bytes != s.bytes)
+    return setError(ternRemoteError, "malformed transfer header from rank " +
+                                         std::to_string(s.in->peer) + " (" +
+                                         std::to_string(h.bytes) + " bytes; expected " +
+                                         std::to_string(s.bytes) + ")");
+  if (h.mode == 1 && op.ctx.mem->type() != MemType::Host)  // the GPU data path brings its own
+    return setError(ternInvalidUsage, "rank " + std::to_string(s.in->peer) +
+                                          " sent host memory single-copy to device memory: "
+                                          "not supported; set TERN_SHM_DIRECT=0");
+  s.in->recvConsume(sizeof h);
+  p.directNow = h.mode == 1;
+  p.peerAddr = h.addr;
+  if (p.directNow)
+    TERN_LOG(Trace, "reads %llu bytes of rank %d's buffer directly (single copy)",
+             (unsigned long long)h.bytes, s.in->peer);
+  *left = 0;
+  return ternSuccess;
+}
+
+// A direct step's payload: the receiver reads a slice of the sender's
+// buffer; the sender is done once the receiver has read all of it.
+ternResult_t directPayload(Program& p, const Step& s, size_t limit, size_t* units) {
+  *units = 0;
+  if (s.out) {
+    if (s.out->directAcked() < p.ticket) return ternSuccess;
+    s.out->countSent(s.bytes);
+    *units = s.bytes - p.off;
+  } else {
+    size_t n = std::min(s.bytes - p.off, limit);
+    TERN_CHECK(s.in->directRead(s.dst + p.off, p.peerAddr + p.off, n));
+    s.in->directAck(n);
+    *units = n;
+  }
+  p.off += *units;
+  return ternSuccess;
+}
+
 // Padding, descriptor, header and padding before the payload, each in turn
 // as far as the fifos allow.  *ready once all of them are through.
 ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
   Lead& i = p.in;
   Lead& o = p.out;
+  const bool direct = directCandidate(s);
   if (s.in) {
     skipIn(s.in, &i.skip);
     if (i.skip == 0) TERN_CHECK(readDesc(op, s.in, &i.desc));
-    if (i.skip + i.desc == 0) TERN_CHECK(readHeader(s, s.in, &i.hdr));
+    if (i.skip + i.desc == 0)
+      TERN_CHECK(direct ? readDirect(op, p, s, &i.hdr) : readHeader(s, s.in, &i.hdr));
     if (i.skip + i.desc + i.hdr == 0) skipIn(s.in, &i.skip2);
   }
   if (s.out) {
     padOut(s.out, &o.skip);
     if (o.skip == 0) writeDesc(op, s.out, &o.desc);
-    if (o.skip + o.desc == 0) writeHeader(s, s.out, &o.hdr);
+    if (o.skip + o.desc == 0) direct ? writeDirect(op, p, s, &o.hdr) : writeHeader(s, s.out, &o.hdr);
     if (o.skip + o.desc + o.hdr == 0) padOut(s.out, &o.skip2);
   }
   *ready = i.left() + o.left() == 0;
@@ -193,7 +261,10 @@ ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks
     if (!ready) return ternSuccess;
     while (p.off < s.bytes) {
       if (spent >= budget) return ternSuccess;
-      size_t units = payload(*op.ctx.mem, p, s, red, nranks, std::min(kBurst, budget - spent));
+      const size_t limit = std::min(kBurst, budget - spent);
+      size_t units;
+      if (p.directNow) TERN_CHECK(directPayload(p, s, limit, &units));
+      else units = payload(*op.ctx.mem, p, s, red, nranks, limit);
       if (units == 0) return ternSuccess;
       spent += units * (s.codec ? s.outUnit : 1);
       *moved = true;

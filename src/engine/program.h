@@ -42,6 +42,11 @@ struct Step {
   bool finalAvg = false;         // ternAvg: divide this (last) reduction by nranks
   const GroupCodec* codec = nullptr;  // codec step: framed, group-wise
   uint32_t inUnit = 0, outUnit = 0;   // codec step: bytes per group in / out
+  // A plain transfer from the caller's buffer (`local`, sender) into the
+  // caller's buffer (`dst`, receiver), nothing else: it may go single copy
+  // over a connection that offers it (Conn::directMin).  Set by the plans of
+  // both ends alike, so both know a direct header comes first.
+  bool direct = false;
 };
 
 // Codec steps travel framed: a 16-byte header (magic, unit, groups) that the
@@ -51,6 +56,16 @@ struct StepHeader {
   uint64_t groups;
 };
 constexpr uint32_t kStepMagic = 0x59524e54;  // "TNRY"
+
+// A direct step's header: where the payload is (the sender's `local`), or
+// that it follows in the stream after all (mode 0: the sender's memory cannot
+// be read, e.g. device memory).
+struct DirectHeader {
+  uint32_t magic, mode;
+  uint64_t bytes, addr, pad;
+};
+static_assert(sizeof(DirectHeader) == 32, "a direct header fills one 32-byte slot");
+constexpr uint32_t kDirectMagic = 0x52494454;  // "TDIR"
 
 struct Reduction {
   ternDataType_t dt = ternUint8;
@@ -72,8 +87,18 @@ struct Program {
   size_t cur = 0, off = 0;
   bool started = false;
   Lead in, out;
+  // The current step goes single copy: the sender waits until the receiver
+  // has read up to `ticket` on the connection; the receiver reads at peerAddr.
+  bool directNow = false;
+  uint64_t ticket = 0, peerAddr = 0;
   void add(const Step& s) {
     if (s.bytes > 0) steps.push_back(s);
+  }
+  // A plain transfer between the caller's buffers (see Step::direct).
+  void addTransfer(Conn* in, Conn* out, const char* src, char* dst, size_t bytes) {
+    Step s{in, out, src, dst, bytes};
+    s.direct = true;
+    add(s);
   }
   bool done() const { return cur >= steps.size(); }
 };

@@ -49,6 +49,22 @@ class Conn {
   // pre-faulted here, once, on first use.
   virtual ternResult_t activate() { return ternSuccess; }
 
+  // Single copy (shm between processes that may read each other's memory).
+  // A direct step (Step::direct) of at least directMin() bytes does not
+  // stream its payload: the sender posts the address of its buffer and waits;
+  // the receiver copies straight out of the sender's memory and acknowledges
+  // what it read.  Both ends of a connection agree on directMin (0: never).
+  virtual size_t directMin() const { return 0; }
+  // Receiver: copies n bytes at the peer's address `addr` into dst.
+  virtual ternResult_t directRead(void* dst, uint64_t addr, size_t n) {
+    (void)dst, (void)addr, (void)n;
+    return ternInternalError;
+  }
+  // Receiver: n more bytes were read.  Sender: bytes read so far in total.
+  virtual void directAck(size_t n) { (void)n; }
+  virtual uint64_t directAcked() const { return 0; }
+  uint64_t directPosted = 0;  // sender: bytes posted for direct reads so far
+
   int peer = -1;  // the rank at the other end
   // The peer closed its end (exited or failed).  Not an error by itself: a
   // peer may finish and exit while we still drain what it sent; it is one

@@ -1,0 +1,165 @@
+// Single-copy shared memory (TERN_SHM_DIRECT): large send/recv, all-to-all,
+// gather and scatter blocks between ranks on one host are read straight out
+// of the sender's buffer.  Checked here: the data is right on both sides of
+// the threshold, the transfers really went single copy (the receiver's TRACE
+// line), ranks that disagree on the setting fall back to the fifo together,
+// and a peer that dies while its buffer is posted or before it is read is an
+// error within the timeout on the survivor, not a hang.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+
+using namespace terntest;
+
+namespace {
+
+constexpr size_t kThreshold = 65536;
+
+uint8_t byteOf(int from, int to, size_t i) { return static_cast<uint8_t>(from * 31 + to * 7 + i % 251); }
+
+// Sends `bytes` to every other rank and receives as much from each, in one
+// group; then an all-to-all of `bytes` per block.  Returns failures.
+int exchange(RankCtx& ctx, ternComm_t comm, size_t bytes) {
+  const int n = ctx.nranks, me = ctx.rank;
+  std::vector<std::vector<uint8_t>> out(n), in(n);
+  ternGroupStart();
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    out[p].resize(bytes);
+    in[p].assign(bytes, 0);
+    for (size_t i = 0; i < bytes; ++i) out[p][i] = byteOf(me, p, i);
+    ternRecv(in[p].data(), bytes, ternUint8, p, comm, nullptr);
+    ternSend(out[p].data(), bytes, ternUint8, p, comm, nullptr);
+  }
+  if (ternGroupEnd() != ternSuccess)
+    return failf(ctx, "send/recv of %zu bytes failed: %s", bytes, ternGetLastError(comm));
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; p != me && i < bytes; ++i)
+      if (in[p][i] != byteOf(p, me, i))
+        return failf(ctx, "%zu bytes from rank %d: byte %zu is %d", bytes, p, i, in[p][i]);
+  std::vector<uint8_t> all(bytes * n), got(bytes * n, 0);
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < bytes; ++i) all[p * bytes + i] = byteOf(me, p, i);
+  if (ternAllToAll(all.data(), got.data(), bytes, ternUint8, comm, nullptr) != ternSuccess)
+    return failf(ctx, "all-to-all of %zu bytes failed: %s", bytes, ternGetLastError(comm));
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < bytes; ++i)
+      if (got[p * bytes + i] != byteOf(p, me, i))
+        return failf(ctx, "all-to-all %zu bytes: block %d byte %zu is %d", bytes, p, i,
+                     got[p * bytes + i]);
+  return 0;
+}
+
+// Runs `exchange` at sizes around the threshold with this rank's log in a
+// file; returns how many transfers the log says went single copy (-1 on
+// failure).
+long exchangeCountingDirect(RankCtx& ctx) {
+  char path[] = "/tmp/tern-single-copy-XXXXXX";
+  int fd = mkstemp(path);
+  dup2(fd, 2);
+  ternComm_t comm = ctx.comm(0);
+  int fails = 0;
+  for (size_t bytes : {kThreshold - 1, kThreshold, size_t(5 << 20) + 3}) fails += exchange(ctx, comm, bytes);
+  if (ternCommDestroy(comm) != ternSuccess) ++fails;
+  std::string log;
+  char buf[4096];
+  ssize_t k;
+  for (off_t at = 0; (k = pread(fd, buf, sizeof buf, at)) > 0; at += k) log.append(buf, k);
+  close(fd);
+  unlink(path);
+  if (fails) return -1;
+  long direct = 0;
+  for (size_t at = 0; (at = log.find("directly (single copy)", at)) != std::string::npos; ++at) ++direct;
+  return direct;
+}
+
+class SingleCopy : public ::testing::TestWithParam<int> {};
+
+// Each rank receives from each peer one send (2 sizes at or above the
+// threshold) and one all-to-all block per size: 4 direct reads per peer.
+TEST_P(SingleCopy, LargeTransfersAreReadStraightFromTheSender) {
+  const int n = GetParam();
+  expectAllRanksOk(runRanks(n, transportEnv("shm", {{"TERN_SHM_DIRECT", std::to_string(kThreshold)},
+                                                    {"TERN_DEBUG", "TRACE"}}),
+                            [](RankCtx& ctx) {
+                              long direct = exchangeCountingDirect(ctx);
+                              long want = 4L * (ctx.nranks - 1);
+                              if (direct != want)
+                                return failf(ctx, "%ld single-copy reads logged, want %ld", direct, want);
+                              return 0;
+                            }));
+}
+
+// Rank 0 turns single copy off: both ends of every connection to it then use
+// the fifo (the setting is agreed per connection), and the data is the same.
+TEST_P(SingleCopy, RanksThatDisagreeFallBackToTheFifoTogether) {
+  const int n = GetParam();
+  expectAllRanksOk(runRanks(n, transportEnv("shm", {{"TERN_SHM_DIRECT", std::to_string(kThreshold)},
+                                                    {"TERN_DEBUG", "TRACE"}}),
+                            [](RankCtx& ctx) {
+                              if (ctx.rank == 0) setenv("TERN_SHM_DIRECT", "0", 1);
+                              long direct = exchangeCountingDirect(ctx);
+                              // Only pairs of ranks other than 0 go single copy.
+                              long want = ctx.rank == 0 ? 0 : 4L * (ctx.nranks - 2);
+                              if (direct != want)
+                                return failf(ctx, "%ld single-copy reads logged, want %ld", direct, want);
+                              return 0;
+                            }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, SingleCopy, ::testing::Values(2, 3),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+// A sender whose buffer is posted waits for the receiver; if the receiver
+// dies instead, the sender fails within the timeout.  And a receiver whose
+// sender died after posting fails too (its buffer cannot be read any more).
+int deadPeerBody(RankCtx& ctx, bool receiverDies) {
+  ternComm_t comm = ctx.comm(0);
+  std::vector<float> buf(4 << 20, 1.0f);  // 16 MiB
+  const int victim = receiverDies ? 0 : 1;
+  if (ctx.rank == victim) {
+    if (!receiverDies) {
+      std::thread([] {
+        usleep(300000);
+        raise(SIGKILL);  // while the send waits for the receiver
+      }).detach();
+      ternSend(buf.data(), buf.size(), ternFloat32, 0, comm, nullptr);
+      return failf(ctx, "the send completed although nobody received");
+    }
+    usleep(300000);  // the sender has posted its buffer by now
+    raise(SIGKILL);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  ternResult_t r = receiverDies
+                       ? ternSend(buf.data(), buf.size(), ternFloat32, 0, comm, nullptr)
+                       : (usleep(600000), ternRecv(buf.data(), buf.size(), ternFloat32, 1, comm, nullptr));
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r == ternSuccess) return failf(ctx, "the transfer with a dead peer succeeded");
+  if (s > 8) return failf(ctx, "the error took %.1f s (TERN_TIMEOUT=4)", s);
+  fprintf(stderr, "[rank %d] %s after %.2f s: %s\n", ctx.rank, ternGetErrorString(r), s,
+          ternGetLastError(comm));
+  return 0;
+}
+
+void expectSurvivorFails(bool receiverDies) {
+  RunResult r = runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "4"}}),
+                         [&](RankCtx& ctx) { return deadPeerBody(ctx, receiverDies); }, 1, 60);
+  const int victim = receiverDies ? 0 : 1;
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.exitCodes[victim], 128 + SIGKILL);
+  EXPECT_EQ(r.exitCodes[1 - victim], 0);
+}
+
+TEST(SingleCopyFaults, ReceiverDiesWhileTheSenderWaits) { expectSurvivorFails(true); }
+TEST(SingleCopyFaults, SenderDiesBeforeItsBufferIsRead) { expectSurvivorFails(false); }
+
+}  // namespace
