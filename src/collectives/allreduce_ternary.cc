@@ -149,19 +149,31 @@ void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDa
 }
 
 // Error feedback: residual = (g + old residual) - s * t, recomputing t
-// exactly from the same Philox stream.
+// exactly from the same Philox stream.  In slices of 64 groups (8 KiB of
+// floats, cache-resident): the codes are decoded to s * t straight into the
+// residual (the vector kernel), then subtracted from g in place.
 void updateResidual(const TernaryKernels& k, const TernaryInput& in, std::vector<float>& res) {
   const float* g = static_cast<const float*>(in.g);
+  float* r = res.data();
   uint32_t planes[2 * 64];
   size_t groups = (in.count + 31) / 32;
   for (size_t q = 0; q < groups; q += 64) {
     size_t n = std::min<size_t>(64, groups - q);
     k.encode(in, q, n, planes);
-    for (size_t i = 32 * q; i < std::min(in.count, 32 * (q + n)); ++i) {
-      int t = planesLane(&planes[2 * (i / 32 - q)], 2, i % 32);
-      res[i] = g[i] - in.scales[i / in.block] * static_cast<float>(t);
-    }
+    k.decode(planes, 2, q, n, in.scales, in.block, in.count, ternFloat32, 0, r);
+    for (size_t i = 32 * q, end = std::min(in.count, 32 * (q + n)); i < end; ++i) r[i] = g[i] - r[i];
   }
+}
+
+// g + residual as float32 (the codes are drawn for it).
+void addResidual(const void* src, ternDataType_t dt, const std::vector<float>& res, float* out) {
+  const size_t n = res.size();
+  if (dt == ternFloat32) {  // the common case, vectorised by the compiler
+    const float* g = static_cast<const float*>(src);
+    for (size_t i = 0; i < n; ++i) out[i] = g[i] + res[i];
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) out[i] = ternaryLoad(src, dt, i) + res[i];
 }
 
 }  // namespace
@@ -235,7 +247,7 @@ class TernaryTask : public Task {
       std::vector<float>& res = *c_.residual;
       if (res.size() != c_.count) res.assign(c_.count, 0.0f);
       corrected_ = st_.borrow(c_.count);
-      for (size_t i = 0; i < c_.count; ++i) corrected_[i] = ternaryLoad(c_.src, c_.dt, i) + res[i];
+      addResidual(c_.src, c_.dt, res, corrected_.data());
       g = corrected_.data();
       gdt = ternFloat32;
     }
