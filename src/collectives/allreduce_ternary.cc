@@ -197,7 +197,7 @@ class TernaryTask : public Task {
  public:
   TernaryTask(TernaryState& st, const TernaryCall& call) : st_(st), c_(call) {}
   ~TernaryTask() override {
-    if (!corrected_.empty()) st_.giveBack(std::move(corrected_));
+    st_.scratch.giveBack(std::move(corrected_));
   }
 
   ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
@@ -246,7 +246,7 @@ class TernaryTask : public Task {
     if (c_.residual) {
       std::vector<float>& res = *c_.residual;
       if (res.size() != c_.count) res.assign(c_.count, 0.0f);
-      corrected_ = st_.borrow(c_.count);
+      corrected_ = st_.scratch.borrow(c_.count);
       addResidual(c_.src, c_.dt, res, corrected_.data());
       g = corrected_.data();
       gdt = ternFloat32;
@@ -313,24 +313,6 @@ std::unique_ptr<Task> makeTernaryTask(TernaryState& st, const CollArgs& a, const
     call.residual = slot;
   }
   return std::make_unique<TernaryTask>(st, call);
-}
-
-std::vector<float> TernaryState::borrow(size_t n) {
-  std::vector<float> v;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (!spare.empty()) {
-      v = std::move(spare.back());
-      spare.pop_back();
-    }
-  }
-  if (v.size() < n) v.resize(n);
-  return v;
-}
-
-void TernaryState::giveBack(std::vector<float> v) {
-  std::lock_guard<std::mutex> lk(mu);
-  if (spare.size() < 4) spare.push_back(std::move(v));
 }
 
 void TernaryState::record(size_t elements, uint64_t payload, uint64_t wire, uint64_t dense) {

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "memory/scratch_pool.h"
 
 namespace tern {
 
@@ -11,6 +12,7 @@ namespace {
 class DenseTask : public Task {
  public:
   explicit DenseTask(const CollArgs& a) : a_(a) {}
+  ~DenseTask() override { stagingPool().giveBack(std::move(staged_)); }
   void bindPeer(int peer) override { a_.root = peer; }
 
   ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
@@ -59,15 +61,19 @@ class DenseTask : public Task {
   }
 
   // All-to-all sends blocks while others arrive: when the buffers overlap
-  // (in place), the send blocks are copied aside first (the one case that
-  // allocates per call).
+  // (in place), the send blocks are copied aside first, into scratch kept
+  // between calls.
   const void* stagedIfOverlapping(const PlanCtx& x, size_t blockBytes) {
     const size_t total = blockBytes * x.nranks;
     const char *s = static_cast<const char*>(a_.src), *d = static_cast<const char*>(a_.dst);
     if (!(s < d + total && d < s + total)) return a_.src;
-    staged_.resize(total);
+    staged_ = stagingPool().borrow(total);
     x.mem->copy(staged_.data(), s, total);
     return staged_.data();
+  }
+  static ScratchPool<char>& stagingPool() {
+    static auto* pool = new ScratchPool<char>(2);  // never destroyed: tasks may outlive exit()
+    return *pool;
   }
 
   CollArgs a_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "memory/scratch_pool.h"
 #include "tern/tern.h"
 
 namespace tern {
@@ -23,10 +24,8 @@ struct TernaryState {
   // Error feedback residuals per tensor handle; a running call holds its own
   // reference, so releasing a handle never pulls memory from under it.
   std::map<const void*, std::shared_ptr<std::vector<float>>> residuals;
-  std::vector<std::vector<float>> spare;  // scratch for g + residual, reused
+  ScratchPool<float> scratch;  // for g + residual, reused (its own lock)
 
-  std::vector<float> borrow(size_t n);
-  void giveBack(std::vector<float> v);
   void record(size_t elements, uint64_t payload, uint64_t wire, uint64_t dense);
 };
 
