@@ -165,17 +165,6 @@ void updateResidual(const TernaryKernels& k, const TernaryInput& in, std::vector
   }
 }
 
-// g + residual as float32 (the codes are drawn for it).
-void addResidual(const void* src, ternDataType_t dt, const std::vector<float>& res, float* out) {
-  const size_t n = res.size();
-  if (dt == ternFloat32) {  // the common case, vectorised by the compiler
-    const float* g = static_cast<const float*>(src);
-    for (size_t i = 0; i < n; ++i) out[i] = g[i] + res[i];
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) out[i] = ternaryLoad(src, dt, i) + res[i];
-}
-
 }  // namespace
 
 
@@ -224,7 +213,8 @@ class TernaryTask : public Task {
     maxAbs_.resize(nb_);
     if (clip()) sumSq_.resize(nb_);
     sentBefore_ = bytesSentAtLevel(x);
-    ternaryBlockStats(c_.src, c_.dt, c_.count, B, maxAbs_.data(), clip() ? sumSq_.data() : nullptr);
+    x.mem->ternaryBlockStats(c_.src, c_.dt, c_.count, B, maxAbs_.data(),
+                              clip() ? sumSq_.data() : nullptr);
     planAllReduce(x, maxAbs_.data(), maxAbs_.data(), nb_, ternFloat32, ternMax, ph);
     return ternSuccess;
   }
@@ -247,7 +237,7 @@ class TernaryTask : public Task {
       std::vector<float>& res = *c_.residual;
       if (res.size() != c_.count) res.assign(c_.count, 0.0f);
       corrected_ = st_.scratch.borrow(c_.count);
-      addResidual(c_.src, c_.dt, res, corrected_.data());
+      x.mem->ternaryCorrect(c_.src, c_.dt, res.data(), c_.count, corrected_.data());
       g = corrected_.data();
       gdt = ternFloat32;
     }

@@ -20,6 +20,19 @@ class HostOps : public MemOps {
     divideKernel(buf, count, dt, divisor);
   }
   const TernaryKernels& ternary() const override { return ternaryKernels(); }
+  void ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
+                         float* maxAbs, float* sumSq) const override {
+    tern::ternaryBlockStats(g, dt, count, block, maxAbs, sumSq);
+  }
+  void ternaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
+                      float* out) const override {
+    if (dt == ternFloat32) {  // the common case, vectorised by the compiler
+      const float* f = static_cast<const float*>(g);
+      for (size_t i = 0; i < count; ++i) out[i] = f[i] + residual[i];
+      return;
+    }
+    for (size_t i = 0; i < count; ++i) out[i] = ternaryLoad(g, dt, i) + residual[i];
+  }
 };
 
 }  // namespace
