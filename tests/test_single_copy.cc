@@ -3,13 +3,15 @@
 // of the sender's buffer.  Checked here: the data is right on both sides of
 // the threshold, the transfers really went single copy (the receiver's TRACE
 // line), ranks that disagree on the setting fall back to the fifo together,
-// and a peer that dies while its buffer is posted or before it is read is an
-// error within the timeout on the survivor, not a hang.
+// and a peer that dies while its buffer is posted or before it is read, or
+// fails and takes its buffer back, is an error within the timeout on the
+// survivor, not a hang and not a silently wrong message.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -157,6 +159,35 @@ void expectSurvivorFails(bool receiverDies) {
   EXPECT_FALSE(r.timedOut);
   EXPECT_EQ(r.exitCodes[victim], 128 + SIGKILL);
   EXPECT_EQ(r.exitCodes[1 - victim], 0);
+}
+
+// A sender that fails (here: aborted by another thread) while its buffer is
+// posted gets the buffer back; its caller may change it at once.  The
+// receiver, which reads later, must not take those bytes for the message.
+int abortedSenderBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  std::vector<float> buf(4 << 20, 1.0f);
+  if (ctx.rank == 1) {
+    std::thread([comm] {
+      usleep(200000);
+      ternCommAbort(comm);
+    }).detach();
+    if (ternSend(buf.data(), buf.size(), ternFloat32, 0, comm, nullptr) == ternSuccess)
+      return failf(ctx, "the aborted send succeeded");
+    std::fill(buf.begin(), buf.end(), -1.0f);  // the caller's again
+    usleep(1500000);  // alive (readable) while rank 0 reads
+    return 0;
+  }
+  usleep(500000);
+  ternResult_t r = ternRecv(buf.data(), buf.size(), ternFloat32, 1, comm, nullptr);
+  if (r == ternSuccess)
+    return failf(ctx, "received from an aborted sender as if valid (first value %g)", buf[0]);
+  fprintf(stderr, "[rank 0] %s: %s\n", ternGetErrorString(r), ternGetLastError(comm));
+  return 0;
+}
+
+TEST(SingleCopyFaults, AbortedSenderIsNotReadAsValid) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "4"}}), abortedSenderBody, 1, 60));
 }
 
 TEST(SingleCopyFaults, ReceiverDiesWhileTheSenderWaits) { expectSurvivorFails(true); }

@@ -275,6 +275,11 @@ void ternComm::onFailure(ternResult_t r, const std::string& why) {
     for (int fd : meshFd)
       if (fd >= 0) (void)!::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
+  // Before any operation completes with the error (and its caller may reuse
+  // its buffers): peers still reading our posted buffers must learn it.
+  for (auto& lv : conns)
+    for (auto& c : lv)
+      if (c) c->directAbandon();
   failWith(r, why);  // also what a nonblocking caller reads after ternCommGetAsyncError
 }
 

@@ -180,6 +180,12 @@ ternResult_t directPayload(Program& p, const Step& s, size_t limit, size_t* unit
   } else {
     size_t n = std::min(s.bytes - p.off, limit);
     TERN_CHECK(s.in->directRead(s.dst + p.off, p.peerAddr + p.off, n));
+    // Checked after the read: a sender marks itself failed before its
+    // caller may touch the buffer, so no mark now means the bytes were valid.
+    if (s.in->directAbandoned())
+      return setError(ternRemoteError, "rank " + std::to_string(s.in->peer) +
+                                           " failed while this rank read its buffer: the data "
+                                           "received is not valid");
     s.in->directAck(n);
     *units = n;
   }

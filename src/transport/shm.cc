@@ -72,9 +72,11 @@ void touch(const Segment& seg) {
 }
 
 // Behind each fifo: the count of bytes its reader has read directly from the
-// writer's memory.
+// writer's memory, and the writer's word that it failed (its posted buffers
+// are its caller's again: a read that ends after it may hold changed bytes).
 struct DirectWord {
   alignas(64) std::atomic<uint64_t> acked;
+  std::atomic<uint32_t> abandoned;
 };
 
 size_t segmentBytes(size_t fifoBytes) { return fifoFootprint(fifoBytes) + sizeof(DirectWord); }
@@ -118,6 +120,12 @@ class ShmConn : public Conn {
   }
   uint64_t directAcked() const override {
     return directWord(sendSeg)->acked.load(std::memory_order_acquire);
+  }
+  void directAbandon() override {
+    if (directMin_) directWord(sendSeg)->abandoned.store(1, std::memory_order_seq_cst);
+  }
+  bool directAbandoned() const override {
+    return directWord(recvSeg)->abandoned.load(std::memory_order_seq_cst) != 0;
   }
   size_t directMin_ = 0;
   pid_t peerPid_ = 0;

@@ -63,6 +63,10 @@ class Conn {
   // Receiver: n more bytes were read.  Sender: bytes read so far in total.
   virtual void directAck(size_t n) { (void)n; }
   virtual uint64_t directAcked() const { return 0; }
+  // Sender: this rank failed, so buffers it posted may change from now on.
+  // Receiver: whether the sender said so (what was read may be invalid).
+  virtual void directAbandon() {}
+  virtual bool directAbandoned() const { return false; }
   uint64_t directPosted = 0;  // sender: bytes posted for direct reads so far
 
   int peer = -1;  // the rank at the other end
