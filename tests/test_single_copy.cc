@@ -161,19 +161,19 @@ void expectSurvivorFails(bool receiverDies) {
   EXPECT_EQ(r.exitCodes[1 - victim], 0);
 }
 
-// A sender that fails (here: aborted by another thread) while its buffer is
-// posted gets the buffer back; its caller may change it at once.  The
-// receiver, which reads later, must not take those bytes for the message.
+// A sender that fails (here: aborts while its send is in flight) gets its
+// buffer back; its caller may change it at once.  The receiver, which reads
+// later, must not take those bytes for the message.
 int abortedSenderBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm(0);
   std::vector<float> buf(4 << 20, 1.0f);
   if (ctx.rank == 1) {
-    std::thread([comm] {
-      usleep(200000);
-      ternCommAbort(comm);
-    }).detach();
-    if (ternSend(buf.data(), buf.size(), ternFloat32, 0, comm, nullptr) == ternSuccess)
-      return failf(ctx, "the aborted send succeeded");
+    ternRequest_t req = nullptr;
+    ternGroupStart();
+    ternSend(buf.data(), buf.size(), ternFloat32, 0, comm, nullptr);
+    if (ternGroupEndAsync(&req) != ternSuccess) return failf(ctx, "async send not issued");
+    usleep(200000);  // the progress thread has posted the buffer
+    if (ternCommAbort(comm) != ternSuccess) return failf(ctx, "abort failed");  // completes the request
     std::fill(buf.begin(), buf.end(), -1.0f);  // the caller's again
     usleep(1500000);  // alive (readable) while rank 0 reads
     return 0;
