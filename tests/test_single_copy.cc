@@ -1,4 +1,4 @@
-// Single-copy shared memory (TERN_SHM_DIRECT): large send/recv, all-to-all,
+// Single-copy shared memory (TERN_SHM_DIRECT, off by default): large send/recv, all-to-all,
 // gather and scatter blocks between ranks on one host are read straight out
 // of the sender's buffer.  Checked here: the data is right on both sides of
 // the threshold, the transfers really went single copy (the receiver's TRACE
@@ -58,7 +58,33 @@ int exchange(RankCtx& ctx, ternComm_t comm, size_t bytes) {
       if (got[p * bytes + i] != byteOf(p, me, i))
         return failf(ctx, "all-to-all %zu bytes: block %d byte %zu is %d", bytes, p, i,
                      got[p * bytes + i]);
+  // Gather to rank 0 (its blocks from everyone), scatter from the last rank.
+  std::fill(got.begin(), got.end(), 0);
+  if (ternGather(all.data() + me * bytes, got.data(), bytes, ternUint8, 0, comm, nullptr) != ternSuccess)
+    return failf(ctx, "gather of %zu bytes failed: %s", bytes, ternGetLastError(comm));
+  for (int p = 0; me == 0 && p < n; ++p)
+    for (size_t i = 0; i < bytes; ++i)
+      if (got[p * bytes + i] != byteOf(p, p, i))
+        return failf(ctx, "gather %zu bytes: block %d byte %zu is %d", bytes, p, i, got[p * bytes + i]);
+  std::vector<uint8_t> mine(bytes, 0);
+  if (ternScatter(all.data(), mine.data(), bytes, ternUint8, n - 1, comm, nullptr) != ternSuccess)
+    return failf(ctx, "scatter of %zu bytes failed: %s", bytes, ternGetLastError(comm));
+  for (size_t i = 0; i < bytes; ++i)
+    if (mine[i] != byteOf(n - 1, me, i))
+      return failf(ctx, "scatter %zu bytes: byte %zu is %d", bytes, i, mine[i]);
   return 0;
+}
+
+// The transfers `exchange` makes into rank r over single copy, per size at
+// or above the threshold, when only ranks in `on` take part in it: a send
+// and an all-to-all block from each peer, the gather's blocks at rank 0, the
+// scatter's block from the last rank.
+long directReads(int r, int n, bool zeroOff) {
+  auto on = [&](int a, int b) { return !(zeroOff && (a == 0 || b == 0)); };
+  long k = 0;
+  for (int p = 0; p < n; ++p)
+    if (p != r && on(p, r)) k += 2 + (r == 0 ? 1 : 0) + (p == n - 1 ? 1 : 0);
+  return k;
 }
 
 // Runs `exchange` at sizes around the threshold with this rank's log in a
@@ -86,15 +112,14 @@ long exchangeCountingDirect(RankCtx& ctx) {
 
 class SingleCopy : public ::testing::TestWithParam<int> {};
 
-// Each rank receives from each peer one send (2 sizes at or above the
-// threshold) and one all-to-all block per size: 4 direct reads per peer.
+// Two sizes at or above the threshold, each: directReads() per rank.
 TEST_P(SingleCopy, LargeTransfersAreReadStraightFromTheSender) {
   const int n = GetParam();
   expectAllRanksOk(runRanks(n, transportEnv("shm", {{"TERN_SHM_DIRECT", std::to_string(kThreshold)},
                                                     {"TERN_DEBUG", "TRACE"}}),
                             [](RankCtx& ctx) {
                               long direct = exchangeCountingDirect(ctx);
-                              long want = 4L * (ctx.nranks - 1);
+                              long want = 2 * directReads(ctx.rank, ctx.nranks, false);
                               if (direct != want)
                                 return failf(ctx, "%ld single-copy reads logged, want %ld", direct, want);
                               return 0;
@@ -111,7 +136,7 @@ TEST_P(SingleCopy, RanksThatDisagreeFallBackToTheFifoTogether) {
                               if (ctx.rank == 0) setenv("TERN_SHM_DIRECT", "0", 1);
                               long direct = exchangeCountingDirect(ctx);
                               // Only pairs of ranks other than 0 go single copy.
-                              long want = ctx.rank == 0 ? 0 : 4L * (ctx.nranks - 2);
+                              long want = 2 * directReads(ctx.rank, ctx.nranks, true);
                               if (direct != want)
                                 return failf(ctx, "%ld single-copy reads logged, want %ld", direct, want);
                               return 0;
@@ -153,7 +178,7 @@ int deadPeerBody(RankCtx& ctx, bool receiverDies) {
 }
 
 void expectSurvivorFails(bool receiverDies) {
-  RunResult r = runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "4"}}),
+  RunResult r = runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "4"}, {"TERN_SHM_DIRECT", "65536"}}),
                          [&](RankCtx& ctx) { return deadPeerBody(ctx, receiverDies); }, 1, 60);
   const int victim = receiverDies ? 0 : 1;
   EXPECT_FALSE(r.timedOut);
@@ -187,7 +212,8 @@ int abortedSenderBody(RankCtx& ctx) {
 }
 
 TEST(SingleCopyFaults, AbortedSenderIsNotReadAsValid) {
-  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "4"}}), abortedSenderBody, 1, 60));
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "4"}, {"TERN_SHM_DIRECT", "65536"}}),
+                            abortedSenderBody, 1, 60));
 }
 
 TEST(SingleCopyFaults, ReceiverDiesWhileTheSenderWaits) { expectSurvivorFails(true); }

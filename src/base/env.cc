@@ -41,9 +41,11 @@ Config readConfig() {
   if (c.fifoBytes < 4 * c.chunkBytes) c.fifoBytes = roundUp(4 * c.chunkBytes, 4096);
   c.smallBytes = static_cast<size_t>(envInt("TERN_SMALL_THRESHOLD", 32 << 10));
   if (c.smallBytes > c.fifoBytes / 4) c.smallBytes = c.fifoBytes / 4;
-  // Below this a transfer is cheaper through the fifo (one copy each side,
-  // pipelined) than a system call per chunk reading the peer's memory.
-  c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 256 << 10), 0));
+  // Off unless asked: on the 2-core test host single copy measured the same
+  // as the fifo's two pipelined copies (perf/RESULTS.md, 2026-11-24), so
+  // nothing here proves it pays.  Where set, smaller transfers stay in the
+  // fifo (a system call per slice costs more than copying a small message).
+  c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 0), 0));
   c.transport = envString("TERN_TRANSPORT", "auto");
   c.net = envString("TERN_NET", "auto");
   c.ifname = envString("TERN_SOCKET_IFNAME", "");
