@@ -26,11 +26,18 @@ constexpr size_t kBudgetYielding = 16 << 10;
 }  // namespace
 
 Executor::Executor(EngineHost& host, int rank, double timeoutSec)
-    : host_(host), rank_(rank), timeoutSec_(timeoutSec) {
+    : host_(host), rank_(rank), timeoutSec_(timeoutSec), pool_(new OpPool) {
   thread_ = std::thread([this] { loop(); });
 }
 
-Executor::~Executor() { stop(); }
+// The pool goes once the operations still held elsewhere are released (the
+// active lists' go with the members, after this).
+Executor::~Executor() {
+  stop();
+  pool_->close();
+}
+
+OpPtr Executor::newOperation() { return pool_->get(); }
 
 void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
   {
@@ -94,7 +101,10 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
       sleepUntil(done);
     }
   }
-  if (error) *error = op.error;
+  if (error) {  // (usually empty: no string copy then)
+    if (op.error.empty()) error->clear();
+    else *error = op.error;
+  }
   return op.result;
 }
 
@@ -266,7 +276,7 @@ bool Executor::round() {
 
 ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
   for (;;) {
-    op.phase = Phase();
+    resetPhase(op.phase);  // keeps the step storage: no allocation per phase
     bool more = false;
     // The task is asked again only while it has phases (its last call did
     // the local work that ends it); the neighbour greeting comes after it.
@@ -305,19 +315,23 @@ bool Executor::greetNeighbours(Operation& op) {
   op.greetedNeighbours = true;
   if (op.ctx.nranks == 1 || (op.desc.kind != OpKind::Broadcast && op.desc.kind != OpKind::Reduce))
     return false;
-  Program p;
+  const bool out = !op.greetedOutTo(op.ctx.next()), in = !op.greetedInFrom(op.ctx.prev());
+  if (!out && !in) return false;
+  // A program of its own (the phase holds at most the empty one resetPhase
+  // kept, whose storage it takes).
+  std::vector<Program>& progs = op.phase.progs;
+  if (progs.empty() || !progs.back().steps.empty()) progs.emplace_back();
+  Program& p = progs.back();
   Step s;
-  if (!op.greetedOutTo(op.ctx.next())) {
+  if (out) {
     s.out = op.ctx.next();
     p.steps.push_back(s);  // zero bytes: the descriptor alone
   }
-  if (!op.greetedInFrom(op.ctx.prev())) {
+  if (in) {
     s = Step();
     s.in = op.ctx.prev();
     p.steps.push_back(s);
   }
-  if (p.steps.empty()) return false;
-  op.phase.progs.push_back(std::move(p));
   op.phase.what = opKindName(op.desc.kind);
   return true;
 }
@@ -350,7 +364,7 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* fin
 
 void Executor::complete(Operation& op, ternResult_t r, const std::string& err) {
   op.result = r;
-  op.error = err;
+  if (!err.empty()) op.error = err;  // empty since the operation was made
   if (r == ternSuccess) host_.onComplete();
   {
     std::lock_guard<std::mutex> lk(m_);
