@@ -80,7 +80,8 @@ void Executor::sleepUntil(Pred ready) {
 }
 
 ternResult_t Executor::wait(Operation& op, std::string* error) {
-  auto done = [&] { return op.done.load(std::memory_order_acquire); };
+  // seq_cst: sleepUntil's side of the handshake in complete().
+  auto done = [&] { return op.done.load(); };
   while (!done()) {
     bool got = drive_.try_lock();
     if (!got) {
@@ -366,12 +367,18 @@ void Executor::complete(Operation& op, ternResult_t r, const std::string& err) {
   op.result = r;
   if (!err.empty()) op.error = err;  // empty since the operation was made
   if (r == ternSuccess) host_.onComplete();
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    op.done.store(true, std::memory_order_release);
-    outstanding_.fetch_sub(1);
+  // No lock unless someone sleeps (the blocking caller usually drives its
+  // own operation): a lock pair less per call.  A sleeper increments
+  // doneWaiters_ and then tests its predicate, both while it holds m_, and
+  // we store and then read doneWaiters_, all sequentially consistent: either
+  // it sees done, or we see it, and then taking m_ waits until it is asleep
+  // on doneCv_, so the notification cannot slip in between.
+  op.done.store(true);
+  outstanding_.fetch_sub(1);
+  if (doneWaiters_.load() > 0) {
+    { std::lock_guard<std::mutex> lk(m_); }
+    doneCv_.notify_all();
   }
-  wakeWaiters();
 }
 
 // A failure fails the communicator: every admitted operation ends with the

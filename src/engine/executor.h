@@ -90,7 +90,7 @@ class Executor {
   const double timeoutSec_;
   OpPool* const pool_;  // closed (not deleted) by ~Executor: OpPtrs may outlive it
 
-  std::mutex m_;                      // pending_, stopping_, completion
+  std::mutex m_;                      // pending_, stopping_; sleepers on doneCv_ (see complete())
   std::condition_variable workCv_;    // the progress thread: work for it, token released
   std::condition_variable doneCv_;    // waiters: an operation completed, token released
   std::atomic<int> doneWaiters_{0};   // threads asleep on doneCv_ (spares futile wake-ups)
