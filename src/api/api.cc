@@ -84,8 +84,10 @@ ternResult_t checkRank(ternComm* c, int r, const char* role, const char* what) {
 }
 
 // The operation the arguments describe, at the calling thread's priority.
+// It comes from the communicator's pool, usually with its dense task, which
+// makeTask sets up again in place (no allocation on the small-call path).
 OpPtr makeOp(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task) {
-  auto op = std::make_shared<Operation>();
+  OpPtr op = c->engine->newOperation();
   op->level = currentPriority();
   op->collective = args.kind != OpKind::Send && args.kind != OpKind::Recv;
   op->peer = op->collective ? -1 : args.root;
@@ -101,18 +103,13 @@ OpPtr makeOp(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task) {
   d.root = args.root;
   d.rank = c->rank;
   d.count = args.count;
-  op->task = task ? std::move(task) : makeTask(args);
+  op->task = task ? std::move(task) : makeTask(args, std::move(op->task));
   return op;
 }
 
 // Runs an operation now, or adds it to the open group.
 ternResult_t launch(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task = nullptr) {
-  OpPtr op = makeOp(c, args, std::move(task));
-  if (groupOpen()) {
-    groupAdd(c, std::move(op));
-    return ternSuccess;
-  }
-  return runBlocking({{c, std::move(op)}});
+  return launchOp(c, makeOp(c, args, std::move(task)));
 }
 
 CollArgs collArgs(OpKind kind, const void* src, void* dst, size_t count, ternDataType_t dt,

@@ -22,11 +22,11 @@ namespace tern {
 using IssuedOps = std::vector<std::pair<Comm*, OpPtr>>;
 
 bool groupOpen();
-void groupAdd(Comm* c, OpPtr op);
 int currentPriority();
-// Issues the operations and waits for every one; the first failure's code
-// (ternInProgress at once on a nonblocking communicator).
-ternResult_t runBlocking(const IssuedOps& ops);
+// Adds the operation to the calling thread's open group, or issues it and
+// waits for it: its result (ternInProgress at once on a nonblocking
+// communicator).
+ternResult_t launchOp(Comm* c, OpPtr op);
 // Waits for issued operations; records failures on their communicators.
 ternResult_t waitAll(const IssuedOps& ops);
 // A request that is never waited on is released by ternCommDestroy of any

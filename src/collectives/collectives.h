@@ -45,7 +45,8 @@ struct CollArgs {
   int root = -1;     // broadcast/reduce root; send/recv peer (-1: any source)
   int* source = nullptr;  // a receive from any source: where its sender goes
 };
-// Dense collectives, the barrier, send and recv.
-std::unique_ptr<Task> makeTask(const CollArgs& a);
+// Dense collectives, the barrier, send and recv.  `reuse`: a recycled
+// operation's task (Task::recycle); a dense one is set up again in place.
+std::unique_ptr<Task> makeTask(const CollArgs& a, std::unique_ptr<Task> reuse = nullptr);
 
 }  // namespace tern

@@ -1,5 +1,6 @@
 // Tasks of the dense collectives, the barrier and point-to-point transfers:
 // one phase of programs, then any local work that belongs after it.
+#include <typeinfo>
 #include <vector>
 
 #include "collectives/collectives.h"
@@ -9,11 +10,19 @@ namespace tern {
 
 namespace {
 
-class DenseTask : public Task {
+class DenseTask final : public Task {
  public:
   explicit DenseTask(const CollArgs& a) : a_(a) {}
   ~DenseTask() override { stagingPool().giveBack(std::move(staged_)); }
   void bindPeer(int peer) override { a_.root = peer; }
+  // Kept with its operation in the pool; makeTask sets it up again.  The
+  // all-to-all staging copy (as large as the buffers) goes back to the
+  // staging pool, not with the task.
+  bool recycle() override {
+    stagingPool().giveBack(std::move(staged_));
+    staged_ = std::vector<char>();
+    return true;
+  }
 
   ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
     *more = stage_++ == 0;
@@ -84,6 +93,14 @@ class DenseTask : public Task {
 
 }  // namespace
 
-std::unique_ptr<Task> makeTask(const CollArgs& a) { return std::make_unique<DenseTask>(a); }
+std::unique_ptr<Task> makeTask(const CollArgs& a, std::unique_ptr<Task> reuse) {
+  // Equal typeids compare as one pointer comparison (a dynamic_cast walks
+  // the class hierarchy: ~1.5% of an 8-byte allreduce's profile).
+  if (reuse && typeid(*reuse) == typeid(DenseTask)) {
+    *static_cast<DenseTask*>(reuse.get()) = DenseTask(a);  // a new task's state, in place
+    return reuse;
+  }
+  return std::make_unique<DenseTask>(a);
+}
 
 }  // namespace tern

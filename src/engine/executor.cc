@@ -26,11 +26,18 @@ constexpr size_t kBudgetYielding = 16 << 10;
 }  // namespace
 
 Executor::Executor(EngineHost& host, int rank, double timeoutSec)
-    : host_(host), rank_(rank), timeoutSec_(timeoutSec) {
+    : host_(host), rank_(rank), timeoutSec_(timeoutSec), pool_(new OpPool) {
   thread_ = std::thread([this] { loop(); });
 }
 
-Executor::~Executor() { stop(); }
+// The pool goes once the operations still held elsewhere are released (the
+// active lists' go with the members, after this).
+Executor::~Executor() {
+  stop();
+  pool_->close();
+}
+
+OpPtr Executor::newOperation() { return pool_->get(); }
 
 void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
   {
@@ -73,7 +80,8 @@ void Executor::sleepUntil(Pred ready) {
 }
 
 ternResult_t Executor::wait(Operation& op, std::string* error) {
-  auto done = [&] { return op.done.load(std::memory_order_acquire); };
+  // seq_cst: sleepUntil's side of the handshake in complete().
+  auto done = [&] { return op.done.load(); };
   while (!done()) {
     bool got = drive_.try_lock();
     if (!got) {
@@ -94,7 +102,10 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
       sleepUntil(done);
     }
   }
-  if (error) *error = op.error;
+  if (error) {  // (usually empty: no string copy then)
+    if (op.error.empty()) error->clear();
+    else *error = op.error;
+  }
   return op.result;
 }
 
@@ -266,7 +277,7 @@ bool Executor::round() {
 
 ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
   for (;;) {
-    op.phase = Phase();
+    resetPhase(op.phase);  // keeps the step storage: no allocation per phase
     bool more = false;
     // The task is asked again only while it has phases (its last call did
     // the local work that ends it); the neighbour greeting comes after it.
@@ -305,19 +316,23 @@ bool Executor::greetNeighbours(Operation& op) {
   op.greetedNeighbours = true;
   if (op.ctx.nranks == 1 || (op.desc.kind != OpKind::Broadcast && op.desc.kind != OpKind::Reduce))
     return false;
-  Program p;
+  const bool out = !op.greetedOutTo(op.ctx.next()), in = !op.greetedInFrom(op.ctx.prev());
+  if (!out && !in) return false;
+  // A program of its own (the phase holds at most the empty one resetPhase
+  // kept, whose storage it takes).
+  std::vector<Program>& progs = op.phase.progs;
+  if (progs.empty() || !progs.back().steps.empty()) progs.emplace_back();
+  Program& p = progs.back();
   Step s;
-  if (!op.greetedOutTo(op.ctx.next())) {
+  if (out) {
     s.out = op.ctx.next();
     p.steps.push_back(s);  // zero bytes: the descriptor alone
   }
-  if (!op.greetedInFrom(op.ctx.prev())) {
+  if (in) {
     s = Step();
     s.in = op.ctx.prev();
     p.steps.push_back(s);
   }
-  if (p.steps.empty()) return false;
-  op.phase.progs.push_back(std::move(p));
   op.phase.what = opKindName(op.desc.kind);
   return true;
 }
@@ -350,14 +365,20 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* fin
 
 void Executor::complete(Operation& op, ternResult_t r, const std::string& err) {
   op.result = r;
-  op.error = err;
+  if (!err.empty()) op.error = err;  // empty since the operation was made
   if (r == ternSuccess) host_.onComplete();
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    op.done.store(true, std::memory_order_release);
-    outstanding_.fetch_sub(1);
+  // No lock unless someone sleeps (the blocking caller usually drives its
+  // own operation): a lock pair less per call.  A sleeper increments
+  // doneWaiters_ and then tests its predicate, both while it holds m_, and
+  // we store and then read doneWaiters_, all sequentially consistent: either
+  // it sees done, or we see it, and then taking m_ waits until it is asleep
+  // on doneCv_, so the notification cannot slip in between.
+  op.done.store(true);
+  outstanding_.fetch_sub(1);
+  if (doneWaiters_.load() > 0) {
+    { std::lock_guard<std::mutex> lk(m_); }
+    doneCv_.notify_all();
   }
-  wakeWaiters();
 }
 
 // A failure fails the communicator: every admitted operation ends with the

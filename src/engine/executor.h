@@ -59,6 +59,9 @@ class Executor {
   // Stops the progress thread (after drain).
   void stop();
   bool bindTo(const std::vector<int>& cpus);
+  // A new operation for this communicator, from its pool of spare ones
+  // (operation.h: a blocking call allocates nothing for it).
+  OpPtr newOperation();
   bool idle();
   void wakeWaiters();
 
@@ -85,8 +88,9 @@ class Executor {
   EngineHost& host_;
   const int rank_;
   const double timeoutSec_;
+  OpPool* const pool_;  // closed (not deleted) by ~Executor: OpPtrs may outlive it
 
-  std::mutex m_;                      // pending_, stopping_, completion
+  std::mutex m_;                      // pending_, stopping_; sleepers on doneCv_ (see complete())
   std::condition_variable workCv_;    // the progress thread: work for it, token released
   std::condition_variable doneCv_;    // waiters: an operation completed, token released
   std::atomic<int> doneWaiters_{0};   // threads asleep on doneCv_ (spares futile wake-ups)

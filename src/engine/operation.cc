@@ -85,4 +85,128 @@ std::string descMismatch(const OpDesc& mine, const OpDesc& theirs) {
          "(ternCommAbort)";
 }
 
+namespace {
+// What a fresh phase and program hold.  Assigning them field by field keeps
+// the vectors' storage (a vector assigned an empty one keeps its capacity)
+// and zeroes no temporary: building `Program()` on the stack and moving it
+// in cost more than the allocation it saves (rep stos, then reloads that
+// stall on it).
+const Phase kEmptyPhase{};
+const Program kEmptyProgram{};
+}  // namespace
+
+void resetPhase(Phase& ph) {
+  // More steps than this (a large ring allreduce: two per chunk and peer)
+  // are not worth keeping in a spare operation.
+  constexpr size_t kKeepSteps = 64;
+  std::vector<Program> progs;
+  progs.swap(ph.progs);
+  ph = kEmptyPhase;  // every other field; progs stays empty
+  if (progs.empty() || progs[0].steps.capacity() == 0 || progs[0].steps.capacity() > kKeepSteps)
+    return;  // nothing worth keeping: the old programs go
+  progs.resize(1);
+  progs[0] = kEmptyProgram;  // its steps emptied, their storage kept
+  ph.progs.swap(progs);
+}
+
+// Every field of Operation: one added there is reset here.
+void Operation::reset() {
+  desc = OpDesc();
+  level = 4;
+  collective = true;
+  peer = -1;
+  send = false;
+  anySource = false;
+  source = nullptr;
+  ctx = PlanCtx();
+  // task: kept by put() when it can be set up again, else already gone
+  resetPhase(phase);
+  begun = false;
+  greetedNeighbours = false;
+  pumps.clear();
+  greetedIn.clear();
+  greetedOut.clear();
+  moves = 0;
+  movesSeen = ~uint64_t(0);
+  idleSince = Clock::time_point{};
+  done.store(false, std::memory_order_relaxed);
+  result = ternSuccess;
+  error.clear();
+}
+
+void OpPtr::release(Operation* op) {
+  if (op->pool_) op->pool_->put(op);
+  else delete op;
+}
+
+namespace {
+// Spare operations a pool keeps: a blocking caller needs one at a time; a
+// burst of async requests larger than this allocates the rest as before.
+constexpr size_t kKeep = 64;
+// In spare_ once the pool is closed: put() can no longer park one there.
+Operation* const kClosed = reinterpret_cast<Operation*>(uintptr_t(1));
+}  // namespace
+
+// The one-at-a-time case (a blocking call takes an operation and returns it
+// before the next) goes through spare_ alone: one atomic exchange each way,
+// no lock.  Only the owner calls get(), and never after close().
+OpPtr OpPool::get() {
+  Operation* op = spare_.exchange(nullptr, std::memory_order_acquire);
+  if (!op) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!free_.empty()) {
+      op = free_.back();
+      free_.pop_back();
+    }
+  }
+  if (!op) {
+    alive_.fetch_add(1, std::memory_order_relaxed);
+    op = new Operation();
+    op->pool_ = this;
+  }
+  return OpPtr(op);
+}
+
+// On the thread that dropped the last reference (the caller's, the
+// executor's, or whoever releases a request).
+void OpPool::put(Operation* op) {
+  if (op->task && !op->task->recycle()) op->task.reset();
+  op->reset();
+  Operation* none = nullptr;
+  if (spare_.compare_exchange_strong(none, op, std::memory_order_release, std::memory_order_relaxed))
+    return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!closed_ && free_.size() < kKeep) {
+      free_.push_back(op);
+      return;
+    }
+  }
+  destroy(op);
+}
+
+void OpPool::destroy(Operation* op) {
+  delete op;
+  drop();
+}
+
+void OpPool::drop() {
+  if (alive_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+void OpPool::close() {
+  std::vector<Operation*> spare;
+  Operation* s = spare_.exchange(kClosed, std::memory_order_acq_rel);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_ = true;
+    spare.swap(free_);
+  }
+  if (s) spare.push_back(s);
+  for (Operation* op : spare) destroy(op);
+  drop();  // the owner's count
+}
+
+OpPool::~OpPool() = default;
+
 }  // namespace tern

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -49,14 +50,33 @@ std::string descMismatch(const OpDesc& mine, const OpDesc& theirs);
 // false the operation is complete (after that call's local work).  Called on
 // the executor's thread, first when the operation may start, then each time
 // the previous phase's programs have finished.
+//
+// The phase next() fills is empty or holds one empty program (left there by a
+// recycled operation for its step storage, see resetPhase): a plan makes its
+// programs with progs.resize(k) or appends them; an empty program is done
+// before it starts, so one left ahead of appended ones changes nothing.
 class Task {
  public:
   virtual ~Task() = default;
   virtual ternResult_t next(const PlanCtx& ctx, Phase* ph, bool* more) = 0;
   // A receive from any source learns its peer before its first phase.
   virtual void bindPeer(int peer) { (void)peer; }
+  // Its operation goes back to the communicator's pool: a task that can be
+  // set up again for a later call (makeTask's dense task) lets go of what it
+  // holds and returns true; any other is destroyed right away, so nothing it
+  // references (ternary residuals, codec buffers) outlives the operation.
+  virtual bool recycle() { return false; }
 };
 
+// Empties a phase for the next plan, keeping the first program's step
+// storage (nearly every plan is one program of a few steps: an allocation
+// less per phase).  Large step storage is freed instead.
+void resetPhase(Phase& ph);
+
+class OpPool;
+
+// Operations are reused (OpPool below): a field added here is also reset in
+// Operation::reset (operation.cc).
 struct Operation {
   OpDesc desc;
   int level = 4;
@@ -90,11 +110,79 @@ struct Operation {
   std::string error;
 
  private:
+  friend class OpPtr;
+  friend class OpPool;
+  Operation() = default;
+  // Back to the state of a new operation; vectors keep their capacity.
+  void reset();
   static bool has(const std::vector<const Conn*>& v, const Conn* c) {
     return std::find(v.begin(), v.end(), c) != v.end();
   }
+  std::atomic<int> refs_{0};  // OpPtrs to it
+  OpPool* pool_ = nullptr;    // where it goes when the last OpPtr lets go
 };
 
-using OpPtr = std::shared_ptr<Operation>;
+// A counted reference to an Operation, like std::shared_ptr (the last one
+// to let go, on whichever thread, returns it to its pool; the count's
+// acquire-release decrement orders every reader's accesses before its reuse)
+// but with the count inside the operation: making one allocates nothing.
+class OpPtr {
+ public:
+  OpPtr() = default;
+  OpPtr(std::nullptr_t) {}
+  OpPtr(const OpPtr& o) : p_(o.p_) {
+    if (p_) p_->refs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  OpPtr(OpPtr&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  OpPtr& operator=(OpPtr o) noexcept {
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  ~OpPtr() {
+    if (p_ && p_->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) release(p_);
+  }
+  Operation* get() const { return p_; }
+  Operation* operator->() const { return p_; }
+  Operation& operator*() const { return *p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  friend class OpPool;
+  explicit OpPtr(Operation* p) : p_(p) { p_->refs_.store(1, std::memory_order_relaxed); }
+  static void release(Operation* op);
+  Operation* p_ = nullptr;
+};
+
+// A communicator's spare Operations (its executor owns the pool).  A blocking
+// call takes one and the last OpPtr returns it, so a small call allocates
+// neither the operation, nor its task (makeTask resets the dense one in
+// place), nor its phase, step and connection vectors (they keep their
+// capacity).  Requests, groups and other threads hold OpPtrs as before: an
+// operation is reused only after every reference is gone, and one that
+// outlives the communicator (an OpPtr left in a group never ended) is
+// deleted by its last reference, which then also frees the pool.
+class OpPool {
+ public:
+  OpPool() = default;
+  OpPool(const OpPool&) = delete;
+  OpPool& operator=(const OpPool&) = delete;
+  // An operation in its initial state (from the free list, or new).
+  OpPtr get();
+  // The owner lets go: the spare operations are freed now, the pool itself
+  // once no operation from it is held any more.
+  void close();
+
+ private:
+  friend class OpPtr;
+  ~OpPool();
+  void put(Operation* op);
+  void destroy(Operation* op);
+  void drop();  // one count less; the last one deletes the pool
+  std::atomic<Operation*> spare_{nullptr};  // one spare, lock-free (kClosed once closed)
+  std::atomic<size_t> alive_{1};  // operations that exist (spare or held) + 1 for the owner
+  std::mutex mu_;
+  std::vector<Operation*> free_;  // more spares, at most kKeep
+  bool closed_ = false;
+};
 
 }  // namespace tern
