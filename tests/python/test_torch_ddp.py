@@ -108,7 +108,7 @@ def train(rank, n, store_path, ternary, epochs=12, batch=32):
     model = DDP(mlp(7), bucket_cap_mb=0.01)
     state = None
     if ternary:
-        state = tern.torch.TernaryState(None, warmup_steps=20)
+        state = tern.torch.TernaryState(None, warmup_steps=20, error_feedback=True)
         model.register_comm_hook(state, tern.torch.ternary_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     steps_per_epoch = (len(xtr) // n) // batch
