@@ -5,7 +5,9 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <unordered_set>
 
 #include "api/group.h"
@@ -109,7 +111,11 @@ OpPtr makeOp(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task) {
 
 // Runs an operation now, or adds it to the open group.
 ternResult_t launch(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task = nullptr) {
-  return launchOp(c, makeOp(c, args, std::move(task)));
+  if (!enterComm(c))
+    return fail(nullptr, ternInvalidUsage, "comm was destroyed or aborted during the call");
+  ternResult_t r = launchOp(c, makeOp(c, args, std::move(task)));
+  leaveComm(c);
+  return r;
 }
 
 CollArgs collArgs(OpKind kind, const void* src, void* dst, size_t count, ternDataType_t dt,
@@ -126,6 +132,19 @@ CollArgs collArgs(OpKind kind, const void* src, void* dst, size_t count, ternDat
 }
 
 }  // namespace
+
+namespace tern {
+
+bool enterComm(Comm* c) {
+  std::lock_guard<std::mutex> lk(registryMu);
+  if (!registry.count(c)) return false;
+  c->callers.fetch_add(1);
+  return true;
+}
+
+void leaveComm(Comm* c) { c->callers.fetch_sub(1); }
+
+}  // namespace tern
 
 extern "C" {
 
@@ -216,6 +235,13 @@ static void finishOutstanding(ternComm_t comm) {
   releaseRequestsOf(comm);
 }
 
+// Frees a communicator once no other thread is inside a call on it (their
+// operations have completed: they only have to return).
+static void deleteWhenUnused(ternComm_t comm) {
+  while (comm->callers.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  delete comm;
+}
+
 static ternResult_t unregister(ternComm_t comm) {
   if (!comm) return fail(nullptr, ternInvalidArgument, "comm is NULL");
   std::lock_guard<std::mutex> lk(registryMu);
@@ -228,7 +254,7 @@ static ternResult_t unregister(ternComm_t comm) {
 ternResult_t ternCommDestroy(ternComm_t comm) {
   TERN_CHECK(unregister(comm));
   finishOutstanding(comm);
-  delete comm;
+  deleteWhenUnused(comm);
   return ternSuccess;
 }
 
@@ -237,7 +263,7 @@ ternResult_t ternCommAbort(ternComm_t comm) {
   comm->aborted.store(true);
   comm->fail(ternRemoteError);  // wake peers: our sockets close now
   finishOutstanding(comm);      // in-flight operations fail at once
-  delete comm;
+  deleteWhenUnused(comm);
   return ternSuccess;
 }
 

@@ -153,7 +153,26 @@ static ternResult_t groupEnd(ternRequest_t* request) {
   }
   IssuedOps ops;
   ops.swap(t.pending);
-  if (!request) return ops.empty() ? ternSuccess : runBlocking(t, ops);
+  if (ops.empty() && !request) return ternSuccess;
+  // Every communicator of the group stays allocated until we are done.
+  std::vector<Comm*> entered;
+  for (auto& [c, op] : ops) {
+    if (std::find(entered.begin(), entered.end(), c) != entered.end()) continue;
+    if (!enterComm(c)) {
+      for (Comm* e : entered) leaveComm(e);
+      return setError(ternInvalidUsage,
+                      "ternGroupEnd: a communicator of the group was destroyed or aborted "
+                      "before the group ended; its operations were not issued");
+    }
+    entered.push_back(c);
+  }
+  struct Leave {
+    std::vector<Comm*>& comms;
+    ~Leave() {
+      for (Comm* e : comms) leaveComm(e);
+    }
+  } leave{entered};
+  if (!request) return runBlocking(t, ops);
   issueAll(t, ops, true);
   auto* r = new ternRequest{std::move(ops)};
   {

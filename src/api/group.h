@@ -29,6 +29,12 @@ int currentPriority();
 ternResult_t launchOp(Comm* c, OpPtr op);
 // Waits for issued operations; records failures on their communicators.
 ternResult_t waitAll(const IssuedOps& ops);
+// A thread inside a call on a communicator (api.cc, with the registry):
+// ternCommDestroy and ternCommAbort free it only after every such thread has
+// left, so a watchdog thread's abort never frees what a caller blocked in a
+// collective still uses.  enterComm is false once the comm is unregistered.
+bool enterComm(Comm* c);
+void leaveComm(Comm* c);
 // A request that is never waited on is released by ternCommDestroy of any
 // communicator it has operations on (after they completed).
 void releaseRequestsOf(const Comm* c);

@@ -38,6 +38,9 @@ struct ternComm : public tern::EngineHost {
 
   std::atomic<int> asyncError{ternSuccess};         // first failure, sticky
   std::atomic<bool> aborted{false};
+  // Threads inside an API call that uses this communicator (api/): destroy
+  // and abort free it only once they have all left.
+  std::atomic<int> callers{0};
   std::atomic<unsigned long long> opsDone{0};
 
   // The connections and ring a plan at `level` works with.
