@@ -83,12 +83,30 @@ void padOut(Conn* c, size_t* left) {
   }
 }
 
+// A fixed-size record on a stream (descriptor, header): written whole once
+// the fifo has room for it, read (not yet consumed) once it has arrived.
+// Records are aligned on the stream, so none straddles the wrap point.
+template <class T>
+bool putRecord(Conn* out, const T& v) {
+  char* o;
+  if (out->sendSpace(&o) < sizeof v) return false;
+  memcpy(o, &v, sizeof v);
+  out->sendCommit(sizeof v);
+  return true;
+}
+
+template <class T>
+bool peekRecord(Conn* in, T* v) {
+  const char* ip;
+  if (in->recvAvail(&ip) < sizeof *v) return false;
+  memcpy(v, ip, sizeof *v);
+  return true;
+}
+
 // Reads and checks the peer's descriptor once it has arrived.
 ternResult_t readDesc(Operation& op, Conn* in, size_t* left) {
-  const char* ip;
-  if (*left == 0 || in->recvAvail(&ip) < sizeof(OpDesc)) return ternSuccess;
   OpDesc theirs;
-  memcpy(&theirs, ip, sizeof theirs);
+  if (*left == 0 || !peekRecord(in, &theirs)) return ternSuccess;
   std::string why = descMismatch(op.desc, theirs);
   if (!why.empty()) return setError(ternInvalidUsage, why);
   in->recvConsume(sizeof theirs);
@@ -98,19 +116,14 @@ ternResult_t readDesc(Operation& op, Conn* in, size_t* left) {
 }
 
 void writeDesc(Operation& op, Conn* out, size_t* left) {
-  char* o;
-  if (*left == 0 || out->sendSpace(&o) < sizeof(OpDesc)) return;
-  memcpy(o, &op.desc, sizeof op.desc);
-  out->sendCommit(sizeof op.desc);
+  if (*left == 0 || !putRecord(out, op.desc)) return;
   op.greetedOut.push_back(out);
   *left = 0;
 }
 
 ternResult_t readHeader(const Step& s, Conn* in, size_t* left) {
-  const char* ip;
-  if (*left == 0 || in->recvAvail(&ip) < sizeof(StepHeader)) return ternSuccess;
   StepHeader h;
-  memcpy(&h, ip, sizeof h);
+  if (*left == 0 || !peekRecord(in, &h)) return ternSuccess;
   if (h.magic != kStepMagic || h.unit != s.inUnit || h.groups != s.bytes)
     return setError(ternRemoteError,
                     "malformed chunk header from rank " + std::to_string(in->peer) + ": unit " +
@@ -123,33 +136,25 @@ ternResult_t readHeader(const Step& s, Conn* in, size_t* left) {
 }
 
 void writeHeader(const Step& s, Conn* out, size_t* left) {
-  char* o;
-  if (*left == 0 || out->sendSpace(&o) < sizeof(StepHeader)) return;
-  StepHeader h{kStepMagic, s.outUnit, s.bytes};
-  memcpy(o, &h, sizeof h);
-  out->sendCommit(sizeof h);
+  if (*left == 0 || !putRecord(out, StepHeader{kStepMagic, s.outUnit, s.bytes})) return;
   *left = 0;
 }
 
 // The direct header: the sender posts its buffer (or, when its memory cannot
 // be read from another process, says the payload streams as usual).
 void writeDirect(Operation& op, Program& p, const Step& s, size_t* left) {
-  char* o;
-  if (*left == 0 || s.out->sendSpace(&o) < sizeof(DirectHeader)) return;
-  p.directNow = op.ctx.mem->type() == MemType::Host;
-  DirectHeader h{kDirectMagic, p.directNow ? 1u : 0u, s.bytes,
+  const bool readable = op.ctx.mem->type() == MemType::Host;
+  DirectHeader h{kDirectMagic, readable ? 1u : 0u, s.bytes,
                  static_cast<uint64_t>(reinterpret_cast<uintptr_t>(s.local)), 0};
-  memcpy(o, &h, sizeof h);
-  s.out->sendCommit(sizeof h);
-  if (p.directNow) p.ticket = s.out->directPosted += s.bytes;
+  if (*left == 0 || !putRecord(s.out, h)) return;
+  p.directNow = readable;
+  if (readable) p.ticket = s.out->directPosted += s.bytes;
   *left = 0;
 }
 
 ternResult_t readDirect(Operation& op, Program& p, const Step& s, size_t* left) {
-  const char* ip;
-  if (*left == 0 || s.in->recvAvail(&ip) < sizeof(DirectHeader)) return ternSuccess;
   DirectHeader h;
-  memcpy(&h, ip, sizeof h);
+  if (*left == 0 || !peekRecord(s.in, &h)) return ternSuccess;
   if (h.magic != kDirectMagic || h.mode > 1 || h.bytes != s.bytes)
     return setError(ternRemoteError, "malformed transfer header from rank " +
                                          std::to_string(s.in->peer) + " (" +
@@ -250,10 +255,7 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
 bool peekDesc(Conn* in, OpDesc* d) {
   size_t pad = alignUp(in->recvPos(), sizeof(OpDesc));
   skipIn(in, &pad);
-  const char* ip;
-  if (pad > 0 || in->recvAvail(&ip) < sizeof(OpDesc)) return false;
-  memcpy(d, ip, sizeof *d);
-  return d->magic == kDescMagic;
+  return pad == 0 && peekRecord(in, d) && d->magic == kDescMagic;
 }
 
 ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,

@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <cstring>
 
 #include "base/auth.h"
