@@ -17,6 +17,7 @@
 // urgent contended <= 1.2x its solo time, bulk loses < 10%.
 //
 //   tools/ternrun -n 2 build/perf/priority_perf [-b 256M] [-u 4M] [-n 5] [--mode async|threads|both]
+//                                               [--produce 0|1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,8 +46,13 @@ struct Bench {
   ternComm_t comm;
   std::vector<float> bulk, urgent;
 
+  // --produce 1: the urgent data is written right before each call (as a
+  // gradient just computed is), so it starts in this core's caches.
+  bool produce = false;
+
   double allreduce(std::vector<float>& x, int level) {
     ternSetPriority(level);
+    if (produce && level == 0) std::fill(x.begin(), x.end(), 1.0f);
     double t = now();
     check(ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr), comm,
           "allreduce");
@@ -107,6 +113,7 @@ struct Bench {
 int main(int argc, char** argv) {
   size_t bulkBytes = 256 << 20, urgentBytes = 4 << 20;
   int iters = 5;
+  bool produce = false;
   std::string mode = "both";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -114,12 +121,16 @@ int main(int argc, char** argv) {
     else if (a == "-u") urgentBytes = ternperf::parseSize(argv[i + 1], argv[0]);
     else if (a == "-n") iters = atoi(argv[i + 1]);
     else if (a == "--mode") mode = argv[i + 1];
+    else if (a == "--produce") produce = atoi(argv[i + 1]) != 0;
     else {
-      fprintf(stderr, "usage: priority_perf [-b BULK] [-u URGENT] [-n ITERS] [--mode async|threads|both]\n");
+      fprintf(stderr,
+              "usage: priority_perf [-b BULK] [-u URGENT] [-n ITERS] [--mode async|threads|both] "
+              "[--produce 0|1]\n");
       return 2;
     }
   }
   Bench b;
+  b.produce = produce;
   check(ternCommInitFromEnv(&b.comm), nullptr, "init");
   int rank, nranks;
   ternCommUserRank(b.comm, &rank);

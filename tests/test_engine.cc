@@ -68,6 +68,33 @@ int overtakeBody(RankCtx& ctx) {
   return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
 }
 
+// Less urgent levels are held while a more urgent one moves (executor.cc,
+// round()).  Rank 0 runs its bulk allreduce as a request and issues an urgent
+// one (larger than the fifo) meanwhile; the other ranks are blocked in their
+// bulk call and issue the urgent one only after it: rank 0's urgent operation
+// goes quiet waiting for them, so its bulk one must fill in again or nobody
+// finishes.  A long hold (50 ms) makes a hold that never ends fail for sure.
+int heldBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  std::vector<float> bulk(16 << 20), urgent(4 << 20);  // 64 MiB and 16 MiB
+  fill(bulk, ctx.rank, 1.0f);
+  fill(urgent, ctx.rank, 2.0f);
+  auto allreduce = [&](std::vector<float>& x, int level) {
+    ternSetPriority(level);
+    return ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);
+  };
+  if (ctx.rank == 0) {
+    ternRequest_t req = asyncAllReduce(bulk, 7, comm);
+    if (allreduce(urgent, 0) != ternSuccess || ternRequestWait(req) != ternSuccess)
+      return failf(ctx, "rank 0: %s", ternGetLastError(comm));
+  } else if (allreduce(bulk, 7) != ternSuccess || allreduce(urgent, 0) != ternSuccess) {
+    return failf(ctx, "%s", ternGetLastError(comm));
+  }
+  if (!sumIsRight(bulk, ctx.nranks, 1.0f) || !sumIsRight(urgent, ctx.nranks, 2.0f))
+    return failf(ctx, "wrong sums");
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
 // Rank 0 issues level 2 then level 5; the others issue level 5 then level 2:
 // the k-th operation of a level meets the k-th of that level, whatever the
 // order across levels.  Transfers at two levels also cross.
@@ -160,6 +187,11 @@ struct EngineCase : ::testing::TestWithParam<std::tuple<std::string, int>> {
 
 TEST_P(EngineCase, UrgentOvertakesBulk) { run(overtakeBody); }
 TEST_P(EngineCase, LevelsMatchWhateverTheOrderAcrossLevels) { run(perLevelBody); }
+// Within TERN_TIMEOUT (20 s): a hold that outlives the urgent level's quiet
+// spells would stall every rank.  It takes 0.2-0.3 s over shm and tcp.
+TEST_P(EngineCase, HeldBulkStillServesAPeerBlockedInIt) {
+  run(heldBody, {{"TERN_PRIORITY_HOLD_US", "50000"}});
+}
 TEST_P(EngineCase, ManyThreadsOneCommunicator) { run(threadsBody); }
 TEST_P(EngineCase, RequestsTestWaitAndNeverWaited) { run(requestsBody); }
 

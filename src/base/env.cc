@@ -35,6 +35,7 @@ Config readConfig() {
   const char* h = getenv("TERN_HANDSHAKE_TIMEOUT");
   c.handshakeSec = (h && *h) ? atof(h) : 5.0;
   if (c.handshakeSec <= 0) c.handshakeSec = 5.0;
+  c.priorityHoldSec = std::max<long long>(envInt("TERN_PRIORITY_HOLD_US", 2000), 0) * 1e-6;
   // The fifo must hold a few chunks so every ring step can be posted at once.
   c.chunkBytes = roundUp(std::max<long long>(envInt("TERN_CHUNKSIZE", 512 << 10), 64), 64);
   c.fifoBytes = roundUp(std::max<long long>(envInt("TERN_BUFFSIZE", 4 << 20), 4096), 4096);

@@ -13,6 +13,7 @@ bool envSet(const char* name);
 struct Config {
   double timeoutSec;       // TERN_TIMEOUT: longest wait without progress
   double handshakeSec;     // TERN_HANDSHAKE_TIMEOUT: an accepted connection's time to authenticate
+  double priorityHoldSec;  // TERN_PRIORITY_HOLD_US: less urgent levels wait this long after a more urgent one moved
   size_t fifoBytes;        // TERN_BUFFSIZE: bytes per direction per connection
   size_t chunkBytes;       // TERN_CHUNKSIZE: ring pipeline chunk
   size_t smallBytes;       // TERN_SMALL_THRESHOLD: allreduce below uses recursive doubling

@@ -194,7 +194,7 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   TERN_CHECK(r);
   orderRing(*c);
   c->startBookkeeping();
-  c->engine = std::make_unique<Executor>(*c, rank, c->cfg.timeoutSec);
+  c->engine = std::make_unique<Executor>(*c, rank, c->cfg.timeoutSec, c->cfg.priorityHoldSec);
   if (!bindCpus.empty() && !c->engine->bindTo(bindCpus))
     TERN_LOG(Warn, "could not bind the progress thread to CPUs %s", formatPus(bindCpus).c_str());
   reportRdmaOnce();

@@ -4,6 +4,8 @@
 // operations moved ends the round, so less urgent levels get the CPU only
 // while the urgent ones wait on their peers.  A 4 MiB urgent allreduce issued
 // behind a 256 MiB bulk one therefore overtakes it at the next chunk.
+// Less urgent levels also stay off the links while a more urgent level is
+// busy (it moved within TERN_PRIORITY_HOLD_US): see round().
 //
 // Order within a level (what makes per-level matching across ranks work):
 // each level has its own connections (streams), and on them a collective
@@ -44,7 +46,7 @@ constexpr int kLevels = TERN_PRIORITY_LEVELS;
 
 class Executor {
  public:
-  Executor(EngineHost& host, int rank, double timeoutSec);
+  Executor(EngineHost& host, int rank, double timeoutSec, double holdSec);
   ~Executor();
 
   // Admits operations in issue order.  `wake`: nobody will wait on them
@@ -70,11 +72,12 @@ class Executor {
   bool driveUntil(const Operation* op);   // false: it handed the token over
   bool shouldHandOver(const Operation* op) const;
   bool round();
+  bool anyActiveBelow(const std::vector<OpPtr>* level) const;
   void admit();
   bool runnable(const std::vector<OpPtr>& list, size_t i) const;
   ternResult_t bindSource(const std::vector<OpPtr>& list, size_t i, bool* bound);
   uint64_t nextRecvSeq(const Operation& op);
-  ternResult_t step(Operation& op, size_t budget, bool* moved, bool* finished);
+  ternResult_t step(Operation& op, size_t budget, bool* moved, bool* pumped, bool* finished);
   ternResult_t beginPhase(Operation& op, bool* finished);
   bool greetNeighbours(Operation& op);
   void complete(Operation& op, ternResult_t r, const std::string& err);
@@ -88,6 +91,7 @@ class Executor {
   EngineHost& host_;
   const int rank_;
   const double timeoutSec_;
+  const Clock::duration hold_;  // see round()
   OpPool* const pool_;  // closed (not deleted) by ~Executor: OpPtrs may outlive it
 
   std::mutex m_;                      // pending_, stopping_; sleepers on doneCv_ (see complete())
@@ -111,6 +115,8 @@ class Executor {
   std::vector<uint64_t> recvSeq_[kLevels];  // receives started, per level and peer
   int lastSource_ = 0;                      // where the next any-source pick starts
   Clock::time_point nextHealth_{};
+  Clock::time_point lastCheck_{};  // checkIdle's last look
+  Clock::time_point heldUntil_{};  // less urgent levels wait until then (round())
   std::thread thread_;
 };
 
