@@ -16,6 +16,11 @@
 // (--mode threads).  Prints one table row per mode; the targets (DESIGN.md):
 // urgent contended <= 1.2x its solo time, bulk loses < 10%.
 //
+// Every iteration measures all of them in turn (solo, cold, bulk solo, then
+// each mode contended), and ratios and losses are the medians of each
+// iteration's own ratio: on a shared VM memory bandwidth drifts by 3x over
+// minutes, and a solo time taken at the start would not describe the end.
+//
 //   tools/ternrun -n 2 build/perf/priority_perf [-b 256M] [-u 4M] [-n 5] [--mode async|threads|both]
 //                                               [--produce 0|1]
 #include <algorithm>
@@ -35,6 +40,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 void check(ternResult_t r, ternComm_t comm, const char* what) {
   if (r == ternSuccess) return;
@@ -72,8 +82,7 @@ struct Bench {
       check(ternBarrier(comm), comm, "barrier");
       t.push_back(allreduce(x, level));
     }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return median(t);
   }
 
   // One contended run: returns {urgent seconds, bulk seconds}.
@@ -139,28 +148,33 @@ int main(int argc, char** argv) {
   b.urgent.assign(urgentBytes / 4, 1.0f);
   b.allreduce(b.urgent, 0);  // warm-up: both levels' connections
   b.allreduce(b.bulk, 7);
-  double soloU = b.solo(b.urgent, 0, iters), coldU = b.solo(b.urgent, 0, iters, true), soloB = b.solo(b.bulk, 7, std::max(2, iters / 2));
+  const char* modes[] = {"async", "threads"};
+  std::vector<double> soloU, coldU, soloB, u[2], bt[2], ratio[2], toCold[2], loss[2];
+  for (int i = 0; i < iters; ++i) {
+    soloU.push_back(b.solo(b.urgent, 0, 3));
+    coldU.push_back(b.solo(b.urgent, 0, 1, true));
+    soloB.push_back(b.solo(b.bulk, 7, 1));
+    for (int m = 0; m < 2; ++m) {
+      if (mode != "both" && mode != modes[m]) continue;
+      auto [tu, tb] = b.contended(m == 1, soloB.back() / 4);
+      u[m].push_back(tu);
+      bt[m].push_back(tb);
+      ratio[m].push_back(tu / soloU.back());
+      toCold[m].push_back(tu / coldU.back());
+      loss[m].push_back(tb / soloB.back() - 1);
+    }
+  }
   if (rank == 0) {
     printf("# priority_perf: %d ranks, transport to next: %s, bulk %zu MiB at level 7, urgent %zu MiB at level 0\n",
            nranks, ternCommPeerTransport(b.comm, (rank + 1) % nranks), bulkBytes >> 20, urgentBytes >> 20);
     printf("# %-8s %10s %8s %10s %7s %7s %9s %10s %9s\n", "mode", "urgent(ms)", "cold", "contended",
            "ratio", "/cold", "bulk(ms)", "contended", "bulk loss");
   }
-  for (const char* m : {"async", "threads"}) {
-    if (mode != "both" && mode != m) continue;
-    std::vector<double> us, bs;
-    for (int i = 0; i < iters; ++i) {
-      auto [u, bt] = b.contended(std::string(m) == "threads", soloB / 4);
-      us.push_back(u);
-      bs.push_back(bt);
-    }
-    std::sort(us.begin(), us.end());
-    std::sort(bs.begin(), bs.end());
-    double u = us[us.size() / 2], bt = bs[bs.size() / 2];
-    if (rank == 0)
-      printf("  %-8s %10.2f %8.2f %10.2f %7.2f %7.2f %9.1f %10.1f %8.1f%%\n", m, soloU * 1e3,
-             coldU * 1e3, u * 1e3, u / soloU, u / coldU, soloB * 1e3, bt * 1e3,
-             (bt - soloB) / soloB * 100);
+  for (int m = 0; m < 2; ++m) {
+    if (u[m].empty() || rank != 0) continue;
+    printf("  %-8s %10.2f %8.2f %10.2f %7.2f %7.2f %9.1f %10.1f %8.1f%%\n", modes[m],
+           median(soloU) * 1e3, median(coldU) * 1e3, median(u[m]) * 1e3, median(ratio[m]),
+           median(toCold[m]), median(soloB) * 1e3, median(bt[m]) * 1e3, median(loss[m]) * 100);
   }
   ternCommDestroy(b.comm);
   return 0;
