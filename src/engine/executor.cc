@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@ Executor::Executor(EngineHost& host, int rank, double timeoutSec, double holdSec
       timeoutSec_(timeoutSec),
       hold_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(holdSec))),
       pool_(new OpPool) {
+  bell_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // -1: the driver's poll just times out
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -39,6 +41,17 @@ Executor::Executor(EngineHost& host, int rank, double timeoutSec, double holdSec
 Executor::~Executor() {
   stop();
   pool_->close();
+  if (bell_ >= 0) close(bell_);
+}
+
+// Sequentially consistent with idleWait(): the ringer publishes its work
+// (pending_, wantLevel_) before it reads polling_, the driver sets polling_
+// before it looks for that work, so one of the two always sees the other.
+void Executor::ring() {
+  if (bell_ < 0 || !polling_.load()) return;
+  uint64_t one = 1;
+  ssize_t r = write(bell_, &one, sizeof one);
+  (void)r;  // a full counter is still a ring
 }
 
 OpPtr Executor::newOperation() { return pool_->get(); }
@@ -53,6 +66,7 @@ void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
   // A blocking caller drives its own operation (see wait()): waking the
   // progress thread for it would cost a futile context switch.
   if (wake) workCv_.notify_all();
+  ring();  // a driver asleep in poll() admits it now
 }
 
 // Completions are frequent and usually nobody sleeps on them (the caller
@@ -95,6 +109,7 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
       int want = wantLevel_.load();
       while (op.level < want && !wantLevel_.compare_exchange_weak(want, op.level)) {
       }
+      if (op.level < want) ring();
       auto until = Clock::now() + std::chrono::milliseconds(2);
       while (op.level < kLevels - 1 && !done() && !(got = drive_.try_lock()) && Clock::now() < until)
         sched_yield();
@@ -191,7 +206,7 @@ bool Executor::driveUntil(const Operation* op) {
         nextHealth_ = now + std::chrono::milliseconds(20);
       }
     }
-    idleWait(idleRounds_);
+    idleWait(idleRounds_, op);
   }
 }
 
@@ -457,8 +472,10 @@ ternResult_t Executor::checkIdle(Clock::time_point now) {
 }
 
 // Backs off from spinning to yielding to sleeping in poll(), so ranks that
-// outnumber cores still get the CPU they need.
-void Executor::idleWait(unsigned idle) {
+// outnumber cores still get the CPU they need.  `op`: what the driver drives
+// for (nullptr: the progress thread); the doorbell ends the sleep when a more
+// urgent caller wants the token or new work arrives.
+void Executor::idleWait(unsigned idle, const Operation* op) {
   if (idle < 64) {
     _mm_pause();
     return;
@@ -467,19 +484,27 @@ void Executor::idleWait(unsigned idle) {
     sched_yield();
     return;
   }
-  pollfd fds[64];
+  pollfd fds[65];
   int n = 0;
+  if (bell_ >= 0) fds[n++] = {bell_, POLLIN, 0};
   bool pollable = true, any = false;
   for (auto& list : active_)
-    for (OpPtr& op : list)
-      for (Conn* c : op->pumps) {
+    for (OpPtr& o : list)
+      for (Conn* c : o->pumps) {
         any = true;
         if (c->pollFd() < 0) pollable = false;
-        else if (n < 64)
+        else if (n < 65)
           fds[n++] = {c->pollFd(), static_cast<short>(POLLIN | (c->flushed() ? 0 : POLLOUT)), 0};
       }
-  if (any && pollable) poll(fds, n, 1);
-  else usleep(any ? 5 : 50);
+  if (!any || !pollable) {
+    usleep(any ? 5 : 50);
+    return;
+  }
+  polling_.store(true);
+  if (!anyPending_.load() && !shouldHandOver(op)) poll(fds, n, 1);
+  polling_.store(false);
+  uint64_t rung;
+  if (bell_ >= 0 && fds[0].revents) (void)!read(bell_, &rung, sizeof rung);
 }
 
 }  // namespace tern

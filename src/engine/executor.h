@@ -83,7 +83,8 @@ class Executor {
   void complete(Operation& op, ternResult_t r, const std::string& err);
   void failAll(ternResult_t r, const std::string& why);
   ternResult_t checkIdle(Clock::time_point now);
-  void idleWait(unsigned idle);
+  void idleWait(unsigned idle, const Operation* op);
+  void ring();
   bool driveHeld(const Operation* op);
   template <class Pred>
   void sleepUntil(Pred ready);
@@ -110,6 +111,11 @@ class Executor {
   // caller's thread then runs the rounds itself, so its operation does not
   // wait for a wake-up on a busy CPU.
   std::atomic<int> wantLevel_{kLevels};
+  // The driver's doorbell: while it sleeps in poll() waiting on its peers
+  // (polling_), a new operation or a caller asking for the token rings it,
+  // so neither waits out the poll's millisecond.
+  int bell_ = -1;
+  std::atomic<bool> polling_{false};
   std::vector<OpPtr> active_[kLevels];  // driver only
   unsigned idleRounds_ = 0;
   std::vector<uint64_t> recvSeq_[kLevels];  // receives started, per level and peer
