@@ -14,7 +14,6 @@
 //
 //   build/perf/cache_sweep [-u 4M] [-b 256M] [-n 7]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,11 +27,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+using ternperf::now;
 
 void pass(float* x, const float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] += y[i];
@@ -89,16 +84,16 @@ int main(int argc, char** argv) {
     double warm = 1e9, after = 1e9, sweep = 1e9;
     for (int i = 0; i < iters; ++i) {
       pass(ux, uy, un);
-      auto t0 = Clock::now();
+      double t0 = now();
       pass(ux, uy, un);
-      auto t1 = Clock::now();
+      double t1 = now();
       if (s.fn) s.fn(bx, by, bn);
-      auto t2 = Clock::now();
+      double t2 = now();
       pass(ux, uy, un);
-      auto t3 = Clock::now();
-      warm = std::min(warm, seconds(t0, t1));
-      sweep = std::min(sweep, seconds(t1, t2));
-      after = std::min(after, seconds(t2, t3));
+      double t3 = now();
+      warm = std::min(warm, t1 - t0);
+      sweep = std::min(sweep, t2 - t1);
+      after = std::min(after, t3 - t2);
     }
     printf("  %-16s %12.3f %14.3f %8.2f %12.1f\n", s.name, warm * 1e3, after * 1e3, after / warm,
            s.fn ? 3.0 * b / sweep / 1e9 : 0.0);

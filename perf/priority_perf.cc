@@ -37,9 +37,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+using ternperf::now;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -122,7 +120,7 @@ struct Bench {
 int main(int argc, char** argv) {
   size_t bulkBytes = 256 << 20, urgentBytes = 4 << 20;
   int iters = 5;
-  bool produce = false;
+  Bench b;
   std::string mode = "both";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -130,7 +128,7 @@ int main(int argc, char** argv) {
     else if (a == "-u") urgentBytes = ternperf::parseSize(argv[i + 1], argv[0]);
     else if (a == "-n") iters = atoi(argv[i + 1]);
     else if (a == "--mode") mode = argv[i + 1];
-    else if (a == "--produce") produce = atoi(argv[i + 1]) != 0;
+    else if (a == "--produce") b.produce = atoi(argv[i + 1]) != 0;
     else {
       fprintf(stderr,
               "usage: priority_perf [-b BULK] [-u URGENT] [-n ITERS] [--mode async|threads|both] "
@@ -138,8 +136,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  Bench b;
-  b.produce = produce;
   check(ternCommInitFromEnv(&b.comm), nullptr, "init");
   int rank, nranks;
   ternCommUserRank(b.comm, &rank);

@@ -132,10 +132,6 @@ void* prefaulted(size_t bytes) {
   return p;
 }
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 double across(Backend& b, double v, ternRedOp_t op) {
   PERF_CHECK(b, b.allReduce(&v, &v, 1, ternFloat64, op));
   return v;
@@ -166,6 +162,10 @@ void printDevices(Backend& b) {
 }
 
 }  // namespace
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 size_t parseSize(const char* s, const char* prog) {
   char* end;

@@ -11,6 +11,9 @@ namespace ternperf {
 // "64M", "1G", "4096": bytes (exits with the usage on a bad suffix).
 size_t parseSize(const char* s, const char* prog);
 
+// Seconds on the steady clock.
+double now();
+
 struct Sizes {
   size_t sendElems, recvElems;  // buffer sizes (elements) per rank
   size_t count;                 // the "count" column and the call's count argument

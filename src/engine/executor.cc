@@ -70,9 +70,17 @@ void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
 }
 
 // Completions are frequent and usually nobody sleeps on them (the caller
-// drives its own operation): notify only when someone does.
+// drives its own operation): notify only when someone does.  A sleeper
+// increments doneWaiters_ and then tests its predicate, both while it holds
+// m_, and callers change what it tests before they read doneWaiters_, all
+// sequentially consistent: either it sees the change, or we see it, and then
+// taking m_ waits until it is asleep on doneCv_, so the notification cannot
+// slip in between.
 void Executor::wakeWaiters() {
-  if (doneWaiters_.load() > 0) doneCv_.notify_all();
+  if (doneWaiters_.load() > 0) {
+    { std::lock_guard<std::mutex> lk(m_); }
+    doneCv_.notify_all();
+  }
 }
 
 // Runs the rounds while this thread holds the drive token, then lets go;
@@ -407,17 +415,10 @@ void Executor::complete(Operation& op, ternResult_t r, const std::string& err) {
   if (!err.empty()) op.error = err;  // empty since the operation was made
   if (r == ternSuccess) host_.onComplete();
   // No lock unless someone sleeps (the blocking caller usually drives its
-  // own operation): a lock pair less per call.  A sleeper increments
-  // doneWaiters_ and then tests its predicate, both while it holds m_, and
-  // we store and then read doneWaiters_, all sequentially consistent: either
-  // it sees done, or we see it, and then taking m_ waits until it is asleep
-  // on doneCv_, so the notification cannot slip in between.
+  // own operation): a lock pair less per call (see wakeWaiters()).
   op.done.store(true);
   outstanding_.fetch_sub(1);
-  if (doneWaiters_.load() > 0) {
-    { std::lock_guard<std::mutex> lk(m_); }
-    doneCv_.notify_all();
-  }
+  wakeWaiters();
 }
 
 // A failure fails the communicator: every admitted operation ends with the
