@@ -112,7 +112,7 @@ void resetPhase(Phase& ph) {
 // Every field of Operation: one added there is reset here.
 void Operation::reset() {
   desc = OpDesc();
-  level = 4;
+  level = TERN_PRIORITY_DEFAULT;
   collective = true;
   peer = -1;
   send = false;

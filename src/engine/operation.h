@@ -79,7 +79,7 @@ class OpPool;
 // Operation::reset (operation.cc).
 struct Operation {
   OpDesc desc;
-  int level = 4;
+  int level = TERN_PRIORITY_DEFAULT;
   bool collective = true;   // a collective waits for every earlier operation of its level
   int peer = -1;            // p2p: the other rank
   bool send = false;        // p2p: direction
