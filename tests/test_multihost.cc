@@ -74,6 +74,18 @@ constexpr bool kUcxBuilt = true;
 constexpr bool kUcxBuilt = false;
 #endif
 
+// An active RDMA port, read from sysfs (independently of tern's own
+// rdma-core probe): only then may auto carry traffic between hosts over UCX.
+bool sysfsHasActiveRdmaPort() {
+  FILE* f = popen("cat /sys/class/infiniband/*/ports/*/state 2>/dev/null", "r");
+  if (!f) return false;
+  char line[128];
+  bool active = false;
+  while (fgets(line, sizeof line, f)) active = active || strstr(line, "ACTIVE") != nullptr;
+  pclose(f);
+  return active;
+}
+
 int multiHostBody(RankCtx& ctx, const Hosts& hosts, const std::string& transport) {
   if (!enterHost(hosts.name(hostOf(ctx.rank)))) return failf(ctx, "cannot enter the host's namespace");
   setenv("TERN_RANK", std::to_string(ctx.rank).c_str(), 1);
@@ -92,14 +104,15 @@ int multiHostBody(RankCtx& ctx, const Hosts& hosts, const std::string& transport
   if (ring != want) fails += failf(ctx, "ring order is not host-contiguous");
   for (int p = 0; p < ctx.nranks; ++p) {
     std::string got = ternCommPeerTransport(comm, p);
-    // auto: shm inside a host, UCX between hosts when built with it, else
-    // tcp; "mixed": host 0 says TERN_NET=tcp, so its pairs settle on tcp.
+    // auto: shm inside a host, UCX between hosts when built with it and the
+    // host has an active RDMA port (never here), else tcp; "mixed": host 0
+    // says TERN_NET=tcp, so its pairs settle on tcp.
     bool sameHost = hostOf(p) == hostOf(ctx.rank);
     bool tcpHost = transport == "mixed" && (hostOf(p) == 0 || hostOf(ctx.rank) == 0);
     std::string expect = p == ctx.rank                                   ? "self"
                          : transport == "tcp" || transport == "ucx"      ? transport
                          : sameHost                                      ? "shm"
-                         : kUcxBuilt && !tcpHost                         ? "ucx"
+                         : kUcxBuilt && sysfsHasActiveRdmaPort() && !tcpHost ? "ucx"
                                                                          : "tcp";
     if (got != expect)
       fails += failf(ctx, "transport to rank %d is %s, want %s", p, got.c_str(), expect.c_str());

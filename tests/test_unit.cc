@@ -11,6 +11,7 @@
 #include "base/socket.h"
 #include "topology/rdma.h"
 #include "transport/fifo.h"
+#include "transport/registry.h"
 
 namespace tern {
 namespace {
@@ -130,6 +131,25 @@ TEST(Rdma, SuggestsActivePortsForUcx) {
   ports[1] = {"mlx5_1", 1, "Ethernet", "DOWN", 0, ""};
   ports[2] = {"mlx5_2", 2, "Ethernet", "ACTIVE", 100, ""};
   EXPECT_EQ(suggestUcxNetDevices(ports), "mlx5_0:1,mlx5_2:2");
+}
+
+TEST(Rdma, ActivePortDecides) {
+  std::vector<RdmaPort> ports(1);
+  ports[0] = {"mlx5_1", 1, "Ethernet", "DOWN", 0, ""};
+  EXPECT_FALSE(hasActiveRdmaPort(ports));
+  ports[0].state = "ACTIVE";
+  EXPECT_TRUE(hasActiveRdmaPort(ports));
+  EXPECT_FALSE(hasActiveRdmaPort({}));
+}
+
+// Across hosts auto takes UCX only where it carries RDMA: over plain TCP
+// tern's own tcp was faster (issue 24).  TERN_NET names win either way.
+TEST(Registry, AutoTakesUcxAcrossHostsOnlyWithRdma) {
+  EXPECT_TRUE(autoUsesUcx("auto", true, true));
+  EXPECT_FALSE(autoUsesUcx("auto", true, false));
+  EXPECT_FALSE(autoUsesUcx("auto", false, true));
+  EXPECT_TRUE(autoUsesUcx("ucx", true, false));
+  EXPECT_FALSE(autoUsesUcx("tcp", true, true));
 }
 
 }  // namespace

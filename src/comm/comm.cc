@@ -121,7 +121,11 @@ void orderRing(Comm& c) {
 // once an operation uses them.
 ternResult_t setupTransports(Comm& c, Mesh& m) {
   const Deadline d = m.d;
-  TERN_CHECK(makeTransports(c.cfg, &c.transports));
+  TERN_CHECK(makeTransports(c.cfg, hostHasActiveRdma(), &c.transports));
+  if (c.cfg.transport == "auto")
+    TERN_LOG(Info, "across hosts: %s (TERN_NET=%s, %s)",
+             autoUsesUcx(c.cfg.net, ucxAvailable(), hostHasActiveRdma()) ? "ucx" : "tcp",
+             c.cfg.net.c_str(), hostHasActiveRdma() ? "an active RDMA port" : "no active RDMA port");
   for (auto& lv : c.conns) lv.resize(c.nranks);
   for (int p = 0; p < c.nranks; ++p) {
     PeerFacts f{c.rank, p, c.peers[p].hostHash == c.peers[c.rank].hostHash};
@@ -168,7 +172,7 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   if (const char* bad = ternaryConfigProblem(c->ternary->cfg))
     return setError(ternInvalidArgument, std::string("TERN_TERNARY_*: ") + bad);
   TERN_CHECK(resolveConfig(user, &c->cfg, &c->ternary->cfg));
-  TERN_CHECK(makeTransports(c->cfg, &c->transports));  // checks TERN_TRANSPORT / TERN_NET early
+  TERN_CHECK(makeTransports(c->cfg, hostHasActiveRdma(), &c->transports));  // checks TERN_TRANSPORT / TERN_NET early
   Deadline d = deadlineAfter(c->cfg.timeoutSec);
   SockAddr bindAddr, listenAddr;
   std::string ifname;

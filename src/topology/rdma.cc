@@ -85,6 +85,19 @@ std::string suggestUcxNetDevices(const std::vector<RdmaPort>& ports) {
   return s;
 }
 
+bool hasActiveRdmaPort(const std::vector<RdmaPort>& ports) {
+  return !suggestUcxNetDevices(ports).empty();
+}
+
+bool hostHasActiveRdma() {
+  static const bool active = [] {
+    std::vector<RdmaPort> ports;
+    listRdmaPorts(&ports);
+    return hasActiveRdmaPort(ports);
+  }();
+  return active;
+}
+
 void reportRdmaOnce() {
   static std::once_flag once;
   std::call_once(once, [] {

@@ -23,6 +23,11 @@ struct RdmaPort {
 ternResult_t listRdmaPorts(std::vector<RdmaPort>* ports);
 // "mlx5_0:1,mlx5_1:1" for the active ports, or "" when there are none.
 std::string suggestUcxNetDevices(const std::vector<RdmaPort>& ports);
+// Whether some port is ACTIVE (what makes UCX worth taking across hosts).
+bool hasActiveRdmaPort(const std::vector<RdmaPort>& ports);
+// The same for this host, read once per process (opening every device is
+// not free, and ports do not come and go during a job).
+bool hostHasActiveRdma();
 // Logs the ports (or that there are none) at INFO, once per process.
 void reportRdmaOnce();
 

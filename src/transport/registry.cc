@@ -57,7 +57,12 @@ class UcxTransport : public Transport {
 
 }  // namespace
 
-ternResult_t makeTransports(const Config& cfg, std::vector<std::unique_ptr<Transport>>* out) {
+bool autoUsesUcx(const std::string& net, bool ucxBuilt, bool rdma) {
+  return net == "ucx" || (net == "auto" && ucxBuilt && rdma);
+}
+
+ternResult_t makeTransports(const Config& cfg, bool rdma,
+                            std::vector<std::unique_ptr<Transport>>* out) {
   const std::string& t = cfg.transport;
   if (t != "auto" && t != "shm" && t != "tcp" && t != "ucx")
     return setError(ternInvalidArgument, "TERN_TRANSPORT='" + t + "' is not one of auto, shm, tcp, ucx");
@@ -69,10 +74,7 @@ ternResult_t makeTransports(const Config& cfg, std::vector<std::unique_ptr<Trans
   out->clear();
   out->push_back(std::make_unique<SelfTransport>());
   if (t == "auto" || t == "shm") out->push_back(std::make_unique<ShmTransport>());
-  // Across hosts auto prefers UCX (the RDMA path; over plain TCP it measured
-  // level with tern's tcp, perf/RESULTS.md) when this build has it, unless
-  // TERN_NET says otherwise.
-  bool autoUcx = cfg.net == "ucx" || (cfg.net == "auto" && ucxAvailable());
+  bool autoUcx = autoUsesUcx(cfg.net, ucxAvailable(), rdma);
   if (t == "ucx" || (t == "auto" && autoUcx)) out->push_back(std::make_unique<UcxTransport>(t == "ucx"));
   if (t == "auto" || t == "tcp") out->push_back(std::make_unique<TcpTransport>());
   return ternSuccess;

@@ -6,6 +6,7 @@
 // of instances per communicator.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "transport/transport.h"
@@ -26,9 +27,17 @@ class Transport {
   virtual ternResult_t connect(const ConnSetup& s, std::unique_ptr<Conn>* out) = 0;
 };
 
+// Whether TERN_TRANSPORT=auto carries traffic between hosts over UCX: when
+// TERN_NET=ucx, or under TERN_NET=auto when this build has UCX and the host
+// has an active RDMA port (`rdma`).  Without RDMA, UCX runs over TCP and
+// measured 0.54-1.04x tern's own tcp (perf/RESULTS.md), so auto takes tcp.
+bool autoUsesUcx(const std::string& net, bool ucxBuilt, bool rdma);
+
 // The transports this build offers under cfg, in order of preference (self,
-// shm, ucx, tcp); a bad TERN_TRANSPORT / TERN_NET is ternInvalidArgument.
-ternResult_t makeTransports(const Config& cfg, std::vector<std::unique_ptr<Transport>>* out);
+// shm, ucx, tcp); `rdma`: the host has an active RDMA port (see autoUsesUcx).
+// A bad TERN_TRANSPORT / TERN_NET is ternInvalidArgument.
+ternResult_t makeTransports(const Config& cfg, bool rdma,
+                            std::vector<std::unique_ptr<Transport>>* out);
 
 // The first transport that can connect to the peer, or an error saying why
 // none can.
