@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "codec/fifo_quantum.h"
 #include "codec/ternary_cpu.h"
 #include "codec/ternary_math.h"
 
@@ -26,6 +27,18 @@ TEST(Philox, KnownAnswers) {
     uint32_t c[4] = {k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]};
     philox4x32_10(c, k.key[0], k.key[1]);
     for (int j = 0; j < 4; ++j) EXPECT_EQ(c[j], k.out[j]) << j;
+  }
+}
+
+// Every code width a job of n ranks uses (4*w bytes per 32-element group)
+// and the page size divide the fifo quantum, so nothing straddles a wrap.
+TEST(TernaryMath, FifoQuantumFitsEveryWidthOfTheJob) {
+  for (int n : {1, 2, 3, 4, 7, 8, 64, 511, 1000}) {
+    size_t q = ternaryFifoQuantum(n);
+    EXPECT_EQ(q % 4096, 0u) << n;
+    for (int w = 2; w <= std::min(ternaryWidth(n), kTernaryMaxWidth); ++w)
+      EXPECT_EQ(q % (4 * w), 0u) << n << " ranks, width " << w;
+    EXPECT_LE(q, size_t(4096) * 9 * 5 * 7) << n;  // lcm of the widths only, no more
   }
 }
 

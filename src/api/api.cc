@@ -14,6 +14,7 @@
 #include "collectives/collectives.h"
 #include "collectives/ternary.h"
 #include "comm/comm.h"
+#include "comm/config.h"
 #include "comm/env_init.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -108,6 +109,10 @@ OpPtr makeOp(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task) {
   op->task = task ? std::move(task) : makeTask(args, std::move(op->task));
   return op;
 }
+
+// The communicator's ternary allreduce state, made on first use from the
+// options resolved at init (collectives/ternary.h).
+TernaryState& ternaryOf(ternComm* c) { return ternaryState(c->attached, c->cfg.ternary); }
 
 // Runs an operation now, or adds it to the open group.
 ternResult_t launch(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task = nullptr) {
@@ -471,7 +476,7 @@ ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t
   if (count == 0) return ternSuccess;
   CollArgs args = collArgs(OpKind::Ternary, sendbuff, recvbuff, count, datatype, op);
   return launch(comm, args,
-                makeTernaryTask(*comm->ternary, args, tensorHandle, comm->nranks,
+                makeTernaryTask(ternaryOf(comm), args, tensorHandle, comm->nranks,
                                 currentPriority()));
 }
 
@@ -484,8 +489,9 @@ ternResult_t ternAllReduceTernary(const void* sendbuff, void* recvbuff, size_t c
 ternResult_t ternCommGetTernaryConfig(const ternComm_t comm, ternTernaryConfig_t* config) {
   if (!config) return fail(nullptr, ternInvalidArgument, "config is NULL");
   TERN_CHECK(checkComm(comm));
-  std::lock_guard<std::mutex> lk(comm->ternary->mu);
-  *config = comm->ternary->cfg;
+  TernaryState& st = ternaryOf(comm);
+  std::lock_guard<std::mutex> lk(st.mu);
+  *config = st.cfg;
   return ternSuccess;
 }
 
@@ -498,23 +504,26 @@ ternResult_t ternCommSetTernaryConfig(ternComm_t comm, const ternTernaryConfig_t
     return fail(comm, ternInvalidUsage, "ternCommSetTernaryConfig cannot be called inside a group");
   // Calls issued from now on use it; running ones keep the options they
   // were issued with.
-  std::lock_guard<std::mutex> lk(comm->ternary->mu);
-  comm->ternary->cfg = *config;
+  TernaryState& st = ternaryOf(comm);
+  std::lock_guard<std::mutex> lk(st.mu);
+  st.cfg = *config;
   return ternSuccess;
 }
 
 ternResult_t ternCommReleaseTensor(ternComm_t comm, const void* tensorHandle) {
   TERN_CHECK(checkComm(comm));
-  std::lock_guard<std::mutex> lk(comm->ternary->mu);  // a running call keeps its own reference
-  comm->ternary->residuals.erase(tensorHandle);
+  TernaryState& st = ternaryOf(comm);
+  std::lock_guard<std::mutex> lk(st.mu);  // a running call keeps its own reference
+  st.residuals.erase(tensorHandle);
   return ternSuccess;
 }
 
 ternResult_t ternCommGetTernaryStats(const ternComm_t comm, ternTernaryStats_t* stats) {
   if (!stats) return fail(nullptr, ternInvalidArgument, "stats is NULL");
   TERN_CHECK(checkComm(comm));
-  std::lock_guard<std::mutex> lk(comm->ternary->mu);
-  *stats = comm->ternary->stats;
+  TernaryState& st = ternaryOf(comm);
+  std::lock_guard<std::mutex> lk(st.mu);
+  *stats = st.stats;
   return ternSuccess;
 }
 

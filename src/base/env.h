@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <string>
 
+#include "tern/tern.h"
+
 namespace tern {
 
 std::string envString(const char* name, const std::string& dflt);
@@ -29,6 +31,7 @@ struct Config {
   bool blocking = true;    // ternConfig_t.blocking (no env var)
   int flowClasses;         // TERN_FLOW_CLASSES: network flow classes the levels map onto
   int dscp[8];             // TERN_FLOW_DSCP: DSCP per flow class
+  ternTernaryConfig_t ternary{};  // TERN_TERNARY_*, resolved in comm/config.cc
 };
 
 // Reads the environment once per call (comms made later see new values).

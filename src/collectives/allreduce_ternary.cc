@@ -27,29 +27,12 @@
 
 namespace tern {
 
-ternTernaryConfig_t ternaryConfigFromEnv() {
-  ternTernaryConfig_t c;
-  c.seed = static_cast<unsigned long long>(envInt("TERN_TERNARY_SEED", 0x7465726e));
-  c.blockSize = static_cast<int>(envInt("TERN_TERNARY_BLOCK", 256));  // docs/TERNARY.md: why 256
-  const char* clip = getenv("TERN_TERNARY_CLIP");
-  c.clip = clip && *clip ? static_cast<float>(atof(clip)) : 0.0f;
-  c.errorFeedback = static_cast<int>(envInt("TERN_TERNARY_EF", 0));
-  c.minBytes = static_cast<size_t>(envInt("TERN_TERNARY_MIN_BYTES", 64 << 10));
-  return c;
-}
-
-const char* ternaryConfigProblem(const ternTernaryConfig_t& c) {
-  if (c.blockSize < 64 || c.blockSize % 64) return "blockSize must be a positive multiple of 64";
-  if (!(c.clip >= 0)) return "clip must be >= 0 (0 turns clipping off)";
-  if (c.errorFeedback != 0 && c.errorFeedback != 1) return "errorFeedback must be 0 or 1";
-  return nullptr;
-}
-
-size_t ternaryFifoQuantum(int nranks) {
-  size_t q = 4096;  // pages; also a multiple of the 16-byte headers and 8-byte elements
-  for (int w = 2; w <= std::min(ternaryWidth(std::max(nranks, 1)), kTernaryMaxWidth); ++w)
-    q = std::lcm(q, static_cast<size_t>(4 * w));
-  return q;
+TernaryState& ternaryState(Attachments& owner, const ternTernaryConfig_t& initial) {
+  return owner.getOrMake<TernaryState>([&] {
+    auto st = std::make_shared<TernaryState>();
+    st->cfg = initial;
+    return st;
+  });
 }
 
 namespace {

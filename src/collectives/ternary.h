@@ -1,7 +1,8 @@
 // The ternary-compressed allreduce: per-communicator options, state and
-// statistics, and the fifo size every ternary width divides.  The state is
-// shared by concurrent operations (and read by stats calls on other
-// threads): everything in it is guarded by `mu`.
+// statistics.  The state is shared by concurrent operations (and read by
+// stats calls on other threads): everything in it is guarded by `mu`.  Its
+// owner is the communicator's Attachments (base/attachments.h); the options
+// it starts from are resolved with the rest of the config (comm/config.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/attachments.h"
 #include "collectives/collectives.h"
 #include "memory/scratch_pool.h"
 #include "tern/tern.h"
@@ -41,14 +43,9 @@ struct TernaryCall {
   std::shared_ptr<std::vector<float>> residual;  // error feedback on
 };
 
-// Defaults, overridden by TERN_TERNARY_SEED / _BLOCK / _CLIP / _EF / _MIN_BYTES.
-ternTernaryConfig_t ternaryConfigFromEnv();
-// nullptr when valid, else why not.
-const char* ternaryConfigProblem(const ternTernaryConfig_t& cfg);
-
-// Fifo capacities are rounded to a multiple of this so that no header, element
-// or group of any width used with `nranks` ranks straddles the wrap point.
-size_t ternaryFifoQuantum(int nranks);
+// The state attached to `owner` (a communicator's Attachments), made with
+// the options `initial` on first use.
+TernaryState& ternaryState(Attachments& owner, const ternTernaryConfig_t& initial);
 
 // The task of one ternary allreduce (dense when compression does not pay).
 std::unique_ptr<Task> makeTernaryTask(TernaryState& st, const CollArgs& a, const void* handle,

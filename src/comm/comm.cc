@@ -9,7 +9,6 @@
 //   5. start the executor.
 #include "comm/comm.h"
 
-#include "collectives/ternary.h"
 #include "topology/rdma.h"
 #include "topology/topology.h"
 
@@ -164,14 +163,7 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   c->cfg = readConfig();
   c->secret = id.secret;
   setLogRank(rank);
-  // Every ternary width must divide the fifo (see ternaryFifoQuantum).
-  size_t q = ternaryFifoQuantum(nranks);
-  c->cfg.fifoBytes = (c->cfg.fifoBytes + q - 1) / q * q;
-  c->ternary = std::make_unique<TernaryState>();
-  c->ternary->cfg = ternaryConfigFromEnv();
-  if (const char* bad = ternaryConfigProblem(c->ternary->cfg))
-    return setError(ternInvalidArgument, std::string("TERN_TERNARY_*: ") + bad);
-  TERN_CHECK(resolveConfig(user, &c->cfg, &c->ternary->cfg));
+  TERN_CHECK(resolveConfig(user, nranks, &c->cfg));
   TERN_CHECK(makeTransports(c->cfg, hostHasActiveRdma(), &c->transports));  // checks TERN_TRANSPORT / TERN_NET early
   Deadline d = deadlineAfter(c->cfg.timeoutSec);
   SockAddr bindAddr, listenAddr;

@@ -8,15 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "base/attachments.h"
 #include "comm/bootstrap.h"
 #include "base/env.h"
 #include "engine/executor.h"
 #include "transport/registry.h"
 #include "transport/transport.h"
-
-namespace tern {
-struct TernaryState;
-}
 
 struct ternComm : public tern::EngineHost {
   int rank = 0, nranks = 0;
@@ -34,7 +31,9 @@ struct ternComm : public tern::EngineHost {
   std::vector<std::unique_ptr<tern::Conn>> conns[tern::kLevels];  // [level][peer], self included
   std::vector<tern::Conn*> connView[tern::kLevels];                // the same, as plans see them
   std::unique_ptr<tern::Executor> engine;
-  std::unique_ptr<tern::TernaryState> ternary;      // options, call index, residuals
+  // What layers above keep with the communicator (the ternary allreduce's
+  // options, call index and residuals: collectives/ternary.h).
+  tern::Attachments attached;
 
   std::atomic<int> asyncError{ternSuccess};         // first failure, sticky
   std::atomic<bool> aborted{false};

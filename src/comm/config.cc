@@ -4,8 +4,8 @@
 #include <cstring>
 #include <string>
 
-#include "collectives/ternary.h"
 #include "base/error.h"
+#include "codec/fifo_quantum.h"
 
 namespace tern {
 
@@ -32,6 +32,24 @@ ternResult_t copySized(const ternConfig_t* user, ternConfig_t* out) {
 
 }  // namespace
 
+ternTernaryConfig_t ternaryConfigFromEnv() {
+  ternTernaryConfig_t c;
+  c.seed = static_cast<unsigned long long>(envInt("TERN_TERNARY_SEED", 0x7465726e));
+  c.blockSize = static_cast<int>(envInt("TERN_TERNARY_BLOCK", 256));  // docs/TERNARY.md: why 256
+  const char* clip = getenv("TERN_TERNARY_CLIP");
+  c.clip = clip && *clip ? static_cast<float>(atof(clip)) : 0.0f;
+  c.errorFeedback = static_cast<int>(envInt("TERN_TERNARY_EF", 0));
+  c.minBytes = static_cast<size_t>(envInt("TERN_TERNARY_MIN_BYTES", 64 << 10));
+  return c;
+}
+
+const char* ternaryConfigProblem(const ternTernaryConfig_t& c) {
+  if (c.blockSize < 64 || c.blockSize % 64) return "blockSize must be a positive multiple of 64";
+  if (!(c.clip >= 0)) return "clip must be >= 0 (0 turns clipping off)";
+  if (c.errorFeedback != 0 && c.errorFeedback != 1) return "errorFeedback must be 0 or 1";
+  return nullptr;
+}
+
 int flowClassOf(int level, int flowClasses) {
   if (flowClasses == 3) {  // DESIGN.md: levels 0-1, 2-5, 6-7
     static const int three[8] = {0, 0, 1, 1, 1, 1, 2, 2};
@@ -52,7 +70,12 @@ ternResult_t checkFlowConfig(const Config& cfg, const char* where) {
   return ternSuccess;
 }
 
-ternResult_t resolveConfig(const ternConfig_t* user, Config* cfg, ternTernaryConfig_t* ternary) {
+ternResult_t resolveConfig(const ternConfig_t* user, int nranks, Config* cfg) {
+  size_t q = ternaryFifoQuantum(nranks);
+  cfg->fifoBytes = (cfg->fifoBytes + q - 1) / q * q;
+  cfg->ternary = ternaryConfigFromEnv();
+  if (const char* why = ternaryConfigProblem(cfg->ternary))
+    return setError(ternInvalidArgument, std::string("TERN_TERNARY_*: ") + why);
   if (!user) return checkFlowConfig(*cfg, "TERN_FLOW_CLASSES/TERN_FLOW_DSCP");
   ternConfig_t u;
   TERN_CHECK(copySized(user, &u));
@@ -74,7 +97,7 @@ ternResult_t resolveConfig(const ternConfig_t* user, Config* cfg, ternTernaryCon
     ternTernaryConfig_t t{u.ternary.seed, u.ternary.blockSize, u.ternary.clip,
                           u.ternary.errorFeedback, u.ternary.minBytes};
     if (const char* why = ternaryConfigProblem(t)) return bad(std::string("config->ternary: ") + why);
-    *ternary = t;
+    cfg->ternary = t;
   }
   return ternSuccess;
 }

@@ -7,11 +7,17 @@
 
 namespace tern {
 
-// Applies `user` (may be NULL) to cfg and the ternary options.  An older,
-// smaller struct is accepted (the fields it lacks stay unset); a bad magic,
-// a size too small to hold the header or a value out of range is
-// ternInvalidArgument with a sentence naming the field.
-ternResult_t resolveConfig(const ternConfig_t* user, Config* cfg, ternTernaryConfig_t* ternary);
+// Applies `user` (may be NULL) to cfg, whose ternary options come from
+// TERN_TERNARY_* first, and rounds the fifo size so that every ternary code
+// width used with `nranks` ranks divides it.  An older, smaller struct is
+// accepted (the fields it lacks stay unset); a bad magic, a size too small
+// to hold the header or a value out of range is ternInvalidArgument with a
+// sentence naming the field or variable.
+ternResult_t resolveConfig(const ternConfig_t* user, int nranks, Config* cfg);
+// Ternary defaults, overridden by TERN_TERNARY_SEED / _BLOCK / _CLIP / _EF / _MIN_BYTES.
+ternTernaryConfig_t ternaryConfigFromEnv();
+// nullptr when valid, else why not.
+const char* ternaryConfigProblem(const ternTernaryConfig_t& cfg);
 // The flow class (0 = most urgent) a priority level travels in.
 int flowClassOf(int level, int flowClasses);
 // Range checks shared by the environment and the struct.
