@@ -1,5 +1,5 @@
 // The alltoall, gather and scatter tests (alltoall_perf, gather_perf,
-// scatter_perf, and mpi/gloo_alltoall_perf for the side-by-side row):
+// scatter_perf, and the peers' binaries for the side-by-side rows):
 // size = the bytes of all blocks of one rank (count x nranks x element),
 // busbw = algbw x (n-1)/n as nccl-tests.
 // In place: all-to-all on one buffer; gather: the root's block already in
@@ -58,8 +58,8 @@ size_t check(const void* recv, const Sizes& s, ternDataType_t dt, ternRedOp_t, i
 template <Kind kKind>
 bool run(Backend& b, const void* s, void* r, size_t c, ternDataType_t dt, ternRedOp_t, int root) {
   if (kKind == AllToAll) return b.allToAll(s, r, c, dt);
-  if (kKind == Gather) return ternGather(s, r, c, dt, root, b.tern(), nullptr) == ternSuccess;
-  return ternScatter(s, r, c, dt, root, b.tern(), nullptr) == ternSuccess;
+  if (kKind == Gather) return b.gather(s, r, c, dt, root);
+  return b.scatter(s, r, c, dt, root);
 }
 
 double busFactor(int n) { return static_cast<double>(n - 1) / n; }

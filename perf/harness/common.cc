@@ -105,6 +105,31 @@ class TernBackend : public Backend {
   bool allToAll(const void* s, void* r, size_t n, ternDataType_t dt) override {
     return ternAllToAll(s, r, n, dt, comm_, nullptr) == ternSuccess;
   }
+  bool allGather(const void* s, void* r, size_t n, ternDataType_t dt) override {
+    return ternAllGather(s, r, n, dt, comm_, nullptr) == ternSuccess;
+  }
+  bool reduceScatter(const void* s, void* r, size_t n, ternDataType_t dt, ternRedOp_t op) override {
+    return ternReduceScatter(s, r, n, dt, op, comm_, nullptr) == ternSuccess;
+  }
+  bool broadcast(const void* s, void* r, size_t n, ternDataType_t dt, int root) override {
+    return ternBroadcast(s, r, n, dt, root, comm_, nullptr) == ternSuccess;
+  }
+  bool reduce(const void* s, void* r, size_t n, ternDataType_t dt, ternRedOp_t op, int root) override {
+    return ternReduce(s, r, n, dt, op, root, comm_, nullptr) == ternSuccess;
+  }
+  bool gather(const void* s, void* r, size_t n, ternDataType_t dt, int root) override {
+    return ternGather(s, r, n, dt, root, comm_, nullptr) == ternSuccess;
+  }
+  bool scatter(const void* s, void* r, size_t n, ternDataType_t dt, int root) override {
+    return ternScatter(s, r, n, dt, root, comm_, nullptr) == ternSuccess;
+  }
+  bool sendRecv(const void* s, void* r, size_t n, ternDataType_t dt) override {
+    ternGroupStart();
+    ternResult_t a = ternSend(s, n, dt, (rank_ + 1) % size_, comm_, nullptr);
+    ternResult_t b = ternRecv(r, n, dt, (rank_ + size_ - 1) % size_, comm_, nullptr);
+    ternResult_t e = ternGroupEnd();
+    return a == ternSuccess && b == ternSuccess && e == ternSuccess;
+  }
   bool barrier() override { return ternBarrier(comm_) == ternSuccess; }
   const char* lastError() const override { return ternGetLastError(comm_); }
   ternComm_t tern() override { return comm_; }
@@ -221,8 +246,11 @@ int perfMain(int argc, char** argv, const CollTest& test, Backend* backend) {
   printDevices(b);
 
   // One allocation of the largest buffers, pre-faulted, reused for every size.
+  // In place, both sides live in recvbuf (scatter's root sends from it), so
+  // it holds the larger of the two.
   Sizes big = t.sizes(o.maxBytes, 8, nranks, rank);
-  size_t sendBytes = big.sendElems * 8 + 64, recvBytes = big.recvElems * 8 + 64;
+  size_t sendBytes = big.sendElems * 8 + 64;
+  size_t recvBytes = std::max(big.sendElems, big.recvElems) * 8 + 64;
   void* sendbuf = prefaulted(sendBytes);
   void* recvbuf = prefaulted(recvBytes);
 

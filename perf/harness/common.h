@@ -3,6 +3,7 @@
 // CollTest and calls perfMain().
 #pragma once
 #include <cstddef>
+#include <cstdio>
 
 #include "tern/tern.h"
 
@@ -21,8 +22,11 @@ struct Sizes {
   size_t recvInplaceOffset;     // in-place: recvbuff = recvbuff + this many elements
 };
 
-// The library being measured.  tern's collectives go through tern(); the
-// all_reduce comparison also runs over MPI and Gloo through allReduce().
+// The library being measured: tern, or a peer (MPI, Gloo) for the
+// side-by-side tables of perf/compare.  Every collective goes through these
+// calls with tern's meaning of the arguments (count per rank where tern's
+// signature says so; in place as tern defines it); a backend that lacks one
+// returns false and says so in lastError().
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -31,14 +35,30 @@ class Backend {
   virtual const char* transport() const = 0;  // how this rank reaches the next
   virtual bool allReduce(const void* send, void* recv, size_t count, ternDataType_t dt,
                          ternRedOp_t op) = 0;
-  // `count` elements to and from every rank; only backends that have it.
-  virtual bool allToAll(const void* send, void* recv, size_t count, ternDataType_t dt) {
-    (void)send, (void)recv, (void)count, (void)dt;
-    return false;
+  // `count` elements to and from every rank.
+  virtual bool allToAll(const void*, void*, size_t, ternDataType_t) { return lacks("alltoall"); }
+  virtual bool allGather(const void*, void*, size_t, ternDataType_t) { return lacks("allgather"); }
+  virtual bool reduceScatter(const void*, void*, size_t, ternDataType_t, ternRedOp_t) {
+    return lacks("reduce_scatter");
   }
+  virtual bool broadcast(const void*, void*, size_t, ternDataType_t, int) { return lacks("broadcast"); }
+  virtual bool reduce(const void*, void*, size_t, ternDataType_t, ternRedOp_t, int) {
+    return lacks("reduce");
+  }
+  virtual bool gather(const void*, void*, size_t, ternDataType_t, int) { return lacks("gather"); }
+  virtual bool scatter(const void*, void*, size_t, ternDataType_t, int) { return lacks("scatter"); }
+  // A ring shift: send to rank+1 and receive from rank-1 at once.
+  virtual bool sendRecv(const void*, void*, size_t, ternDataType_t) { return lacks("sendrecv"); }
   virtual bool barrier() = 0;
   virtual const char* lastError() const = 0;
   virtual ternComm_t tern() { return nullptr; }
+
+ protected:
+  bool lacks(const char* coll) {
+    snprintf(lacking_, sizeof lacking_, "%s: this backend has no %s", transport(), coll);
+    return false;
+  }
+  char lacking_[96] = "";
 };
 
 struct CollTest {
@@ -77,8 +97,12 @@ size_t countWrongReduction(const void* recv, size_t count, ternDataType_t dt, te
 // (magnitudes equal to their block's scale, so results are exact).
 extern const CollTest kAllReduceTest;
 
-// alltoall (through Backend::allToAll, so the peers run it too), gather and
-// scatter (tern only): size = the bytes of all blocks of one rank.
+// alltoall, gather and scatter: size = the bytes of all blocks of one rank.
 extern const CollTest kAllToAllTest, kGatherTest, kScatterTest;
+// allgather, reduce_scatter, broadcast, reduce, sendrecv (harness/colls_test.cc).
+extern const CollTest kAllGatherTest, kReduceScatterTest, kBroadcastTest, kReduceTest,
+    kSendRecvTest;
+// The test of that name ("all_reduce", "alltoall", ...), or nullptr.
+const CollTest* collTestByName(const char* name);
 
 }  // namespace ternperf
