@@ -2,7 +2,7 @@
 # Installs the Debian packages that tern's build, tests and benchmarks need,
 # only those missing (a fresh Debian bookworm has none of them).
 set -euo pipefail
-pkgs=(cmake g++ make pkg-config libgtest-dev openmpi-bin libopenmpi-dev libgloo-dev libucx-dev libibverbs-dev libhwloc-dev
+pkgs=(cmake g++ make pkg-config libgtest-dev openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev libucx-dev libibverbs-dev libhwloc-dev
       iproute2 python3 python3-dev python3-numpy python3-pytest pybind11-dev python3-torch libtorch-dev
       python3-yaml python3-jsonschema python3-matplotlib dataset-fashion-mnist
       libopenblas0-openmp)
@@ -12,6 +12,8 @@ pkgs=(cmake g++ make pkg-config libgtest-dev openmpi-bin libopenmpi-dev libgloo-
 # hides communication costs no real deployment would hide, so the
 # time-to-accuracy benchmark and the torch tests run with an optimised BLAS;
 # the OpenMP build obeys OMP_NUM_THREADS=1 as the trainers set it.
+# mpich / libmpich-dev: the second MPI of perf/compare's tuned peers; Debian
+# keeps OpenMPI as the default mpirun/mpicc (alternatives priority 50 vs 40).
 # tern-k8s drives kubectl; keep one that is already there (e.g. a cloud SDK's)
 command -v kubectl >/dev/null 2>&1 || pkgs+=(kubernetes-client)
 missing=()

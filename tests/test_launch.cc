@@ -115,8 +115,8 @@ TEST(Launcher, MpirunRunsAPerfBinary) {
 
 // The peers of perf/compare's side-by-side tables check their results with
 // the same harness as tern's: a wrong block layout or in-place handling there
-// would make the comparison meaningless.  Every collective, MPI and Gloo,
-// 3 ranks, out of place and in place.
+// would make the comparison meaningless.  Every collective, OpenMPI, MPICH
+// and Gloo, 3 ranks, out of place and in place.
 class PeerTables : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PeerTables, AreCorrect) {
@@ -124,12 +124,15 @@ TEST_P(PeerTables, AreCorrect) {
   const std::string coll = GetParam();
   const std::string args = " -b 96 -e 96K -f 4 -w 1 -n 2";
   int st;
-  ASSERT_EQ(system("command -v mpirun >/dev/null 2>&1"), 0) << "mpirun not installed";
-  {
-    std::string out = run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
-                          "--oversubscribe --bind-to none -np 3 " + std::string(PERF_DIR) +
-                              "/mpi_" + coll + "_perf" + args, &st);
-    EXPECT_EQ(st, 0) << out;
+  ASSERT_EQ(system("command -v mpirun.openmpi && command -v mpirun.mpich"), 0)
+      << "mpirun.openmpi or mpirun.mpich not installed (scripts/install-deps.sh)";
+  const char* mpis[][2] = {
+      {"OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun.openmpi --oversubscribe "
+       "--bind-to none -np 3 ", "/mpi_"},
+      {"mpirun.mpich -np 3 ", "/mpich_"}};
+  for (auto& m : mpis) {
+    std::string out = run(m[0] + std::string(PERF_DIR) + m[1] + coll + "_perf" + args, &st);
+    EXPECT_EQ(st, 0) << m[1] << ": " << out;
     EXPECT_NE(out.find("# Out of bounds values : 0 OK"), std::string::npos) << out;
   }
   if (coll == "reduce_scatter") return;  // Gloo has none
