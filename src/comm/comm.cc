@@ -116,8 +116,10 @@ void orderRing(Comm& c) {
 
 // Peers are visited in increasing rank order on every rank, which visits the
 // pairs in one global order: the pairwise exchanges below cannot deadlock.
-// Levels other than the default one are set up lazy: they cost memory only
-// once an operation uses them.
+// Every connection is set up lazy: its fifos cost memory only once an
+// operation uses it (Conn::activate), so a job's memory follows the levels
+// and peers it talks to (perf/memory_per_peer: 8 MB per peer when the default
+// level was pre-faulted at init, whether used or not).
 ternResult_t setupTransports(Comm& c, Mesh& m) {
   const Deadline d = m.d;
   TERN_CHECK(makeTransports(c.cfg, hostHasActiveRdma(), &c.transports));
@@ -143,7 +145,7 @@ ternResult_t setupTransports(Comm& c, Mesh& m) {
     for (int level = 0; level < kLevels; ++level) {
       std::unique_ptr<Conn>& conn = c.conns[level][p];
       ConnSetup s{c.rank, p, p == c.rank ? -1 : c.meshFd[p], m.dataFd[level][p], level,
-                  level != TERN_PRIORITY_DEFAULT, &c.cfg, d};
+                  true, &c.cfg, d};
       TERN_CHECK(t->connect(s, &conn));
       if (tcp) m.dataFd[level][p] = -1;  // the connection owns it now
       conn->peer = p;
