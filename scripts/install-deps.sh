@@ -5,13 +5,14 @@ set -euo pipefail
 pkgs=(cmake g++ make pkg-config libgtest-dev openmpi-bin libopenmpi-dev libgloo-dev libucx-dev libibverbs-dev libhwloc-dev
       iproute2 python3 python3-dev python3-numpy python3-pytest pybind11-dev python3-torch libtorch-dev
       python3-yaml python3-jsonschema python3-matplotlib dataset-fashion-mnist
-      libopenblas0-openmp)
+      libopenblas0-openmp tcpdump)
 # libopenblas0-openmp: Debian's torch calls whatever libblas.so.3 the system
 # provides, and without it that is the reference BLAS, 8x slower at the
 # models' matrix products (5 vs 42 GFLOP/s, one core).  Such slow compute
 # hides communication costs no real deployment would hide, so the
 # time-to-accuracy benchmark and the torch tests run with an optimised BLAS;
 # the OpenMP build obeys OMP_NUM_THREADS=1 as the trainers set it.
+# tcpdump: the switch test bed (perf/switch_bed) shows the DSCP on the wire.
 # tern-k8s drives kubectl; keep one that is already there (e.g. a cloud SDK's)
 command -v kubectl >/dev/null 2>&1 || pkgs+=(kubernetes-client)
 missing=()
