@@ -138,7 +138,7 @@ TEST(FlowDscp, BadValuesAreRefusedWithASentence) {
   expectRefused("46,18,8", &cfg, "has 3 values for 2 flow classes");
   cfg = TERN_CONFIG_INITIALIZER;
   cfg.flowClasses = 9;
-  expectRefused(nullptr, &cfg, "config->flowClasses 9 is not in 1..8");
+  expectRefused(nullptr, &cfg, "config->flowClasses: flow classes 9 is not in 1..8");
   // Accepted: two classes with their own list; a struct that sets every
   // class never reads the (bad) environment.
   setenv("TERN_FLOW_DSCP", "46,8", 1);

@@ -156,7 +156,7 @@ ternResult_t resolveFlows(const ternConfig_t* u, Config* cfg) {
                     std::string(u && u->flowClasses != TERN_CONFIG_UNDEF_INT
                                     ? "ternCommInitRankConfig: config->flowClasses"
                                     : "TERN_FLOW_CLASSES") +
-                        " " + std::to_string(cfg->flowClasses) + " is not in 1..8");
+                        ": flow classes " + std::to_string(cfg->flowClasses) + " is not in 1..8");
   return resolveDscp(u, cfg);
 }
 
