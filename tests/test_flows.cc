@@ -101,6 +101,22 @@ INSTANTIATE_TEST_SUITE_P(
                       Marking{"off", "0,0,0", {-1, -1, -1}, {0, 0, 0}}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// IPv6 sockets carry the mark in the traffic class; DSCP 0 leaves a socket
+// as the kernel made it.  (No connection needed: the options stick to the socket.)
+TEST(MarkSocket, Ipv6TrafficClassAndUnmarked) {
+  int fd6 = socket(AF_INET6, SOCK_STREAM, 0);
+  ASSERT_GE(fd6, 0);
+  ASSERT_EQ(tern::markSocket(fd6, 46, 6), ternSuccess);
+  EXPECT_EQ(sockInt(fd6, IPPROTO_IPV6, IPV6_TCLASS), 0xb8);
+  EXPECT_EQ(sockInt(fd6, SOL_SOCKET, SO_PRIORITY), 6);
+  close(fd6);
+  int fd4 = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(tern::markSocket(fd4, 0, 6), ternSuccess);
+  EXPECT_EQ(sockInt(fd4, IPPROTO_IP, IP_TOS), 0);
+  EXPECT_EQ(sockInt(fd4, SOL_SOCKET, SO_PRIORITY), 0);
+  close(fd4);
+}
+
 // A one-rank communicator is enough to check what is refused (no sockets).
 ternResult_t initOne(const ternConfig_t* cfg) {
   ternUniqueId id;
