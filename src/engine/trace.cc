@@ -1,5 +1,6 @@
 #include "engine/trace.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 
@@ -17,10 +18,18 @@ int64_t nowUs() {
       .count();
 }
 
-std::string pathFor(const std::string& spec, int rank) {
+// The k-th communicator a process makes (k > 0) writes FILE...comm<k>.json,
+// so a process with several communicators keeps every timeline.
+std::string pathFor(const std::string& spec, int rank, int k) {
   size_t at = spec.find("%r");
-  if (at == std::string::npos) return spec + ".rank" + std::to_string(rank) + ".json";
-  return spec.substr(0, at) + std::to_string(rank) + spec.substr(at + 2);
+  std::string p = at == std::string::npos
+                      ? spec + ".rank" + std::to_string(rank) + ".json"
+                      : spec.substr(0, at) + std::to_string(rank) + spec.substr(at + 2);
+  if (k == 0) return p;
+  const std::string ext = ".json";
+  bool json = p.size() >= ext.size() && p.compare(p.size() - ext.size(), ext.size(), ext) == 0;
+  if (json) p.resize(p.size() - ext.size());
+  return p + ".comm" + std::to_string(k) + (json ? ext : "");
 }
 
 uint64_t bytesOf(const Operation& op) {
@@ -33,7 +42,8 @@ std::unique_ptr<Trace> Trace::fromEnv(int rank, const int classOf[TERN_PRIORITY_
   std::string spec = envString("TERN_TRACE", "");
   if (spec.empty()) return nullptr;
   size_t cap = static_cast<size_t>(std::max<long long>(envInt("TERN_TRACE_EVENTS", 100000), 1));
-  return std::unique_ptr<Trace>(new Trace(pathFor(spec, rank), rank, classOf, cap));
+  static std::atomic<int> made{0};
+  return std::unique_ptr<Trace>(new Trace(pathFor(spec, rank, made++), rank, classOf, cap));
 }
 
 Trace::Trace(std::string path, int rank, const int classOf[TERN_PRIORITY_LEVELS], size_t cap)

@@ -2,7 +2,8 @@
 // communicator: kind, bytes, level, flow class, peer, and when it was issued,
 // began and completed, so a user sees in a trace viewer that urgent work
 // overtook bulk work.  One file per rank ("%r" in FILE is the rank, else
-// FILE.rank<R>.json), written when the communicator is destroyed or aborted.
+// FILE.rank<R>.json; a process's k-th communicator after the first adds
+// .comm<k>), written when the communicator is destroyed or aborted.
 // The format is documented in docs/ENV.md (TERN_TRACE).
 //
 // Cost: nothing unless TERN_TRACE is set (the hooks test a null pointer).
