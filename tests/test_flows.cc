@@ -227,8 +227,8 @@ TEST_P(FlowStats, EachClassCountsOnlyWhatItCarried) {
   expectAllRanksOk(runRanks(2, transportEnv(GetParam()), statsBody, 1, 60));
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, FlowStats, ::testing::Values("tcp", "shm"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Transports, FlowStats, ::testing::ValuesIn(testTransports()),
+                         [](const auto& info) { return testName(info.param); });
 
 // A peer killed while operations of every class wait on it: all of them
 // fail within the timeout, not only the class whose connection broke first.
@@ -344,6 +344,31 @@ TEST(FlowTrace, UrgentWorkIssuedAfterBulkCompletesBeforeIt) {
     EXPECT_GT(urgent->issue, bulk->issue);
     EXPECT_LT(urgent->end, bulk->end) << "the urgent allreduce did not overtake the bulk one";
   }
+}
+
+// An aborted communicator writes its trace too (what ran before the abort).
+TEST(FlowTrace, AbortWritesTheTrace) {
+  std::string spec = "/tmp/tern_trace_abort_" + std::to_string(getpid()) + ".json";
+  setenv("TERN_TRACE", spec.c_str(), 1);
+  ternUniqueId id;
+  ASSERT_EQ(ternGetUniqueId(&id), ternSuccess);
+  ternComm_t comm = nullptr;
+  ASSERT_EQ(ternCommInitRank(&comm, 1, id, 0), ternSuccess);
+  unsetenv("TERN_TRACE");
+  std::vector<float> x(1024, 1.0f);
+  ternSetPriority(2);
+  ASSERT_EQ(ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr), ternSuccess);
+  ternSetPriority(TERN_PRIORITY_DEFAULT);
+  ASSERT_EQ(ternCommAbort(comm), ternSuccess);
+  std::string path = spec + ".rank0.json";
+  std::vector<TracedOp> ops;
+  ASSERT_NO_THROW(ops = readTrace(path)) << path;
+  unlink(path.c_str());
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].kind, "allreduce");
+  EXPECT_EQ(ops[0].level, 2);
+  EXPECT_EQ(ops[0].flowClass, 1);
+  EXPECT_EQ(ops[0].bytes, 4096.0);
 }
 
 }  // namespace
