@@ -177,6 +177,20 @@ ternResult_t ternRecvAnySource(void* recvbuff, size_t count, ternDataType_t data
 typedef struct { unsigned long long bytesSent, bytesRecv, ops; } ternCommStats_t;
 ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats);
 
+/* The same bytes per network flow class (levels map onto classes as
+ * ternConfig_t.flowClasses says; class 0 is the most urgent), and each
+ * class's DSCP.  Set stats->size = sizeof(ternFlowStats_t) first: the struct
+ * grows by appending fields and an older caller's smaller one is filled as
+ * far as it reaches. */
+typedef struct {
+  size_t size;                                        /* set by the caller */
+  int flowClasses;                                    /* entries in use below */
+  int dscp[TERN_PRIORITY_LEVELS];                     /* each class's mark (0: unmarked) */
+  unsigned long long bytesSent[TERN_PRIORITY_LEVELS]; /* put on the wire, per class */
+  unsigned long long bytesRecv[TERN_PRIORITY_LEVELS]; /* taken off it, per class */
+} ternFlowStats_t;
+ternResult_t ternCommGetFlowStats(const ternComm_t comm, ternFlowStats_t* stats);
+
 /* ---- Ternary-compressed allreduce: options, error feedback, accounting ---- */
 
 typedef struct {

@@ -2,6 +2,7 @@
 // executor (or for the open group).  Every failure returns a ternResult_t
 // with a sentence for ternGetLastError; nothing aborts the caller.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -323,6 +324,24 @@ ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats) {
   stats->bytesSent = sent;
   stats->bytesRecv = recv;
   stats->ops = comm->opsDone.load();
+  return ternSuccess;
+}
+
+ternResult_t ternCommGetFlowStats(const ternComm_t comm, ternFlowStats_t* stats) {
+  TERN_CHECK(checkQuery(comm, stats, "stats"));
+  if (stats->size < offsetof(ternFlowStats_t, flowClasses))
+    return fail(nullptr, ternInvalidArgument,
+                "stats->size " + std::to_string(stats->size) +
+                    " is too small for a ternFlowStats_t (set it to sizeof(ternFlowStats_t))");
+  ternFlowStats_t all{};
+  all.size = std::min(stats->size, sizeof all);
+  all.flowClasses = comm->cfg.flowClasses;
+  std::copy(comm->cfg.dscp, comm->cfg.dscp + TERN_PRIORITY_LEVELS, all.dscp);
+  uint64_t sent[TERN_PRIORITY_LEVELS], recv[TERN_PRIORITY_LEVELS];
+  comm->wireBytesByClass(sent, recv);
+  std::copy(sent, sent + TERN_PRIORITY_LEVELS, all.bytesSent);
+  std::copy(recv, recv + TERN_PRIORITY_LEVELS, all.bytesRecv);
+  memcpy(stats, &all, all.size);  // an older, smaller struct gets what it has room for
   return ternSuccess;
 }
 

@@ -55,16 +55,10 @@ Config readConfig() {
   c.pinMode = envString("TERN_PIN_PROGRESS", "auto");
   c.gpu = static_cast<int>(envInt("TERN_GPU", -1));
   c.flowClasses = static_cast<int>(envInt("TERN_FLOW_CLASSES", 3));
-  // EF, AF21, CS1 (DESIGN.md); classes past the third default to best effort.
-  int dflt[8] = {46, 18, 8, 0, 0, 0, 0, 0};
-  std::string list = envString("TERN_FLOW_DSCP", "");
-  for (int i = 0; i < 8; ++i) c.dscp[i] = dflt[i];
-  for (size_t pos = 0, i = 0; !list.empty() && i < 8; ++i) {
-    c.dscp[i] = atoi(list.c_str() + pos);
-    pos = list.find(',', pos);
-    if (pos == std::string::npos) break;
-    ++pos;
-  }
+  // Checked and turned into dscp[] with the config struct (comm/config.cc):
+  // its count must match the flow classes, which the struct may change.
+  c.dscpList = envString("TERN_FLOW_DSCP", "");
+  for (int& d : c.dscp) d = 0;
   return c;
 }
 

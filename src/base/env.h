@@ -30,7 +30,8 @@ struct Config {
   std::string ucxNetDevices;  // decided from the topology, for UCX (not an env var)
   bool blocking = true;    // ternConfig_t.blocking (no env var)
   int flowClasses;         // TERN_FLOW_CLASSES: network flow classes the levels map onto
-  int dscp[8];             // TERN_FLOW_DSCP: DSCP per flow class
+  int dscp[8];             // DSCP per flow class, resolved by comm/config.cc
+  std::string dscpList;    // TERN_FLOW_DSCP as given ("46,18,8"; empty: defaults)
   ternTernaryConfig_t ternary{};  // TERN_TERNARY_*, resolved in comm/config.cc
 };
 

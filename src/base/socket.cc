@@ -239,6 +239,27 @@ void setNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+ternResult_t markSocket(int fd, int dscp, int soPriority) {
+  if (dscp == 0) return ternSuccess;
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return setSysError("cannot mark a socket with DSCP " + std::to_string(dscp));
+  const int tos = dscp << 2;  // DSCP is the top 6 bits of the TOS / traffic class byte
+  int ok = 0;
+  if (ss.ss_family == AF_INET6) {
+    ok = setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof tos);
+    // A v4-mapped peer's packets are IPv4: they take IP_TOS (may be refused on pure v6).
+    (void)setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof tos);
+  } else {
+    ok = setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof tos);
+  }
+  // After IP_TOS: setting it overwrites the priority with the legacy TOS map.
+  if (ok == 0) ok = setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &soPriority, sizeof soPriority);
+  if (ok != 0) return setSysError("cannot mark a socket with DSCP " + std::to_string(dscp));
+  return ternSuccess;
+}
+
 void closeFd(int& fd) {
   if (fd >= 0) close(fd);
   fd = -1;

@@ -41,6 +41,11 @@ ternResult_t sendAll(int fd, const void* buf, size_t n, Deadline d);
 ternResult_t recvAll(int fd, void* buf, size_t n, Deadline d);
 void setNonBlocking(int fd, bool on);
 void setNoDelay(int fd);
+// Marks a connected TCP socket with a flow class's DSCP: IP_TOS (IPv4 and
+// v4-mapped) or IPV6_TCLASS carries dscp << 2 in every packet, then
+// SO_PRIORITY (the kernel resets it whenever IP_TOS is set) picks the band
+// of the host's own qdisc.  dscp 0 leaves the socket unmarked.
+ternResult_t markSocket(int fd, int dscp, int soPriority);
 void closeFd(int& fd);
 
 // A port free on 127.0.0.1 right now (tests and benchmarks that start a job

@@ -16,10 +16,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "comm/config.h"
+#include "engine/trace.h"
 #include "base/error.h"
 #include "base/gate.h"
 #include "transport/registry.h"
@@ -81,11 +83,17 @@ ternResult_t formMesh(Comm& c, Mesh& m) {
   c.meshFd.assign(c.nranks, -1);
   for (auto& v : m.dataFd) v.assign(c.nranks, -1);
   for (int p = 0; p < c.rank; ++p) TERN_CHECK(connectSlots(c, m, p, 0, 0));
-  return acceptUntil(c, m, [&] {
+  TERN_CHECK(acceptUntil(c, m, [&] {
     for (int p = c.rank + 1; p < c.nranks; ++p)
       if (c.meshFd[p] < 0) return false;
     return true;
-  });
+  }));
+  // Control traffic travels in the most urgent class (as NCCL_IB_FIFO_TC
+  // does for NCCL's fifo): a failure notice must not queue behind bulk data.
+  const FlowMark urgent = flowMarkOf(c.cfg, 0);
+  for (int fd : c.meshFd)
+    if (fd >= 0) TERN_CHECK(markSocket(fd, urgent.dscp, urgent.soPriority));
+  return ternSuccess;
 }
 
 // A tcp pair's level sockets, at the pair's turn in setupTransports.
@@ -145,10 +153,11 @@ ternResult_t setupTransports(Comm& c, Mesh& m) {
     for (int level = 0; level < kLevels; ++level) {
       std::unique_ptr<Conn>& conn = c.conns[level][p];
       ConnSetup s{c.rank, p, p == c.rank ? -1 : c.meshFd[p], m.dataFd[level][p], level,
-                  true, &c.cfg, d};
+                  true, &c.cfg, d, flowMarkOf(c.cfg, level)};
       TERN_CHECK(t->connect(s, &conn));
       if (tcp) m.dataFd[level][p] = -1;  // the connection owns it now
       conn->peer = p;
+      conn->flowClass = s.mark.flowClass;
       c.connView[level].push_back(conn.get());
     }
   }
@@ -167,6 +176,7 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   setLogRank(rank);
   TERN_CHECK(resolveConfig(user, nranks, &c->cfg));
   TERN_CHECK(makeTransports(c->cfg, hostHasActiveRdma(), &c->transports));  // checks TERN_TRANSPORT / TERN_NET early
+  TERN_LOG(Info, "%s", describeFlows(c->cfg).c_str());
   Deadline d = deadlineAfter(c->cfg.timeoutSec);
   SockAddr bindAddr, listenAddr;
   std::string ifname;
@@ -193,6 +203,8 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   orderRing(*c);
   c->startBookkeeping();
   c->engine = std::make_unique<Executor>(*c, rank, c->cfg.timeoutSec, c->cfg.priorityHoldSec);
+  c->trace = Trace::fromEnv(rank, flowClassTable(c->cfg).data());
+  c->engine->setTrace(c->trace.get());
   if (!bindCpus.empty() && !c->engine->bindTo(bindCpus))
     TERN_LOG(Warn, "could not bind the progress thread to CPUs %s", formatPus(bindCpus).c_str());
   reportRdmaOnce();
@@ -231,6 +243,7 @@ void ternComm::issue(const std::vector<OpPtr>& ops, bool wake) {
     if (op->collective) op->desc.seq = collSeq[op->level]++;
     else if (op->send) op->desc.seq = p2pSeq[static_cast<size_t>(op->peer) * kLevels + op->level]++;
     TERN_LOG(Trace, "issue %s", describe(op->desc).c_str());
+    if (trace) trace->issued(*op);
   }
   engine->submit(ops, wake);
 }
@@ -331,14 +344,22 @@ ternResult_t ternComm::checkHealth() {
                   failReason.empty() ? std::string("the communicator failed earlier") : failReason);
 }
 
-void ternComm::wireBytes(uint64_t* sent, uint64_t* recv) const {
-  *sent = *recv = 0;
+void ternComm::wireBytesByClass(uint64_t* sent, uint64_t* recv) const {
+  std::fill(sent, sent + kLevels, 0);
+  std::fill(recv, recv + kLevels, 0);
   for (auto& lv : conns)
     for (auto& c : lv) {
       if (c->peer == rank) continue;
-      *sent += c->bytesSent.load(std::memory_order_relaxed);
-      *recv += c->bytesRecv.load(std::memory_order_relaxed);
+      sent[c->flowClass] += c->bytesSent.load(std::memory_order_relaxed);
+      recv[c->flowClass] += c->bytesRecv.load(std::memory_order_relaxed);
     }
+}
+
+void ternComm::wireBytes(uint64_t* sent, uint64_t* recv) const {
+  uint64_t s[kLevels], r[kLevels];
+  wireBytesByClass(s, r);
+  *sent = *recv = 0;
+  for (int k = 0; k < kLevels; ++k) *sent += s[k], *recv += r[k];
 }
 
 const char* ternComm::transportName(int peer) const {
@@ -368,6 +389,7 @@ ternComm::~ternComm() {
     engine->stop();
     engine.reset();   // nothing uses conns after this
   }
+  if (trace) trace->write();  // after the drain: every operation has ended
   for (auto& lv : conns) lv.clear();
   transports.clear();  // after the connections (UCX's worker outlives its endpoints)
   for (int& fd : meshFd) closeFd(fd);

@@ -30,6 +30,7 @@ struct ternComm : public tern::EngineHost {
   std::vector<std::unique_ptr<tern::Transport>> transports;     // from the registry
   std::vector<std::unique_ptr<tern::Conn>> conns[tern::kLevels];  // [level][peer], self included
   std::vector<tern::Conn*> connView[tern::kLevels];                // the same, as plans see them
+  std::unique_ptr<tern::Trace> trace;                // TERN_TRACE (null: off)
   std::unique_ptr<tern::Executor> engine;
   // What layers above keep with the communicator (the ternary allreduce's
   // options, call index and residuals: collectives/ternary.h).
@@ -58,6 +59,8 @@ struct ternComm : public tern::EngineHost {
   void refreshLiveness();
   // Bytes put on / taken off the wire (self connections never leave).
   void wireBytes(uint64_t* sent, uint64_t* recv) const;
+  // The same per flow class (kLevels entries; classes past cfg.flowClasses stay 0).
+  void wireBytesByClass(uint64_t* sent, uint64_t* recv) const;
   const char* transportName(int peer) const;
 
   // The communicator's latest failure sentence, stamped (base/error.h) so

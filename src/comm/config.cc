@@ -1,8 +1,12 @@
 #include "comm/config.h"
 
 #include <cstddef>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "codec/fifo_quantum.h"
@@ -58,16 +62,120 @@ int flowClassOf(int level, int flowClasses) {
   return level * flowClasses / TERN_PRIORITY_LEVELS;
 }
 
-ternResult_t checkFlowConfig(const Config& cfg, const char* where) {
-  if (cfg.flowClasses < 1 || cfg.flowClasses > TERN_PRIORITY_LEVELS)
-    return setError(ternInvalidArgument, std::string(where) + ": flow classes " +
-                                             std::to_string(cfg.flowClasses) + " is not in 1..8");
-  for (int i = 0; i < cfg.flowClasses; ++i)
-    if (cfg.dscp[i] < 0 || cfg.dscp[i] > 63)
-      return setError(ternInvalidArgument, std::string(where) + ": DSCP " +
-                                               std::to_string(cfg.dscp[i]) + " of flow class " +
-                                               std::to_string(i) + " is not in 0..63");
+// SO_PRIORITY by the class's rank, in the kernel's TC_PRIO_* terms, which
+// the default qdiscs (pfifo_fast, prio) map to bands 0/1/2: the most urgent
+// class is INTERACTIVE (6, band 0), the least urgent BULK (2, band 2), any
+// between BESTEFFORT (0, band 1).  Not the legacy TOS map, which would put
+// EF (0xb8) in INTERACTIVE_BULK, and all within 0..6 (no CAP_NET_ADMIN).
+int flowSoPriority(int flowClass, int flowClasses) {
+  if (flowClasses > 1 && flowClass == 0) return 6;
+  if (flowClasses > 1 && flowClass == flowClasses - 1) return 2;
+  return 0;
+}
+
+std::array<int, TERN_PRIORITY_LEVELS> flowClassTable(const Config& cfg) {
+  std::array<int, TERN_PRIORITY_LEVELS> t{};
+  for (int l = 0; l < TERN_PRIORITY_LEVELS; ++l) t[l] = flowClassOf(l, cfg.flowClasses);
+  return t;
+}
+
+FlowMark flowMarkOf(const Config& cfg, int level) {
+  int k = flowClassOf(level, cfg.flowClasses);
+  return FlowMark{k, cfg.dscp[k], flowSoPriority(k, cfg.flowClasses)};
+}
+
+std::string describeFlows(const Config& cfg) {
+  std::string s = "flow classes (level -> DSCP, TOS byte, SO_PRIORITY):";
+  for (int lo = 0; lo < TERN_PRIORITY_LEVELS;) {
+    FlowMark m = flowMarkOf(cfg, lo);
+    int hi = lo;
+    while (hi + 1 < TERN_PRIORITY_LEVELS && flowClassOf(hi + 1, cfg.flowClasses) == m.flowClass) ++hi;
+    char buf[96];
+    snprintf(buf, sizeof buf, " levels %d-%d -> class %d DSCP %d (0x%02x, %d)%s", lo, hi,
+             m.flowClass, m.dscp, m.dscp << 2, m.dscp ? m.soPriority : 0,
+             hi + 1 < TERN_PRIORITY_LEVELS ? ";" : "");
+    s += buf;
+    lo = hi + 1;
+  }
+  bool on = false;
+  for (int k = 0; k < cfg.flowClasses; ++k) on |= cfg.dscp[k] != 0;
+  return s + (on ? "; control sockets take class 0's mark" : "; marking off (all DSCP 0)");
+}
+
+namespace {
+
+// Defaults (DESIGN.md): EF for the most urgent class, CS1 for the least
+// urgent, AF21 between; a single class has no one to overtake and stays
+// unmarked.
+void defaultDscp(int n, int* dscp) {
+  for (int k = 0; k < TERN_PRIORITY_LEVELS; ++k) dscp[k] = 0;
+  if (n < 2) return;
+  for (int k = 0; k < n; ++k) dscp[k] = k == 0 ? 46 : k == n - 1 ? 8 : 18;
+}
+
+ternResult_t badDscpEnv(const std::string& list, const std::string& why) {
+  return setError(ternInvalidArgument, "TERN_FLOW_DSCP=\"" + list + "\" " + why);
+}
+
+// Exactly n comma-separated integers 0..63 (n = the flow classes).
+ternResult_t parseDscpList(const std::string& list, int n, int* dscp) {
+  std::vector<int> v;
+  for (size_t pos = 0;;) {
+    size_t comma = list.find(',', pos);
+    std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    long x = strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0')
+      return badDscpEnv(list, "is not a comma-separated list of integers (\"" + item + "\")");
+    if (x < 0 || x > 63) return badDscpEnv(list, "has DSCP " + item + ", not in 0..63");
+    v.push_back(static_cast<int>(x));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (static_cast<int>(v.size()) != n)
+    return badDscpEnv(list, "has " + std::to_string(v.size()) + " values for " +
+                                std::to_string(n) + " flow classes");
+  std::copy(v.begin(), v.end(), dscp);
   return ternSuccess;
+}
+
+// DSCP per class: defaults, then TERN_FLOW_DSCP, then the struct's
+// trafficClass fields that are set (u may be NULL).  The environment is
+// read only when the struct leaves a class unset.
+ternResult_t resolveDscp(const ternConfig_t* u, Config* cfg) {
+  const int n = cfg->flowClasses;
+  bool allSet = u != nullptr;
+  for (int k = 0; k < TERN_PRIORITY_LEVELS && u; ++k) {
+    int d = u->trafficClass[k];
+    if (d == TERN_CONFIG_UNDEF_INT) {
+      allSet &= k >= n;
+      continue;
+    }
+    if (d < 0 || d > 63)
+      return bad("DSCP " + std::to_string(d) + " of flow class " + std::to_string(k) +
+                 " (config->trafficClass[" + std::to_string(k) + "]) is not in 0..63");
+    if (k >= n)
+      return bad("config->trafficClass[" + std::to_string(k) + "] is set but there are only " +
+                 std::to_string(n) + " flow classes");
+  }
+  defaultDscp(n, cfg->dscp);
+  if (!allSet && !cfg->dscpList.empty()) TERN_CHECK(parseDscpList(cfg->dscpList, n, cfg->dscp));
+  for (int k = 0; k < n && u; ++k)
+    if (u->trafficClass[k] != TERN_CONFIG_UNDEF_INT) cfg->dscp[k] = u->trafficClass[k];
+  return ternSuccess;
+}
+
+}  // namespace
+
+ternResult_t resolveFlows(const ternConfig_t* u, Config* cfg) {
+  if (u && u->flowClasses != TERN_CONFIG_UNDEF_INT) cfg->flowClasses = u->flowClasses;
+  if (cfg->flowClasses < 1 || cfg->flowClasses > TERN_PRIORITY_LEVELS)
+    return setError(ternInvalidArgument,
+                    std::string(u && u->flowClasses != TERN_CONFIG_UNDEF_INT
+                                    ? "ternCommInitRankConfig: config->flowClasses"
+                                    : "TERN_FLOW_CLASSES") +
+                        ": flow classes " + std::to_string(cfg->flowClasses) + " is not in 1..8");
+  return resolveDscp(u, cfg);
 }
 
 ternResult_t resolveConfig(const ternConfig_t* user, int nranks, Config* cfg) {
@@ -76,7 +184,7 @@ ternResult_t resolveConfig(const ternConfig_t* user, int nranks, Config* cfg) {
   cfg->ternary = ternaryConfigFromEnv();
   if (const char* why = ternaryConfigProblem(cfg->ternary))
     return setError(ternInvalidArgument, std::string("TERN_TERNARY_*: ") + why);
-  if (!user) return checkFlowConfig(*cfg, "TERN_FLOW_CLASSES/TERN_FLOW_DSCP");
+  if (!user) return resolveFlows(nullptr, cfg);
   ternConfig_t u;
   TERN_CHECK(copySized(user, &u));
   if (u.blocking != TERN_CONFIG_UNDEF_INT) {
@@ -89,10 +197,7 @@ ternResult_t resolveConfig(const ternConfig_t* user, int nranks, Config* cfg) {
       return bad("config->timeoutSeconds must be > 0, not " + std::to_string(u.timeoutSeconds));
     cfg->timeoutSec = u.timeoutSeconds;
   }
-  if (u.flowClasses != TERN_CONFIG_UNDEF_INT) cfg->flowClasses = u.flowClasses;
-  for (int i = 0; i < TERN_PRIORITY_LEVELS; ++i)
-    if (u.trafficClass[i] != TERN_CONFIG_UNDEF_INT) cfg->dscp[i] = u.trafficClass[i];
-  TERN_CHECK(checkFlowConfig(*cfg, "ternCommInitRankConfig"));
+  TERN_CHECK(resolveFlows(&u, cfg));
   if (u.ternarySet) {
     ternTernaryConfig_t t{u.ternary.seed, u.ternary.blockSize, u.ternary.clip,
                           u.ternary.errorFeedback, u.ternary.minBytes};

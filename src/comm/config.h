@@ -4,6 +4,10 @@
 #pragma once
 #include "base/env.h"
 #include "tern/tern.h"
+#include "transport/transport.h"
+
+#include <array>
+#include <string>
 
 namespace tern {
 
@@ -20,7 +24,17 @@ ternTernaryConfig_t ternaryConfigFromEnv();
 const char* ternaryConfigProblem(const ternTernaryConfig_t& cfg);
 // The flow class (0 = most urgent) a priority level travels in.
 int flowClassOf(int level, int flowClasses);
-// Range checks shared by the environment and the struct.
-ternResult_t checkFlowConfig(const Config& cfg, const char* where);
+// Flow classes and their DSCP: defaults, TERN_FLOW_CLASSES / TERN_FLOW_DSCP,
+// then the struct's fields (u may be NULL).  Bad values (out of range, a
+// DSCP list whose count is not the class count, garbage) are
+// ternInvalidArgument with a sentence.
+ternResult_t resolveFlows(const ternConfig_t* u, Config* cfg);
+// How a level's packets are marked (transport/transport.h, FlowMark).
+FlowMark flowMarkOf(const Config& cfg, int level);
+int flowSoPriority(int flowClass, int flowClasses);
+// flowClassOf for every level under cfg's class count.
+std::array<int, TERN_PRIORITY_LEVELS> flowClassTable(const Config& cfg);
+// One line for the INFO log: each class's levels, DSCP and SO_PRIORITY.
+std::string describeFlows(const Config& cfg);
 
 }  // namespace tern

@@ -1,4 +1,5 @@
 #include "engine/executor.h"
+#include "engine/trace.h"
 
 #include <immintrin.h>
 #include <poll.h>
@@ -388,6 +389,7 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pum
   if (!op.begun) {
     op.begun = true;
     if (!op.collective && !op.send) op.desc.seq = nextRecvSeq(op);
+    if (trace_) trace_->started(op);
     TERN_CHECK(beginPhase(op, finished));
     if (*finished) return ternSuccess;
   }
@@ -412,6 +414,7 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pum
 
 void Executor::complete(Operation& op, ternResult_t r, const std::string& err) {
   op.result = r;
+  if (trace_) trace_->completed(op);
   if (!err.empty()) op.error = err;  // empty since the operation was made
   if (r == ternSuccess) host_.onComplete();
   // No lock unless someone sleeps (the blocking caller usually drives its

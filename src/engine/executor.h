@@ -30,6 +30,8 @@
 
 namespace tern {
 
+class Trace;
+
 // What the executor needs from its communicator (and nothing more).
 class EngineHost {
  public:
@@ -66,6 +68,8 @@ class Executor {
   OpPtr newOperation();
   bool idle();
   void wakeWaiters();
+  // TERN_TRACE (engine/trace.h): operations' begin and completion go there.
+  void setTrace(Trace* t) { trace_ = t; }
 
  private:
   void loop();
@@ -124,6 +128,7 @@ class Executor {
   Clock::time_point lastCheck_{};  // checkIdle's last look
   Clock::time_point heldUntil_{};  // less urgent levels wait until then (round())
   std::thread thread_;
+  Trace* trace_ = nullptr;
 };
 
 }  // namespace tern

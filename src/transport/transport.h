@@ -76,9 +76,18 @@ class Conn {
   std::atomic<bool> gone{false};
   // Read by statistics calls on other threads while traffic runs.
   std::atomic<uint64_t> bytesSent{0}, bytesRecv{0};
+  int flowClass = 0;  // the flow class of the level it carries (statistics per class)
   // One writer (the driving thread): no locked add needed.
   void countSent(uint64_t n) { bytesSent.store(bytesSent.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
   void countRecv(uint64_t n) { bytesRecv.store(bytesRecv.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+};
+
+// The flow class a connection carries and how its packets are marked
+// (decided by comm/config.cc from TERN_FLOW_DSCP / ternConfig_t).
+struct FlowMark {
+  int flowClass = 0;   // 0 = most urgent
+  int dscp = 0;        // 0..63; 0 = unmarked
+  int soPriority = 0;  // SO_PRIORITY set after IP_TOS
 };
 
 // Each priority level has its own connection to each peer (see
@@ -91,6 +100,7 @@ struct ConnSetup {
   bool lazy;           // allocate / pre-fault buffers in activate(), not now
   const Config* cfg;
   Deadline deadline;
+  FlowMark mark{};     // tcp marks its socket with it
 };
 
 // shm: two segments, one per direction, each created by its reader.

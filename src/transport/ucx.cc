@@ -5,6 +5,10 @@
 // send fifo (released when UCX completes them), and a ucp_stream_recv_nbx is
 // kept posted on the free part of the receive fifo.  UCX picks the wire
 // (UCX_TLS: shared memory, tcp, RDMA verbs); its variables keep working.
+// Not marked per flow class: one context serves every level, and UCX_IB_SL /
+// UCX_IB_TRAFFIC_CLASS are per context (a context per class comes with the
+// per-(peer, flow) connection table); UCX's tcp transport has no DSCP
+// setting at all, so marking over TCP is the tern tcp transport's (README).
 // A peer that dies raises the endpoint's error handler: the connection is
 // marked gone, which fails only the steps that still need it.
 #include <ucp/api/ucp.h>
