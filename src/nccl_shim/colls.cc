@@ -6,14 +6,16 @@ using namespace shim;
 
 namespace {
 
-// What every data call shares: a ready comm, a tern datatype, host buffers.
+// What every data call shares: a ready comm, a tern datatype, no stream,
+// host buffers.
 struct Call {
   const char* what;
   ncclComm_t comm;
   ternDataType_t type = ternFloat32;
 };
 
-ncclResult_t prepare(Call* c, ncclDataType_t dt, cudaStream_t stream) {
+ncclResult_t prepare(Call* c, ncclDataType_t dt, cudaStream_t stream, const void* buf,
+                     const void* buf2) {
   if (ncclResult_t r = checkComm(c->comm, c->what)) return r;
   if (ncclResult_t r = toTernType(c->comm, dt, &c->type, c->what)) return r;
   // tern refuses a stream (its host path only); said here, not at a group's end.
@@ -21,7 +23,7 @@ ncclResult_t prepare(Call* c, ncclDataType_t dt, cudaStream_t stream) {
     return fail(c->comm, ncclInvalidArgument,
                 "%s: stream must be NULL: tern runs collectives on host buffers only (device "
                 "buffers on a CUDA stream are not supported yet)", c->what);
-  return ncclSuccess;
+  return checkHostBuffers(c->comm, c->what, buf, buf2);
 }
 
 ncclResult_t checkRoot(const Call& c, int root, const char* role) {
@@ -55,7 +57,7 @@ ncclResult_t reducing(Call& c, ncclDataType_t dt, ncclRedOp_t op, const void* se
 NCCL_SHIM_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   Call c{"ncclAllReduce", comm};
-  ncclResult_t r = prepare(&c, datatype, stream);
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
   if (r == ncclSuccess)
     r = reducing(c, datatype, op, sendbuff, count, [=](const void* src, ternRedOp_t top) {
       return ternAllReduce(src, recvbuff, count, c.type, top, comm->tern, nullptr);
@@ -67,7 +69,7 @@ NCCL_SHIM_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, si
               ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
               cudaStream_t stream) {
   Call c{"ncclReduce", comm};
-  ncclResult_t r = prepare(&c, datatype, stream);
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
   if (r == ncclSuccess) r = checkRoot(c, root, "root");
   if (r == ncclSuccess)
     r = reducing(c, datatype, op, sendbuff, count, [=](const void* src, ternRedOp_t top) {
@@ -81,7 +83,7 @@ NCCL_SHIM_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvb
               size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
               cudaStream_t stream) {
   Call c{"ncclReduceScatter", comm};
-  ncclResult_t r = prepare(&c, datatype, stream);
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
   if (r == ncclSuccess)
     r = reducing(c, datatype, op, sendbuff, recvcount * comm->nranks,
                  [=](const void* src, ternRedOp_t top) {
@@ -95,7 +97,7 @@ NCCL_SHIM_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvb
 NCCL_SHIM_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
               ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   Call c{"ncclBroadcast", comm};
-  ncclResult_t r = prepare(&c, datatype, stream);
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
   if (r == ncclSuccess) r = checkRoot(c, root, "root");
   if (r == ncclSuccess)
     r = submit(comm, [=] {
@@ -115,7 +117,7 @@ static ncclResult_t blocks(const char* what, const void* sendbuff, void* recvbuf
                            ternResult_t (*fn)(const void*, void*, size_t, ternDataType_t,
                                               ternComm_t, ternStream_t)) {
   Call c{what, comm};
-  ncclResult_t r = prepare(&c, datatype, stream);
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
   if (r == ncclSuccess)
     r = submit(comm, [=] { return fn(sendbuff, recvbuff, count, c.type, comm->tern, nullptr); });
   return traced(comm, r, "%s(count=%zu, %s)", what, count, typeName(datatype));
@@ -138,7 +140,7 @@ static ncclResult_t rooted(const char* what, const void* sendbuff, void* recvbuf
                            ternResult_t (*fn)(const void*, void*, size_t, ternDataType_t, int,
                                               ternComm_t, ternStream_t)) {
   Call c{what, comm};
-  ncclResult_t r = prepare(&c, datatype, stream);
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
   if (r == ncclSuccess) r = checkRoot(c, root, "root");
   if (r == ncclSuccess)
     r = submit(comm,
@@ -159,7 +161,7 @@ NCCL_SHIM_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, s
 NCCL_SHIM_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
               int peer, ncclComm_t comm, cudaStream_t stream) {
   Call c{"ncclSend", comm};
-  ncclResult_t r = prepare(&c, datatype, stream);
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, nullptr);
   if (r == ncclSuccess) r = checkRoot(c, peer, "peer");
   if (r == ncclSuccess)
     r = submit(comm, [=] { return ternSend(sendbuff, count, c.type, peer, comm->tern, nullptr); });
@@ -169,7 +171,7 @@ NCCL_SHIM_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDa
 NCCL_SHIM_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype,
               int peer, ncclComm_t comm, cudaStream_t stream) {
   Call c{"ncclRecv", comm};
-  ncclResult_t r = prepare(&c, datatype, stream);
+  ncclResult_t r = prepare(&c, datatype, stream, recvbuff, nullptr);
   if (r == ncclSuccess) r = checkRoot(c, peer, "peer");
   if (r == ncclSuccess)
     r = submit(comm, [=] { return ternRecv(recvbuff, count, c.type, peer, comm->tern, nullptr); });

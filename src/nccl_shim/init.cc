@@ -219,7 +219,10 @@ NCCL_SHIM_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t
     *asyncError = static_cast<ncclResult_t>(init);
     return ncclSuccess;
   }
-  if (comm->initThread.joinable()) comm->initThread.join();  // init is done: reap its thread
+  {  // init is done: reap its thread (once, whichever thread polls first)
+    std::lock_guard<std::mutex> g(comm->mu);
+    if (comm->initThread.joinable()) comm->initThread.join();
+  }
   ternResult_t e = ternSuccess;
   if (ncclResult_t q = fromTern(comm, ternCommGetAsyncError(comm->tern, &e))) return q;
   *asyncError = fromTern(comm, e);

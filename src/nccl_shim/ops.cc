@@ -124,6 +124,7 @@ NCCL_SHIM_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* sca
   if (r == ncclSuccess && residence != ncclScalarHostImmediate && residence != ncclScalarDevice)
     r = fail(comm, ncclInvalidArgument, "%s: residence %d is not a ncclScalarResidence_t", what,
              (int)residence);
+  if (r == ncclSuccess) r = checkHostBuffers(comm, what, scalar, nullptr);
   if (r == ncclSuccess) {
     ncclComm::PreMulSum pm{datatype, {}, nullptr};
     if (residence == ncclScalarHostImmediate) {  // read now
