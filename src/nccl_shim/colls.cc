@@ -158,22 +158,28 @@ NCCL_SHIM_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, s
   return rooted("ncclScatter", sendbuff, recvbuff, count, datatype, root, comm, stream, ternScatter);
 }
 
-NCCL_SHIM_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
-              int peer, ncclComm_t comm, cudaStream_t stream) {
-  Call c{"ncclSend", comm};
-  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, nullptr);
+// Send and Recv: one buffer, one peer.
+static ncclResult_t pointToPoint(const char* what, void* buf, size_t count, ncclDataType_t datatype,
+                                 int peer, ncclComm_t comm, cudaStream_t stream, bool send) {
+  Call c{what, comm};
+  ncclResult_t r = prepare(&c, datatype, stream, buf, nullptr);
   if (r == ncclSuccess) r = checkRoot(c, peer, "peer");
   if (r == ncclSuccess)
-    r = submit(comm, [=] { return ternSend(sendbuff, count, c.type, peer, comm->tern, nullptr); });
-  return traced(comm, r, "%s(count=%zu, %s, peer=%d)", c.what, count, typeName(datatype), peer);
+    r = submit(comm, [=] {
+      return send ? ternSend(buf, count, c.type, peer, comm->tern, nullptr)
+                  : ternRecv(buf, count, c.type, peer, comm->tern, nullptr);
+    });
+  return traced(comm, r, "%s(count=%zu, %s, peer=%d)", what, count, typeName(datatype), peer);
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
+              int peer, ncclComm_t comm, cudaStream_t stream) {
+  // tern only reads a send buffer; the cast serves the shared helper.
+  return pointToPoint("ncclSend", const_cast<void*>(sendbuff), count, datatype, peer, comm, stream,
+                      true);
 }
 
 NCCL_SHIM_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype,
               int peer, ncclComm_t comm, cudaStream_t stream) {
-  Call c{"ncclRecv", comm};
-  ncclResult_t r = prepare(&c, datatype, stream, recvbuff, nullptr);
-  if (r == ncclSuccess) r = checkRoot(c, peer, "peer");
-  if (r == ncclSuccess)
-    r = submit(comm, [=] { return ternRecv(recvbuff, count, c.type, peer, comm->tern, nullptr); });
-  return traced(comm, r, "%s(count=%zu, %s, peer=%d)", c.what, count, typeName(datatype), peer);
+  return pointToPoint("ncclRecv", recvbuff, count, datatype, peer, comm, stream, false);
 }

@@ -14,35 +14,37 @@ namespace {
 
 constexpr unsigned kConfigMagic = 0xcafebeef;  // NCCL_CONFIG_INITIALIZER's magic
 
-int ver(int major, int minor) { return major * 10000 + minor * 100; }  // NCCL_VERSION for >= 2.9
+constexpr int ver(int major, int minor) { return major * 10000 + minor * 100; }  // NCCL_VERSION for >= 2.9
+
+// When NCCL's header introduced each field after the first three.
+struct Field {
+  size_t offset, size;
+  int since;
+};
+#define NCCL_FIELD(name, major, minor) \
+  { offsetof(ncclConfig_t, name), sizeof(ncclConfig_t::name), ver(major, minor) }
+const Field kFields[] = {
+    NCCL_FIELD(blocking, 2, 14),       NCCL_FIELD(cgaClusterSize, 2, 17),
+    NCCL_FIELD(minCTAs, 2, 17),        NCCL_FIELD(maxCTAs, 2, 17),
+    NCCL_FIELD(netName, 2, 17),        NCCL_FIELD(splitShare, 2, 18),
+    NCCL_FIELD(trafficClass, 2, 25),   NCCL_FIELD(collnetEnable, 2, 27),
+    NCCL_FIELD(CTAPolicy, 2, 27),      NCCL_FIELD(shrinkShare, 2, 27),
+    NCCL_FIELD(nvlsCTAs, 2, 27),       NCCL_FIELD(nChannelsPerNetPeer, 2, 28),
+    NCCL_FIELD(nvlinkCentricSched, 2, 28),
+};
+#undef NCCL_FIELD
 
 // The caller's struct over an initializer, then the fields its header did
-// not have back to "unset" (the versions NCCL introduced them in).
+// not have back to "unset".
 void copyVersioned(const ncclConfig_t* user, ncclConfig_t* c) {
   size_t size;
   memcpy(&size, user, sizeof size);
   memcpy(c, user, size < sizeof *c ? size : sizeof *c);
   const ncclConfig_t unset = NCCL_CONFIG_INITIALIZER;
-  int v = static_cast<int>(c->version);
-  if (v < ver(2, 14)) c->blocking = unset.blocking;
-  if (v < ver(2, 17)) {
-    c->cgaClusterSize = unset.cgaClusterSize;
-    c->minCTAs = unset.minCTAs;
-    c->maxCTAs = unset.maxCTAs;
-    c->netName = unset.netName;
-  }
-  if (v < ver(2, 18)) c->splitShare = unset.splitShare;
-  if (v < ver(2, 25)) c->trafficClass = unset.trafficClass;
-  if (v < ver(2, 27)) {
-    c->collnetEnable = unset.collnetEnable;
-    c->CTAPolicy = unset.CTAPolicy;
-    c->shrinkShare = unset.shrinkShare;
-    c->nvlsCTAs = unset.nvlsCTAs;
-  }
-  if (v < ver(2, 28)) {
-    c->nChannelsPerNetPeer = unset.nChannelsPerNetPeer;
-    c->nvlinkCentricSched = unset.nvlinkCentricSched;
-  }
+  for (const Field& f : kFields)
+    if (static_cast<int>(c->version) < f.since)
+      memcpy(reinterpret_cast<char*>(c) + f.offset, reinterpret_cast<const char*>(&unset) + f.offset,
+             f.size);
 }
 
 bool set(int v) { return v != NCCL_CONFIG_UNDEF_INT; }
