@@ -38,13 +38,15 @@ home=$(perf/gpu/nccl_home.sh "$build")
 out=${NCCL_TESTS_OUT:-$root/$build/nccl-tests}
 make -C "$tests_dir/src" -j"$(nproc)" NCCL_HOME="$home" CUDA_HOME="$cuda" BUILDDIR="$out" \
      NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}" build
-echo "built: $out/all_reduce_perf (linked against $(readlink -f "$home/lib/libnccl.so"))"
+# The run's loader environment: the shim first, and LD_AUDIT so that no
+# other libnccl.so.2 (ld.so.conf may list the toolkit's) is ever chosen.
+export LD_LIBRARY_PATH="$home/lib:$shim_dir:${LD_LIBRARY_PATH:-}"
+export LD_AUDIT="$shim_dir/libtern_nccl_audit.so"
+echo "built: $out/all_reduce_perf; it will load:"
 ldd "$out/all_reduce_perf" | grep -E "nccl|tern" || true
 [ "${NCCL_TESTS_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 # -b/-e/-f: 1 MiB .. 1 GiB, x2; -g 1: one GPU per process; -c 1: check results.
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(-b 1M -e 1G -f 2 -g 1 -c 1)
-LD_LIBRARY_PATH="$home/lib:$shim_dir:${LD_LIBRARY_PATH:-}" \
-LD_AUDIT="$shim_dir/libtern_nccl_audit.so" TERN_NCCL_SHIM_LOG="${TERN_NCCL_SHIM_LOG:-0}" \
-  "$out/all_reduce_perf" "${args[@]}"
+"$out/all_reduce_perf" "${args[@]}"
