@@ -6,6 +6,8 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <chrono>
+
 #include "nccl_shim/shim.h"
 
 namespace shim {
@@ -13,12 +15,19 @@ namespace {
 
 using GetAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
 
-// The driver's cuPointerGetAttribute, looked up each call until the driver
-// appears (a program may load CUDA after its first NCCL call).
+// The driver's cuPointerGetAttribute once the program has loaded the driver.
+// Not yet loaded: looked for again at most once a second (a program may load
+// CUDA after its first NCCL call; dlopen's search on every call would cost
+// more than a small collective).
 GetAttribute driver() {
   static std::atomic<GetAttribute> fn{nullptr};
+  static std::atomic<long long> nextLook{0};
   GetAttribute f = fn.load();
   if (f) return f;
+  long long now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (now < nextLook.load()) return nullptr;
+  nextLook.store(now + 1000);
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);  // only if already loaded
   if (!lib) return nullptr;
   f = reinterpret_cast<GetAttribute>(dlsym(lib, "cuPointerGetAttribute"));
