@@ -208,6 +208,35 @@ TEST(NcclShimErrors, BadInitArgumentsAndDeadHandles) {
   EXPECT_STREQ(ncclGetErrorString(ncclInProgress), "NCCL operation in progress");
 }
 
+TEST(NcclShimInit, ScalableShrinkAndSplitOnOneRank) {
+  ncclUniqueId ids[1];
+  ASSERT_EQ(ncclGetUniqueId(&ids[0]), ncclSuccess);
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(ncclCommInitRankScalable(&comm, 1, 0, 1, ids, nullptr), ncclSuccess);
+  ncclComm_t child = nullptr;
+  EXPECT_EQ(ncclCommShrink(comm, nullptr, 0, &child, nullptr, 7), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(comm)).find("shrinkFlags 7"), std::string::npos);
+  ASSERT_EQ(ncclCommShrink(comm, nullptr, 0, &child, nullptr, NCCL_SHRINK_ABORT), ncclSuccess);
+  int n = 0;
+  EXPECT_EQ(ncclCommCount(child, &n), ncclSuccess);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(ncclCommDestroy(child), ncclSuccess);
+  // A child config overrides what it inherits: a nonblocking split of a blocking parent.
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclResult_t r = ncclCommSplit(comm, 3, 0, &child, &cfg);
+  ASSERT_NE(child, nullptr) << ncclGetLastError(comm);
+  EXPECT_EQ(settle(child, r), ncclSuccess);
+  float x = 2;
+  EXPECT_EQ(settle(child, ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, child, nullptr)), ncclSuccess);
+  EXPECT_EQ(x, 2);
+  EXPECT_EQ(ncclCommDestroy(child), ncclSuccess);
+  ncclComm_t none = comm;
+  EXPECT_EQ(ncclCommSplit(comm, -5, 0, &none, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+
 TEST(NcclShimErrors, DataCallsOnOneRank) {
   ncclResult_t r;
   ncclComm_t comm = oneRankComm(nullptr, &r);
