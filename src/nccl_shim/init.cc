@@ -27,6 +27,7 @@ ncclResult_t newComm(ncclComm_t* out, const ternConfig_t& cfg, const std::string
 void freeComm(ncclComm_t c) {
   if (c->initThread.joinable()) c->initThread.join();
   unregisterComm(c);
+  dropHandles(c);
   delete c;
 }
 

@@ -2,7 +2,7 @@
 // copies through its own staging buffers, so registering a buffer changes
 // nothing about how it moves: a handle records the range so that
 // deregistration can be checked, as NCCL checks it.
-#include <set>
+#include <map>
 
 #include "nccl_shim/shim.h"
 
@@ -22,16 +22,25 @@ struct Registration {
 };
 
 std::mutex handlesMu;
-std::set<const void*> handles;  // live Registration and ncclWindow_vidmem objects
+// Live Registration and ncclWindow_vidmem objects, with how each is freed.
+std::map<const void*, std::pair<ncclComm_t, void (*)(const void*)>> handles;
 
-void remember(const void* h) {
+void freeRegistration(const void* h) { delete static_cast<const Registration*>(h); }
+void freeWindow(const void* h) { delete static_cast<const ncclWindow_vidmem*>(h); }
+
+void remember(ncclComm_t comm, const void* h, void (*release)(const void*)) {
   std::lock_guard<std::mutex> g(handlesMu);
-  handles.insert(h);
+  handles[h] = {comm, release};
 }
 
-bool forget(const void* h) {
+// Frees h if it is a live handle of comm.
+bool forget(ncclComm_t comm, const void* h) {
   std::lock_guard<std::mutex> g(handlesMu);
-  return handles.erase(h) == 1;
+  auto it = handles.find(h);
+  if (it == handles.end() || it->second.first != comm) return false;
+  it->second.second(h);
+  handles.erase(it);
+  return true;
 }
 
 ncclResult_t checkRange(ncclComm_t comm, const void* buff, size_t size, const void* out,
@@ -45,6 +54,23 @@ ncclResult_t checkRange(ncclComm_t comm, const void* buff, size_t size, const vo
 
 }  // namespace
 
+namespace shim {
+
+// A destroyed communicator's registrations and windows go with it, as in NCCL.
+void dropHandles(ncclComm_t comm) {
+  std::lock_guard<std::mutex> g(handlesMu);
+  for (auto it = handles.begin(); it != handles.end();) {
+    if (it->second.first != comm) {
+      ++it;
+      continue;
+    }
+    it->second.second(it->first);
+    it = handles.erase(it);
+  }
+}
+
+}  // namespace shim
+
 using namespace shim;
 
 NCCL_SHIM_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
@@ -52,18 +78,17 @@ NCCL_SHIM_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff,
   ncclResult_t r = checkRange(comm, buff, size, handle, "ncclCommRegister");
   if (r == ncclSuccess) {
     *handle = new Registration{comm, buff, size};
-    remember(*handle);
+    remember(comm, *handle, freeRegistration);
   }
   return traced(comm, r, "ncclCommRegister(%p, %zu bytes)", buff, size);
 }
 
 NCCL_SHIM_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
   ncclResult_t r = checkComm(comm, "ncclCommDeregister");
-  auto* reg = static_cast<Registration*>(handle);
-  if (r == ncclSuccess && (!handle || !forget(handle)))
+  if (r == ncclSuccess && (!handle || !forget(comm, handle)))
     r = fail(comm, ncclInvalidArgument,
-             "ncclCommDeregister: handle %p is not a live ncclCommRegister handle", handle);
-  if (r == ncclSuccess) delete reg;
+             "ncclCommDeregister: handle %p is not a live ncclCommRegister handle of this "
+             "communicator", handle);
   return traced(comm, r, "ncclCommDeregister(%p)", handle);
 }
 
@@ -77,17 +102,17 @@ NCCL_SHIM_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff,
     r = fail(comm, ncclInvalidArgument, "ncclCommWindowRegister: unknown winFlags 0x%x", winFlags);
   if (r == ncclSuccess) {
     *win = new ncclWindow_vidmem{comm, buff, size, winFlags};
-    remember(*win);
+    remember(comm, *win, freeWindow);
   }
   return traced(comm, r, "ncclCommWindowRegister(%p, %zu bytes, flags=0x%x)", buff, size, winFlags);
 }
 
 NCCL_SHIM_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   ncclResult_t r = checkComm(comm, "ncclCommWindowDeregister");
-  if (r == ncclSuccess && (!win || !forget(win)))
+  if (r == ncclSuccess && (!win || !forget(comm, win)))
     r = fail(comm, ncclInvalidArgument,
-             "ncclCommWindowDeregister: %p is not a live ncclCommWindowRegister window", (void*)win);
-  if (r == ncclSuccess) delete win;
+             "ncclCommWindowDeregister: %p is not a live ncclCommWindowRegister window of this "
+             "communicator", (void*)win);
   return traced(comm, r, "ncclCommWindowDeregister(%p)", (void*)win);
 }
 

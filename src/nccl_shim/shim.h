@@ -117,5 +117,7 @@ ncclResult_t startInit(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
                        const ncclConfig_t* config, const ternConfig_t& base, const char* what);
 ncclResult_t newComm(ncclComm_t* out, const ternConfig_t& cfg, const std::string& name);
 void freeComm(ncclComm_t c);
+// Frees the registrations and windows comm still holds (at destroy / abort).
+void dropHandles(ncclComm_t comm);
 
 }  // namespace shim

@@ -249,6 +249,19 @@ TEST(NcclShimErrors, DataCallsOnOneRank) {
   EXPECT_EQ(ncclReduce(x, y, 3, ncclFloat64, ncclSum, 1, comm, nullptr), ncclInvalidArgument);
   EXPECT_NE(std::string(ncclGetLastError(comm)).find("root 1 is not in [0, 1)"), std::string::npos);
   EXPECT_EQ(ncclCommRevoke(comm, 5), ncclInvalidArgument);
+  // Registrations: another comm's handle is refused; ones left at destroy
+  // are freed with the comm (the AddressSanitizer run would see a leak).
+  ncclResult_t r2;
+  ncclComm_t other = oneRankComm(nullptr, &r2);
+  ASSERT_EQ(r2, ncclSuccess);
+  void* h = nullptr;
+  ncclWindow_t w = nullptr;
+  ASSERT_EQ(ncclCommRegister(other, x, sizeof x, &h), ncclSuccess);
+  ASSERT_EQ(ncclCommWindowRegister(other, x, sizeof x, &w, NCCL_WIN_DEFAULT), ncclSuccess);
+  EXPECT_EQ(ncclCommDeregister(comm, h), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(comm)).find("of this communicator"), std::string::npos);
+  EXPECT_EQ(ncclCommWindowRegister(other, x, sizeof x, &w, 0x40), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommDestroy(other), ncclSuccess);
   ncclComm_t child;
   EXPECT_EQ(ncclGroupStart(), ncclSuccess);
   EXPECT_EQ(ncclCommSplit(comm, 0, 0, &child, nullptr), ncclInvalidUsage);
