@@ -1,11 +1,74 @@
 #!/usr/bin/env bash
-# Builds tern with CUDA and runs the GPU checks and timings of the ternary
-# kernels on the first visible device.  Needs nvcc and a GPU.
+# One command on a bare GPU machine: builds tern with CUDA and runs every GPU
+# check that exists, each reported PASS/FAIL/SKIP; exits non-zero if any failed.
 #   perf/gpu/run.sh [elements]
-set -euo pipefail
+#   NCCL_TESTS_DIR=/path/to/nccl-tests perf/gpu/run.sh   (also nccl-tests through the shim)
+#
+#  1. ternary_gpu_check: the CUDA ternary kernels bit for bit against the CPU
+#     codec, and timed against the device's measured copy bandwidth.
+#  2. test_ternary_nvcc: the element math compiled by nvcc, against the CPU kernels.
+#  3. the NCCL shim's own tests (ABI, config, 3-rank C client on host buffers).
+#  4. `import torch` with the shim first on the library path, and under LD_AUDIT:
+#     torch binds every nccl symbol it was built with at import, and
+#     torch.cuda.nccl.version() must be the shim's 2.23.0.
+#  5. with NCCL_TESTS_DIR: perf/gpu/nccl_tests.sh (nccl-tests' all_reduce_perf on the shim).
+set -uo pipefail
 cd "$(dirname "$0")/../.."
+build=${BUILD_DIR:-build-gpu}
+py=${PYTHON:-python3}
+failed=0
+step() {  # step NAME COMMAND...: runs it, prints the verdict
+  local name=$1
+  shift
+  echo "=== $name"
+  if "$@"; then echo "PASS $name"; else echo "FAIL $name"; failed=$((failed + 1)); fi
+}
+
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTERN_BUILD_TESTS=OFF \
-      -DCMAKE_CUDA_COMPILER="${CUDACXX:-/usr/local/cuda/bin/nvcc}" >/dev/null
-cmake --build build-gpu -j"$(nproc)" --target ternary_gpu_check >/dev/null
-build-gpu/perf/ternary_gpu_check "${1:-67108864}"
+configure() {
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTERN_BUILD_BINDINGS=OFF -DTERN_WITH_CUDA=ON \
+        -DCMAKE_CUDA_COMPILER="${CUDACXX:-/usr/local/cuda/bin/nvcc}" "$@" >/dev/null
+}
+# A bare machine may lack GoogleTest (and no package registry is reachable
+# from it): then the tests that need it are skipped, said so below.
+targets=(ternary_gpu_check tern_nccl tern_nccl_audit)
+if configure -DTERN_BUILD_TESTS=ON; then
+  targets+=(test_ternary_nvcc test_nccl_shim nccl_client nccl_audit_probe)
+else
+  echo "SKIP the GoogleTest-based checks: configuring with tests failed (libgtest-dev missing?)"
+  configure -DTERN_BUILD_TESTS=OFF || exit 1
+fi
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null || exit 1
+
+step "ternary kernels vs CPU and copy bandwidth" "$build/perf/ternary_gpu_check" "${1:-67108864}"
+if [ -x "$build/tests/test_ternary_nvcc" ]; then
+  step "nvcc element math" "$build/tests/test_ternary_nvcc"
+  step "NCCL shim tests (host path)" bash -c "cd '$build' && ctest -R 'NcclShim' --output-on-failure"
+fi
+
+shim_dir=$(cd "$build/nccl_shim" && pwd)
+# Which libnccl torch bound, and that importing it resolved every symbol.
+torch_probe='import torch, torch.distributed as dist
+v = torch.cuda.nccl.version()
+print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "nccl", v,
+      "(tern shim)" if tuple(v[:2]) == (2, 23) else "(NOT the shim: a real NCCL was found first)")
+assert dist.is_nccl_available()'
+if "$py" -c "import torch" 2>/dev/null; then
+  # A wheel whose RPATH names its bundled NCCL can win over LD_LIBRARY_PATH:
+  # the print says which one came; LD_AUDIT below must always give the shim.
+  step "import torch with the shim first on LD_LIBRARY_PATH" \
+    env LD_LIBRARY_PATH="$shim_dir:${LD_LIBRARY_PATH:-}" "$py" -c "$torch_probe"
+  step "import torch under LD_AUDIT (must be the shim)" \
+    env LD_AUDIT="$shim_dir/libtern_nccl_audit.so" "$py" -c "$torch_probe
+assert tuple(v[:2]) == (2, 23)"
+else
+  echo "SKIP import torch: no torch for $py"
+fi
+
+if [ -n "${NCCL_TESTS_DIR:-}" ]; then
+  step "nccl-tests all_reduce_perf on the shim" env BUILD_DIR="$build" perf/gpu/nccl_tests.sh "$NCCL_TESTS_DIR"
+else
+  echo "SKIP nccl-tests: set NCCL_TESTS_DIR to a checkout of NVIDIA/nccl-tests"
+fi
+echo "$failed step(s) failed"
+exit $((failed > 0))

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds a checkout of NVIDIA's nccl-tests that YOU point at against tern's
+# libnccl.so.2 (nothing is fetched), and runs all_reduce_perf through it.
+#
+#   perf/gpu/nccl_tests.sh NCCL_TESTS_DIR [all_reduce_perf args...]
+#
+# Env: BUILD_DIR (tern's build, default build-gpu), NVCC_GENCODE (default sm_90),
+#      NCCL_TESTS_BUILD_ONLY=1 (stop after building: machines without a GPU),
+#      NCCL_TESTS_OUT (where nccl-tests builds, default $BUILD_DIR/nccl-tests).
+#
+# NCCL_HOME comes from perf/gpu/nccl_home.sh: the CUDA toolkit's own nccl.h
+# (and nccl_device*, which nccl-tests >= 2.28 includes) beside the shim, so
+# nccl-tests compiles against the real header and links the shim.
+# It runs under LD_AUDIT as well, so a real NCCL elsewhere on the library
+# path cannot be loaded beside the shim.
+#
+# What the shim runs today: host buffers with a NULL stream.  nccl-tests
+# allocates device buffers and passes its CUDA stream, so every collective
+# there is refused with ncclInvalidArgument ("stream must be NULL ...") until
+# tern's device path (issue 23) lands; the run shows that refusal cleanly.
+set -euo pipefail
+tests_dir=${1:?usage: nccl_tests.sh NCCL_TESTS_DIR [all_reduce_perf args]}
+shift
+tests_dir=$(cd "$tests_dir" && pwd)
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+build=${BUILD_DIR:-build-gpu}
+cuda=${CUDA_HOME:-/usr/local/cuda}
+
+if [ ! -e "$build/nccl_shim/libnccl.so.2" ]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTERN_BUILD_TESTS=OFF -DTERN_BUILD_BINDINGS=OFF >/dev/null
+  cmake --build "$build" -j"$(nproc)" --target tern_nccl tern_nccl_audit >/dev/null
+fi
+shim_dir=$(cd "$build/nccl_shim" && pwd)
+
+home=$(perf/gpu/nccl_home.sh "$build")
+
+out=${NCCL_TESTS_OUT:-$root/$build/nccl-tests}
+make -C "$tests_dir/src" -j"$(nproc)" NCCL_HOME="$home" CUDA_HOME="$cuda" BUILDDIR="$out" \
+     NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}" build
+# The run's loader environment: the shim first, and LD_AUDIT so that no
+# other libnccl.so.2 (ld.so.conf may list the toolkit's) is ever chosen.
+export LD_LIBRARY_PATH="$home/lib:$shim_dir:${LD_LIBRARY_PATH:-}"
+export LD_AUDIT="$shim_dir/libtern_nccl_audit.so"
+echo "built: $out/all_reduce_perf; it will load:"
+ldd "$out/all_reduce_perf" | grep -E "nccl|tern" || true
+[ "${NCCL_TESTS_BUILD_ONLY:-0}" = 1 ] && exit 0
+
+# -b/-e/-f: 1 MiB .. 1 GiB, x2; -g 1: one GPU per process; -c 1: check results.
+args=("$@")
+[ ${#args[@]} -eq 0 ] && args=(-b 1M -e 1G -f 2 -g 1 -c 1)
+"$out/all_reduce_perf" "${args[@]}"

@@ -1,0 +1,185 @@
+// The collectives and send/recv: arguments checked when called (inside a
+// group too, as NCCL does), then tern's call now or at the group's end.
+#include "nccl_shim/shim.h"
+
+using namespace shim;
+
+namespace {
+
+// What every data call shares: a ready comm, a tern datatype, no stream,
+// host buffers.
+struct Call {
+  const char* what;
+  ncclComm_t comm;
+  ternDataType_t type = ternFloat32;
+};
+
+ncclResult_t prepare(Call* c, ncclDataType_t dt, cudaStream_t stream, const void* buf,
+                     const void* buf2) {
+  if (ncclResult_t r = checkComm(c->comm, c->what)) return r;
+  if (ncclResult_t r = toTernType(c->comm, dt, &c->type, c->what)) return r;
+  // tern refuses a stream (its host path only); said here, not at a group's end.
+  if (stream)
+    return fail(c->comm, ncclInvalidArgument,
+                "%s: stream must be NULL: tern runs collectives on host buffers only (device "
+                "buffers on a CUDA stream are not supported yet)", c->what);
+  return checkHostBuffers(c->comm, c->what, buf, buf2);
+}
+
+ncclResult_t checkRoot(const Call& c, int root, const char* role) {
+  if (root < 0 || root >= c.comm->nranks)
+    return fail(c.comm, ncclInvalidArgument, "%s: %s %d is not in [0, %d)", c.what, role, root,
+                c.comm->nranks);
+  return ncclSuccess;
+}
+
+// A reducing collective: `reduce(src)` runs tern's call on the (possibly
+// pre-multiplied) input of `count` elements.
+ncclResult_t reducing(Call& c, ncclDataType_t dt, ncclRedOp_t op, const void* send, size_t count,
+                      std::function<ternResult_t(const void*, ternRedOp_t)> reduce) {
+  OpPlan plan;
+  if (ncclResult_t r = resolveOp(c.comm, op, dt, &plan, c.what)) return r;
+  if (!plan.scale) return submit(c.comm, [=] { return reduce(send, plan.op); });
+  // PreMulSum: the input times this rank's scalar, read when the operation
+  // runs (NCCL reads a device scalar then too), summed by tern.
+  auto scratch = std::make_shared<std::vector<unsigned char>>(count * typeSize(dt));
+  return submit(
+      c.comm,
+      [=] {
+        applyPreMul(plan.pm, send, scratch->data(), count);
+        return reduce(scratch->data(), ternSum);
+      },
+      scratch);
+}
+
+}  // namespace
+
+NCCL_SHIM_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  Call c{"ncclAllReduce", comm};
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
+  if (r == ncclSuccess)
+    r = reducing(c, datatype, op, sendbuff, count, [=](const void* src, ternRedOp_t top) {
+      return ternAllReduce(src, recvbuff, count, c.type, top, comm->tern, nullptr);
+    });
+  return traced(comm, r, "%s(count=%zu, %s, %s)", c.what, count, typeName(datatype), opName(op));
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+              cudaStream_t stream) {
+  Call c{"ncclReduce", comm};
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
+  if (r == ncclSuccess) r = checkRoot(c, root, "root");
+  if (r == ncclSuccess)
+    r = reducing(c, datatype, op, sendbuff, count, [=](const void* src, ternRedOp_t top) {
+      return ternReduce(src, recvbuff, count, c.type, top, root, comm->tern, nullptr);
+    });
+  return traced(comm, r, "%s(count=%zu, %s, %s, root=%d)", c.what, count, typeName(datatype),
+                opName(op), root);
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
+              size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+              cudaStream_t stream) {
+  Call c{"ncclReduceScatter", comm};
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
+  if (r == ncclSuccess)
+    r = reducing(c, datatype, op, sendbuff, recvcount * comm->nranks,
+                 [=](const void* src, ternRedOp_t top) {
+                   return ternReduceScatter(src, recvbuff, recvcount, c.type, top, comm->tern,
+                                            nullptr);
+                 });
+  return traced(comm, r, "%s(recvcount=%zu, %s, %s)", c.what, recvcount, typeName(datatype),
+                opName(op));
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  Call c{"ncclBroadcast", comm};
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
+  if (r == ncclSuccess) r = checkRoot(c, root, "root");
+  if (r == ncclSuccess)
+    r = submit(comm, [=] {
+      return ternBroadcast(sendbuff, recvbuff, count, c.type, root, comm->tern, nullptr);
+    });
+  return traced(comm, r, "%s(count=%zu, %s, root=%d)", c.what, count, typeName(datatype), root);
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
+              ncclComm_t comm, cudaStream_t stream) {
+  return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+// AllGather, AlltoAll: count elements per rank, no root, no op.
+static ncclResult_t blocks(const char* what, const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+                           ternResult_t (*fn)(const void*, void*, size_t, ternDataType_t,
+                                              ternComm_t, ternStream_t)) {
+  Call c{what, comm};
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
+  if (r == ncclSuccess)
+    r = submit(comm, [=] { return fn(sendbuff, recvbuff, count, c.type, comm->tern, nullptr); });
+  return traced(comm, r, "%s(count=%zu, %s)", what, count, typeName(datatype));
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
+              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return blocks("ncclAllGather", sendbuff, recvbuff, sendcount, datatype, comm, stream,
+                ternAllGather);
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return blocks("ncclAlltoAll", sendbuff, recvbuff, count, datatype, comm, stream, ternAllToAll);
+}
+
+// Gather, Scatter: count elements per rank to / from a root.
+static ncclResult_t rooted(const char* what, const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
+                           ternResult_t (*fn)(const void*, void*, size_t, ternDataType_t, int,
+                                              ternComm_t, ternStream_t)) {
+  Call c{what, comm};
+  ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
+  if (r == ncclSuccess) r = checkRoot(c, root, "root");
+  if (r == ncclSuccess)
+    r = submit(comm,
+               [=] { return fn(sendbuff, recvbuff, count, c.type, root, comm->tern, nullptr); });
+  return traced(comm, r, "%s(count=%zu, %s, root=%d)", what, count, typeName(datatype), root);
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  return rooted("ncclGather", sendbuff, recvbuff, count, datatype, root, comm, stream, ternGather);
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  return rooted("ncclScatter", sendbuff, recvbuff, count, datatype, root, comm, stream, ternScatter);
+}
+
+// Send and Recv: one buffer, one peer.
+static ncclResult_t pointToPoint(const char* what, void* buf, size_t count, ncclDataType_t datatype,
+                                 int peer, ncclComm_t comm, cudaStream_t stream, bool send) {
+  Call c{what, comm};
+  ncclResult_t r = prepare(&c, datatype, stream, buf, nullptr);
+  if (r == ncclSuccess) r = checkRoot(c, peer, "peer");
+  if (r == ncclSuccess)
+    r = submit(comm, [=] {
+      return send ? ternSend(buf, count, c.type, peer, comm->tern, nullptr)
+                  : ternRecv(buf, count, c.type, peer, comm->tern, nullptr);
+    });
+  return traced(comm, r, "%s(count=%zu, %s, peer=%d)", what, count, typeName(datatype), peer);
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
+              int peer, ncclComm_t comm, cudaStream_t stream) {
+  // tern only reads a send buffer; the cast serves the shared helper.
+  return pointToPoint("ncclSend", const_cast<void*>(sendbuff), count, datatype, peer, comm, stream,
+                      true);
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype,
+              int peer, ncclComm_t comm, cudaStream_t stream) {
+  return pointToPoint("ncclRecv", recvbuff, count, datatype, peer, comm, stream, false);
+}

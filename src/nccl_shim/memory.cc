@@ -1,0 +1,137 @@
+// Buffer registration, windows and NCCL's allocator.  tern's host path
+// copies through its own staging buffers, so registering a buffer changes
+// nothing about how it moves: a handle records the range so that
+// deregistration can be checked, as NCCL checks it.
+#include <map>
+
+#include "nccl_shim/shim.h"
+
+struct ncclWindow_vidmem {  // the opaque ncclWindow_t of nccl.h
+  ncclComm_t comm;
+  void* buff;
+  size_t size;
+  int flags;
+};
+
+namespace {
+
+struct Registration {
+  ncclComm_t comm;
+  void* buff;
+  size_t size;
+};
+
+std::mutex handlesMu;
+// Live Registration and ncclWindow_vidmem objects, with how each is freed.
+std::map<const void*, std::pair<ncclComm_t, void (*)(const void*)>> handles;
+
+void freeRegistration(const void* h) { delete static_cast<const Registration*>(h); }
+void freeWindow(const void* h) { delete static_cast<const ncclWindow_vidmem*>(h); }
+
+void remember(ncclComm_t comm, const void* h, void (*release)(const void*)) {
+  std::lock_guard<std::mutex> g(handlesMu);
+  handles[h] = {comm, release};
+}
+
+// Frees h if it is a live handle of comm.
+bool forget(ncclComm_t comm, const void* h) {
+  std::lock_guard<std::mutex> g(handlesMu);
+  auto it = handles.find(h);
+  if (it == handles.end() || it->second.first != comm) return false;
+  it->second.second(h);
+  handles.erase(it);
+  return true;
+}
+
+ncclResult_t checkRange(ncclComm_t comm, const void* buff, size_t size, const void* out,
+                        const char* what) {
+  if (ncclResult_t r = shim::checkComm(comm, what)) return r;
+  if (!out) return shim::fail(comm, ncclInvalidArgument, "%s: the handle pointer is NULL", what);
+  if (!buff || size == 0)
+    return shim::fail(comm, ncclInvalidArgument, "%s: buff is NULL or size is 0", what);
+  return ncclSuccess;
+}
+
+}  // namespace
+
+namespace shim {
+
+// A destroyed communicator's registrations and windows go with it, as in NCCL.
+void dropHandles(ncclComm_t comm) {
+  std::lock_guard<std::mutex> g(handlesMu);
+  for (auto it = handles.begin(); it != handles.end();) {
+    if (it->second.first != comm) {
+      ++it;
+      continue;
+    }
+    it->second.second(it->first);
+    it = handles.erase(it);
+  }
+}
+
+}  // namespace shim
+
+using namespace shim;
+
+NCCL_SHIM_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
+              void** handle) {
+  ncclResult_t r = checkRange(comm, buff, size, handle, "ncclCommRegister");
+  if (r == ncclSuccess) {
+    *handle = new Registration{comm, buff, size};
+    remember(comm, *handle, freeRegistration);
+  }
+  return traced(comm, r, "ncclCommRegister(%p, %zu bytes)", buff, size);
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
+  ncclResult_t r = checkComm(comm, "ncclCommDeregister");
+  if (r == ncclSuccess && (!handle || !forget(comm, handle)))
+    r = fail(comm, ncclInvalidArgument,
+             "ncclCommDeregister: handle %p is not a live ncclCommRegister handle of this "
+             "communicator", handle);
+  return traced(comm, r, "ncclCommDeregister(%p)", handle);
+}
+
+// NCCL's windows are collective and symmetric for its device kernels; the
+// host path has no kernels, so a window is a recorded range and every rank
+// may register on its own.
+NCCL_SHIM_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
+              ncclWindow_t* win, int winFlags) {
+  ncclResult_t r = checkRange(comm, buff, size, win, "ncclCommWindowRegister");
+  if (r == ncclSuccess && (winFlags & ~NCCL_WIN_COLL_SYMMETRIC))
+    r = fail(comm, ncclInvalidArgument, "ncclCommWindowRegister: unknown winFlags 0x%x", winFlags);
+  if (r == ncclSuccess) {
+    *win = new ncclWindow_vidmem{comm, buff, size, winFlags};
+    remember(comm, *win, freeWindow);
+  }
+  return traced(comm, r, "ncclCommWindowRegister(%p, %zu bytes, flags=0x%x)", buff, size, winFlags);
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  ncclResult_t r = checkComm(comm, "ncclCommWindowDeregister");
+  if (r == ncclSuccess && (!win || !forget(comm, win)))
+    r = fail(comm, ncclInvalidArgument,
+             "ncclCommWindowDeregister: %p is not a live ncclCommWindowRegister window of this "
+             "communicator", (void*)win);
+  return traced(comm, r, "ncclCommWindowDeregister(%p)", (void*)win);
+}
+
+// ncclMemAlloc hands out CUDA device memory (cuMem) that callers then fill
+// with kernels.  The shim has no CUDA path, and host memory in its place
+// would fault in the caller's kernels, so it refuses: cudaMalloc (or host
+// buffers, which the host path takes) instead.
+NCCL_SHIM_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
+  if (ptr) *ptr = nullptr;
+  return traced(nullptr,
+                fail(nullptr, ncclInvalidUsage,
+                     "ncclMemAlloc: tern's NCCL shim allocates no device memory (it runs on host "
+                     "buffers); use cudaMalloc or plain host memory"),
+                "ncclMemAlloc(%zu bytes)", size);
+}
+
+NCCL_SHIM_API(ncclResult_t, ncclMemFree, void* ptr) {
+  ncclResult_t r = ptr ? fail(nullptr, ncclInvalidArgument,
+                              "ncclMemFree: %p was not allocated by ncclMemAlloc", ptr)
+                       : ncclSuccess;  // like free(NULL)
+  return traced(nullptr, r, "ncclMemFree(%p)", ptr);
+}

@@ -1,0 +1,123 @@
+// libnccl.so.2 over tern: the communicator object, error and log helpers the
+// entry points share.  Built against the CUDA toolkit's own nccl.h, so every
+// type and enum value is NCCL's; only tern's public C API is called below it.
+#pragma once
+#include <nccl.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <thread>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tern/tern.h"
+
+// Defines pnccl<name> (the implementation, global as in NCCL's own library)
+// and nccl<name> as a weak alias of it: a profiler may interpose nccl<name>
+// and call pnccl<name>, as with MPI's PMPI.
+#define NCCL_SHIM_API(ret, name, ...)                                              \
+  extern "C" ret name(__VA_ARGS__) __attribute__((weak, alias("p" #name)));        \
+  extern "C" __attribute__((visibility("default"))) ret p##name(__VA_ARGS__)
+
+// The communicator handed to the caller: tern's communicator plus what NCCL
+// keeps per communicator and tern does not (user ops, the config, the name).
+struct ncclComm {
+  uint64_t magic = kMagic;
+  ternComm_t tern = nullptr;
+  int rank = -1, nranks = 0;
+  ternConfig_t config = TERN_CONFIG_INITIALIZER;  // what children inherit (Split / Shrink)
+  bool blocking = true;
+  std::string name;               // ncclConfig_t.commName
+  std::atomic<bool> revoked{false};
+  std::atomic<int> initResult{ncclInProgress};  // ncclSuccess once tern's communicator exists
+
+  struct PreMulSum {
+    ncclDataType_t dtype = ncclFloat32;
+    std::vector<unsigned char> scalar;   // host copy (ncclScalarHostImmediate)
+    const void* scalarPtr = nullptr;     // read when the collective runs (ncclScalarDevice)
+  };
+  std::mutex mu;
+  std::map<int, PreMulSum> ops;   // ncclRedOp_t value -> user op
+  int nextOp = ncclNumOps;
+  std::string lastError;
+  std::vector<std::shared_ptr<void>> inFlight;  // scratch of nonblocking operations not yet done
+  std::thread initThread;                         // a nonblocking init outside a group
+
+  static constexpr uint64_t kMagic = 0x7465726e6e63636cull;  // "ternnccl"
+};
+
+namespace shim {
+
+// Remembers the sentence for ncclGetLastError (per thread, and per comm when
+// given) and returns code.  A printf-style sentence, one line.
+ncclResult_t fail(ncclComm_t comm, ncclResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+// A tern result as an NCCL result; on failure the sentence is tern's.
+ncclResult_t fromTern(ncclComm_t comm, ternResult_t r);
+const char* lastError(ncclComm_t comm);
+
+// TERN_NCCL_SHIM_LOG=1: one line per call on stderr, "host:pid:rank".
+bool logEnabled();
+ncclResult_t traced(ncclComm_t comm, ncclResult_t r, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+// Live communicators: a NULL or destroyed handle is refused, not followed.
+void registerComm(ncclComm_t comm);
+void unregisterComm(ncclComm_t comm);
+ncclResult_t checkLive(ncclComm_t comm, const char* what);
+// Live, initialised and (unless allowRevoked) not revoked.
+ncclResult_t checkComm(ncclComm_t comm, const char* what, bool allowRevoked = false);
+// Waits until tern has no operation of comm in flight; their result.
+ncclResult_t waitIdle(ncclComm_t comm);
+
+// ncclInvalidArgument when a or b is CUDA device memory (asked of the CUDA
+// driver if the program has loaded it), which the host path cannot touch.
+ncclResult_t checkHostBuffers(ncclComm_t comm, const char* what, const void* a, const void* b);
+
+// Type and op mapping (fp8 and unknown values -> ncclInvalidArgument).
+ncclResult_t toTernType(ncclComm_t comm, ncclDataType_t t, ternDataType_t* out, const char* what);
+const char* typeName(ncclDataType_t t);
+const char* opName(ncclRedOp_t op);
+size_t typeSize(ncclDataType_t t);
+
+// ncclConfig_t as NCCL reads it: size first, magic, fields gated by version.
+ncclResult_t readConfig(const ncclConfig_t* user, ternConfig_t* out, std::string* name);
+
+// Group handling: inside ncclGroupStart/End, calls are validated at once and
+// run at the outermost ncclGroupEnd (so ncclGroupSimulateEnd can drop them,
+// and a PreMulSum scales its input when the operation runs, as NCCL does).
+bool inGroup();
+// Runs op now (outside a group) or at the group's end.  `keep` (scratch) is
+// released when the operation is complete.
+ncclResult_t submit(ncclComm_t comm, std::function<ternResult_t()> op,
+                    std::shared_ptr<void> keep = nullptr);
+// Deferred communicator inits of the current group run side by side at its end.
+void deferInit(std::function<void()> init);
+
+// The op a collective runs: built-in ops map directly; a PreMulSum op
+// (op >= ncclNumOps) is ternSum over each rank's input times its scalar.
+struct OpPlan {
+  ternRedOp_t op = ternSum;
+  bool scale = false;
+  ncclComm::PreMulSum pm;
+};
+ncclResult_t resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dt, OpPlan* plan,
+                       const char* what);
+// dst[i] = src[i] * scalar in op's datatype (16-bit floats via float32).
+void applyPreMul(const ncclComm::PreMulSum& op, const void* src, void* dst, size_t n);
+
+// Makes shim communicator `c`'s tern communicator (blocking: waits for the ranks).
+ncclResult_t initTern(ncclComm_t c, int nranks, const ternUniqueId& id, int rank);
+// Every ncclCommInit* variant (and Split / Shrink): base is the config that
+// `config`'s set fields override (defaults, or the parent's).
+ncclResult_t startInit(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+                       const ncclConfig_t* config, const ternConfig_t& base, const char* what);
+ncclResult_t newComm(ncclComm_t* out, const ternConfig_t& cfg, const std::string& name);
+void freeComm(ncclComm_t c);
+// Frees the registrations and windows comm still holds (at destroy / abort).
+void dropHandles(ncclComm_t comm);
+
+}  // namespace shim
