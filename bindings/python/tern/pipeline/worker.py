@@ -1,0 +1,32 @@
+"""One stage process: python3 -m tern.pipeline.worker CONFIG.json RANK OUTDIR
+(the demo launches these; TERN_PIPELINE_UID carries the communicator's id
+in hex).  Exit status 0 when the stage finished and saved its part."""
+import os
+import sys
+
+import tern
+
+from .config import Config
+from .runtime import StageRuntime
+
+
+def main(argv):
+    config_path, rank, outdir = argv[0], int(argv[1]), argv[2]
+    with open(config_path) as f:
+        cfg = Config.from_json(f.read())
+    comm = None
+    if cfg.stages > 1:
+        uid = bytes.fromhex(os.environ["TERN_PIPELINE_UID"])
+        comm = tern.Comm(uid, cfg.stages, rank, timeout=cfg.timeout)
+    try:
+        runtime = StageRuntime(cfg, comm, rank)
+        runtime.run()
+        runtime.save(outdir)
+    finally:
+        if comm is not None:
+            comm.destroy()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
