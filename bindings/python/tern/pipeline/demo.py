@@ -18,12 +18,14 @@ from .data import load
 from .launch import run
 
 
-def _pair(text, what, kinds):
+def _pair(text, shape, kinds):
+    """"A:B" as (kinds[0](A), kinds[1](B)); argparse prints the sentence on failure."""
     try:
         a, b = text.split(":")
         return kinds[0](a), kinds[1](b)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} must look like {'A:B'.replace('A', kinds[0].__name__).replace('B', kinds[1].__name__)}, not {text!r}")
+        raise argparse.ArgumentTypeError(f"must look like {shape} ({kinds[0].__name__}:{kinds[1].__name__}), "
+                                         f"not {text!r}.") from None
 
 
 def parser():
@@ -38,7 +40,7 @@ def parser():
     p.add_argument("--k", type=int, help="kFkB group size K (1 = 1F1B, M = GPipe; flush only, default 1)")
     p.add_argument("--plan", action="store_true", help="(m, K) from the planner, re-planned when bandwidth changes")
     p.add_argument("--slow-stage", action="append", default=[], metavar="STAGE:FACTOR",
-                   type=lambda t: _pair(t, "--slow-stage", (int, float)), help="stretch a stage's compute (repeatable)")
+                   type=lambda t: _pair(t, "STAGE:FACTOR", (int, float)), help="stretch a stage's compute (repeatable)")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--save", required=True, metavar="DIR", help="final.pt and the stages' event logs go here")
     p.add_argument("--report", required=True, metavar="FILE.json")
@@ -49,7 +51,7 @@ def parser():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--partition", help="layers per stage, e.g. 2,3,1 (default: even)")
     p.add_argument("--emulate-link", action="append", default=[], metavar="ITER:GBPS",
-                   type=lambda t: _pair(t, "--emulate-link", (int, float)),
+                   type=lambda t: _pair(t, "ITER:GBPS", (int, float)),
                    help="from batch ITER on, hold every message for its time at GBPS (0: off); repeatable")
     p.add_argument("--replan-threshold", type=float, default=0.3,
                    help="re-plan when a link's bandwidth moves by more than this fraction (default 0.3)")
