@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -117,6 +118,20 @@ def test_demo_cli_end_to_end(tmp_path):
             d = sorted(e["end"] - e["start"] for e in json.load(f) if e["kind"] == "fwd")
         return d[len(d) // 2]
     assert median_fwd(1) > 1.5 * median_fwd(0)
+
+
+def test_a_dead_stage_is_an_error_on_every_stage(tmp_path, monkeypatch):
+    """Stage 1 dies mid-run: stages 0 and 2 fail on their own (tern reports
+    the dead peer) well within the timeout; nobody hangs or is killed."""
+    monkeypatch.setenv("TERN_PIPELINE_FAULT", "1:4")
+    cfg = Config(stages=3, schedule="async", microbatches=4, timeout=20, **dict(SMALL, iterations=100000))
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError) as err:
+        run(cfg, str(tmp_path))
+    assert time.monotonic() - t0 < 60
+    msg = str(err.value)
+    assert "stage 1 exited with status 3" in msg and "stage 0 exited" in msg and "stage 2 exited" in msg, msg
+    assert "killed" not in msg
 
 
 @pytest.mark.parametrize("flags,sentence", [

@@ -38,24 +38,23 @@ def _spawn(cfg, work, deadline_s):
     procs = [subprocess.Popen([sys.executable, "-m", "tern.pipeline.worker", config_path, str(r), work], env=env)
              for r in range(cfg.stages)]
     deadline = time.monotonic() + deadline_s
-    failed = None
-    while any(p.poll() is None for p in procs):
-        bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-        if bad or time.monotonic() > deadline:
-            failed = f"stage {bad[0]} exited with status {procs[bad[0]].returncode}" if bad else \
-                f"the stages did not finish within {deadline_s} s"
-            break
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        if any(p.poll() not in (None, 0) for p in procs):
+            # One stage failed: the others learn it from tern (a dead peer is
+            # an error, a stalled one a timeout) and exit on their own; they
+            # are killed only if they outlive tern's timeout.
+            deadline = min(deadline, time.monotonic() + cfg.timeout + 10)
         time.sleep(0.05)
+    killed = [r for r, p in enumerate(procs) if p.poll() is None]
+    for r in killed:
+        procs[r].kill()
+        procs[r].wait()
+    failed = [f"stage {r} exited with status {p.returncode}" for r, p in enumerate(procs)
+              if p.returncode != 0 and r not in killed]
+    if killed:
+        failed.append(f"stage(s) {killed} did not finish in time and were killed")
     if failed:
-        # The others fail within tern's timeout anyway; do not wait for it.
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        raise RuntimeError(failed)
-    bad = [r for r, p in enumerate(procs) if p.returncode != 0]
-    if bad:
-        raise RuntimeError(f"stage {bad[0]} exited with status {procs[bad[0]].returncode}")
+        raise RuntimeError("; ".join(failed))
 
 
 def _merge(cfg, work, save_dir):

@@ -10,11 +10,21 @@ from .config import Config
 from .runtime import StageRuntime
 
 
+def _fault(rank):
+    """TERN_PIPELINE_FAULT=STAGE:SECONDS: that stage dies that long after it
+    starts (tests: a dead stage must be an error on every stage, no hang)."""
+    spec = os.environ.get("TERN_PIPELINE_FAULT")
+    if spec and int(spec.split(":")[0]) == rank:
+        import threading
+        threading.Timer(float(spec.split(":")[1]), lambda: os._exit(3)).start()
+
+
 def main(argv):
     config_path, rank, outdir = argv[0], int(argv[1]), argv[2]
     with open(config_path) as f:
         cfg = Config.from_json(f.read())
     comm = None
+    _fault(rank)
     if cfg.stages > 1:
         uid = bytes.fromhex(os.environ["TERN_PIPELINE_UID"])
         comm = tern.Comm(uid, cfg.stages, rank, timeout=cfg.timeout)
