@@ -27,6 +27,9 @@ class Config:
     memory_bytes: float = 0          # per stage, for the planner's max_k; 0: this machine's RAM
     timeout: float = 60.0            # tern's timeout (a dead stage is an error within it)
     transport: str = ""              # TERN_TRANSPORT for the stage processes ("" = auto)
+    sweep: list = None               # [[m, K], ...]: run these in turn, one batch each (perf: every candidate measured)
+    netns: list = None               # a network namespace per stage (perf: emulated hosts); stages meet at root
+    root: str = ""                   # TERN_ROOT (host:port) when netns is given
 
     def slow_factor(self, stage):
         return float(self.slow.get(str(stage), self.slow.get(stage, 1.0)))

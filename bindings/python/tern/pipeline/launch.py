@@ -32,10 +32,15 @@ def _spawn(cfg, work, deadline_s):
     config_path = os.path.join(work, "config.json")
     with open(config_path, "w") as f:
         f.write(cfg.to_json())
-    env = dict(os.environ, TERN_PIPELINE_UID=tern.unique_id().hex(), OMP_NUM_THREADS="1")
+    # The stages import the same tern package as this process, wherever it lies.
+    here = os.path.dirname(os.path.dirname(os.path.abspath(tern.__file__)))
+    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, TERN_PIPELINE_UID=tern.unique_id().hex(), OMP_NUM_THREADS="1", PYTHONPATH=path)
     if cfg.transport:
         env["TERN_TRANSPORT"] = cfg.transport
-    procs = [subprocess.Popen([sys.executable, "-m", "tern.pipeline.worker", config_path, str(r), work], env=env)
+    procs = [subprocess.Popen(_netns(cfg, r) + [sys.executable, "-m", "tern.pipeline.worker", config_path, str(r), work],
+                              env=dict(env, TERN_RANK=str(r), TERN_NRANKS=str(cfg.stages), TERN_ROOT=cfg.root)
+                              if cfg.netns else env)
              for r in range(cfg.stages)]
     deadline = time.monotonic() + deadline_s
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
@@ -55,6 +60,11 @@ def _spawn(cfg, work, deadline_s):
         failed.append(f"stage(s) {killed} did not finish in time and were killed")
     if failed:
         raise RuntimeError("; ".join(failed))
+
+
+def _netns(cfg, rank):
+    """The command prefix that runs stage `rank` in its namespace, if any."""
+    return ["ip", "netns", "exec", cfg.netns[rank]] if cfg.netns else []
 
 
 def _merge(cfg, work, save_dir):

@@ -51,6 +51,7 @@ class Link:
         self.comm, self.peer, self.log, self.level = comm, peer, log, level
         self.send_kind, self.recv_kind = send_kind, recv_kind
         self.emulate_gbps = None
+        self._wire_free = 0.0  # monotonic time the emulated wire is free again
         self._out = queue.Queue()
         self._error = None
         self._thread = threading.Thread(target=self._sender, name=f"tern-link-{peer}", daemon=True)
@@ -62,7 +63,7 @@ class Link:
         """Queues a float32 tensor for the neighbour; returns at once."""
         self._raise_if_failed()
         data = np.ascontiguousarray(tensor.detach().numpy(), dtype=np.float32)
-        self._out.put((data, iteration, micro, kind or self.send_kind))
+        self._out.put((data, iteration, micro, kind or self.send_kind, time.monotonic()))
 
     def recv(self, shape, iteration, micro, kind=None):
         """The neighbour's next tensor (blocking, bounded by tern's timeout)."""
@@ -104,10 +105,14 @@ class Link:
             finally:
                 self._out.task_done()
 
-    def _send_one(self, data, iteration, micro, kind):
+    def _send_one(self, data, iteration, micro, kind, ready):
         start = time.monotonic()
         gbps = self.emulate_gbps
         if gbps:
-            time.sleep(data.nbytes * 8 / (gbps * 1e9))
+            # The wire's clock, not the thread's: the message occupies the wire
+            # from when it and the wire are both ready, so a late wake-up (a
+            # loaded host) delays this message but is not added to the next.
+            self._wire_free = max(self._wire_free, ready) + data.nbytes * 8 / (gbps * 1e9)
+            time.sleep(max(self._wire_free - time.monotonic(), 0.0))
         self.comm.send(data, self.peer)
         self.log.add(iteration, micro, kind, start, time.monotonic(), peer=self.peer, bytes=data.nbytes)

@@ -68,8 +68,9 @@ class Replanner:
         self.planned_gbps = None   # the link bandwidths the current plan assumed
         self.decisions = []
 
-    def decide(self, iteration, partition, rows, current):
-        """(m, K, predicted ms) of the batch after `iteration`."""
+    def decide(self, iteration, partition, rows, current, forced=None):
+        """(m, K, predicted ms) of the batch after `iteration`; `forced` (m, K)
+        overrides the choice (a sweep), the planner's pick is still logged."""
         m, k = current
         network = model_json(self.cfg, partition, rows, m)["network"]
         gbps = [link["bandwidth_gbps"] for link in network]
@@ -81,12 +82,16 @@ class Replanner:
             entry = {"iteration": iteration, "reason": reason, "bandwidth_gbps": gbps,
                      "latency_us": [link["latency_us"] for link in network],
                      "old": [m, k], "measured_ms": measured_ms,
-                     "predicted_old_ms": self.predict(partition, rows, m, k), "candidates": candidates}
+                     "predicted_old_ms": self.predict(partition, rows, m, k), "candidates": candidates,
+                     "rows": rows}
             feasible = [c for c in candidates if c["feasible"]]
             if feasible:
                 best = min(feasible, key=lambda c: c["iteration_ms"])
                 m, k = best["microbatches"], best["k"]
+            entry["pick"] = [m, k]
             self.planned_gbps = gbps
+        if forced:
+            m, k = forced
         predicted = self.predict(partition, rows, m, k)
         if entry is not None:
             entry.update({"new": [m, k], "predicted_new_ms": predicted})

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import torch
 
+from .cost import Cost
 from .data import Batches
 from .events import EventLog
 from .links import CONTROL_LEVEL, Link, at_level
@@ -44,15 +45,10 @@ class StageRuntime:
         self.cost = self._calibrate() if cfg.schedule == "flush" else None
 
     def _calibrate(self):
-        """{"fwd"|"bwd": [fixed ms per micro-batch, ms per sample]} from one
-        micro-batch of 1 sample and one of the whole batch (see replan.py)."""
+        """{"fwd"|"bwd": Cost} from one micro-batch of 1 sample and one of the whole batch."""
         b = self.cfg.batch
         one, whole = self.stage.time_compute(1), self.stage.time_compute(b)
-        cost = {}
-        for j, kind in enumerate(("fwd", "bwd")):
-            per_sample = max((whole[j] - one[j]) / (b - 1), 1e-6) if b > 1 else whole[j]
-            cost[kind] = [max(one[j] - per_sample, 0.0), per_sample]
-        return cost
+        return {kind: Cost.calibrate(one[j], whole[j], b) for j, kind in enumerate(("fwd", "bwd"))}
 
     # ---- the run ----
 
@@ -69,6 +65,8 @@ class StageRuntime:
 
     def _run_flush(self):
         m, k, predicted = self.cfg.microbatches, self.cfg.k, None
+        if self.cfg.sweep:
+            m, k = self.cfg.sweep[0]
         for it in range(self.cfg.iterations):
             self._set_emulation(it)
             self.plan_by_iter.append([m, k])
@@ -155,8 +153,9 @@ class StageRuntime:
         row = self._measure(it, m)
         rows = self._gather(row)
         decision = np.zeros(3, np.float64)
+        forced = self.cfg.sweep[(it + 1) % len(self.cfg.sweep)] if self.cfg.sweep else None
         if self.rank == 0:
-            decision[:] = self.replanner.decide(it, self.partition, rows, (m, k))
+            decision[:] = self.replanner.decide(it, self.partition, rows, (m, k), forced)
         if self.comm is not None:
             with at_level(CONTROL_LEVEL):
                 self.comm.broadcast(decision, root=0)
@@ -169,11 +168,12 @@ class StageRuntime:
         size = self.cfg.batch // m
         row = {}
         for kind in ("fwd", "bwd"):
-            per_op = sum(e["end"] - e["start"] for e in self.log.of(it, kind)) * 1e3 / m
-            fixed = self.cost[kind][0]
+            cost = self.cost[kind]
             if it > 0:  # batch 0 pays the warm-up (first connections, allocator): keep the calibration
-                self.cost[kind][1] = max((per_op - fixed) / size, 1e-6)
-            row[kind + "_fixed_ms"], row[kind + "_ms_per_sample"] = fixed, self.cost[kind][1]
+                # The median op: robust to the preemptions of a shared host.
+                times = sorted(e["end"] - e["start"] for e in self.log.of(it, kind))
+                cost.observe(size, times[len(times) // 2] * 1e3)
+            row[kind + "_fixed_ms"], row[kind + "_ms_per_sample"] = cost.fixed, cost.per_sample
         row["link_gbps"], row["link_latency_us"] = self._probe(it, m)
         row["start"], row["end"] = self.starts[-1], self.ends[-1]
         return row

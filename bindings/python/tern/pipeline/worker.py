@@ -25,7 +25,9 @@ def main(argv):
         cfg = Config.from_json(f.read())
     comm = None
     _fault(rank)
-    if cfg.stages > 1:
+    if cfg.stages > 1 and cfg.netns:  # emulated hosts: ternrun's variables (TERN_ROOT, TERN_RANK, ...)
+        comm = tern.Comm.from_env(timeout=cfg.timeout)
+    elif cfg.stages > 1:
         uid = bytes.fromhex(os.environ["TERN_PIPELINE_UID"])
         comm = tern.Comm(uid, cfg.stages, rank, timeout=cfg.timeout)
     try:
