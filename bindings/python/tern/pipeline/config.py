@@ -30,6 +30,7 @@ class Config:
     sweep: list = None               # [[m, K], ...]: run these in turn, one batch each (perf: every candidate measured)
     netns: list = None               # a network namespace per stage (perf: emulated hosts); stages meet at root
     root: str = ""                   # TERN_ROOT (host:port) when netns is given
+    progress: str = ""               # a file stage 0 rewrites with each finished batch's number (perf scripts)
 
     def slow_factor(self, stage):
         return float(self.slow.get(str(stage), self.slow.get(stage, 1.0)))

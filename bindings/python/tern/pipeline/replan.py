@@ -26,8 +26,11 @@ sample, whose fixed costs it cannot see.
 Each decision is logged with the predicted and the measured times.
 """
 import os
+import statistics
 
 from .. import planner
+
+SMOOTH = 3  # probes per link a decision looks at (their median)
 
 # One stage's measurement vector (gathered as float64 over tern).
 FIELDS = ("fwd_fixed_ms", "fwd_ms_per_sample", "bwd_fixed_ms", "bwd_ms_per_sample",
@@ -67,11 +70,13 @@ class Replanner:
         self.cfg = cfg
         self.planned_gbps = None   # the link bandwidths the current plan assumed
         self.decisions = []
+        self.history = []          # the last SMOOTH boundaries' probes, per link
 
     def decide(self, iteration, partition, rows, current, forced=None):
         """(m, K, predicted ms) of the batch after `iteration`; `forced` (m, K)
         overrides the choice (a sweep), the planner's pick is still logged."""
         m, k = current
+        rows = self._smoothed(rows)
         network = model_json(self.cfg, partition, rows, m)["network"]
         gbps = [link["bandwidth_gbps"] for link in network]
         measured_ms = (max(r["end"] for r in rows) - min(r["start"] for r in rows)) * 1e3
@@ -97,6 +102,20 @@ class Replanner:
             entry.update({"new": [m, k], "predicted_new_ms": predicted})
             self.decisions.append(entry)
         return m, k, predicted
+
+    def _smoothed(self, rows):
+        """The rows with each link's bandwidth and latency the median of its
+        last SMOOTH probes: one ping-pong on a loaded host can read 10x off
+        either way, a real change persists (it is acted on one batch later)."""
+        self.history.append([(r["link_gbps"], r["link_latency_us"]) for r in rows])
+        del self.history[:-SMOOTH]
+        out = []
+        for s, row in enumerate(rows):
+            row = dict(row)
+            row["link_gbps"] = statistics.median(h[s][0] for h in self.history)
+            row["link_latency_us"] = statistics.median(h[s][1] for h in self.history)
+            out.append(row)
+        return out
 
     def _reason(self, gbps):
         if not self.cfg.plan:

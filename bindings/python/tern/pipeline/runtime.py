@@ -73,6 +73,7 @@ class StageRuntime:
             self.predicted_ms.append(predicted)
             self.partition_by_iter.append(list(self.partition))
             self._flush_iteration(it, m, k)
+            self._progress(it)
             if it + 1 < self.cfg.iterations:
                 m, k, predicted = self._boundary(it, m, k)
 
@@ -138,6 +139,12 @@ class StageRuntime:
         gin = self.stage.backward(key, it, i, grad)
         if self.up is not None:
             self.up.send(gin, it, i)
+
+    def _progress(self, it):
+        if self.cfg.progress and self.rank == 0:
+            with open(self.cfg.progress + ".tmp", "w") as f:
+                f.write(str(it))
+            os.replace(self.cfg.progress + ".tmp", self.cfg.progress)
 
     def _set_emulation(self, it):
         for at, gbps in self.cfg.emulate:
