@@ -27,6 +27,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tern.pipeline import Config, run  # noqa: E402
 from tern.pipeline.replan import divisors  # noqa: E402

@@ -96,4 +96,5 @@ def _report(cfg, summaries):
             "version_checks": sum(s["version_checks"] for s in summaries),
             "loss": tail["losses"],
             "decisions": head["decisions"],
-            "schedule": cfg.schedule, "stages": cfg.stages, "layers": cfg.layers}
+            "schedule": cfg.schedule, "stages": cfg.stages, "layers": cfg.layers, "width": cfg.width,
+            "batch": cfg.batch}
