@@ -102,12 +102,12 @@ class StageRuntime:
         optimizer step per micro-batch, weights stashed per forward."""
         m, size = self.cfg.microbatches, self.cfg.batch // self.cfg.microbatches
         total = self.cfg.iterations * m
-        self._set_emulation(0)
         start = time.monotonic()
         batches = {}
         for kind, n in kfkb_order(total, 1, self.p, self.rank):
             it, i = divmod(n, m)
-            if it not in batches:
+            if it not in batches:  # this stage's first op of batch `it`
+                self._set_emulation(it)
                 batches[it] = self.data.get(it)
             x, y = batches[it]
             sl = slice(i * size, (i + 1) * size)
