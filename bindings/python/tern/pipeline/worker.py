@@ -19,11 +19,23 @@ def _fault(rank):
         threading.Timer(float(spec.split(":")[1]), lambda: os._exit(3)).start()
 
 
+def _die_with_launcher():
+    """Linux: this stage is killed when the launcher dies (PR_SET_PDEATHSIG),
+    so a killed demo leaves no stage behind."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv):
     config_path, rank, outdir = argv[0], int(argv[1]), argv[2]
     with open(config_path) as f:
         cfg = Config.from_json(f.read())
     comm = None
+    _die_with_launcher()
     _fault(rank)
     if cfg.stages > 1 and cfg.netns:  # emulated hosts: ternrun's variables (TERN_ROOT, TERN_RANK, ...)
         comm = tern.Comm.from_env(timeout=cfg.timeout)
