@@ -52,7 +52,8 @@ def run_sweep(stages, link, rounds, netns, out, max_m):
     elif link != "shm":
         extra = dict(emulate=[[0, float(link)]])
     cfg = Config(stages=stages, schedule="flush", plan=True, sweep=sweep, iterations=len(sweep),
-                 microbatches=2, k=1, replan_threshold=1e9, timeout=120, **extra, **MODEL)
+                 # a decision (the planner's pick, logged) at every boundary, from the latest model
+                 microbatches=2, k=1, replan_threshold=1e-12, timeout=120, **extra, **MODEL)
     try:
         return run(cfg, out), cands
     finally:

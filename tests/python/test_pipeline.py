@@ -23,6 +23,7 @@ import torch
 import tern.planner as planner
 from tern.pipeline import Config, kfkb_order, run
 from tern.pipeline import demo
+from tern.pipeline.model import make_layers, state_dict
 
 SMALL = dict(layers=6, width=64, batch=32, iterations=3, lr=0.1, seed=3)
 
@@ -61,9 +62,9 @@ def test_flush_equals_single_process_bitwise(tmp_path):
         assert rep["weight_versions_ok"] and rep["partition_by_iter"] == [[2, 2, 2]] * 3
         assert rep["plan_by_iter"] == [[4, k]] * 3
     # Training moved the weights (equality is not that of an untouched model).
-    start = Config(stages=1, schedule="flush", microbatches=4, k=1, **dict(SMALL, iterations=1, lr=0.0))
-    run(start, str(tmp_path / "init"))
-    assert not torch.equal(final(tmp_path / "init")["layers.0.weight"], want["layers.0.weight"])
+    init = state_dict(make_layers(range(SMALL["layers"]), SMALL["layers"], SMALL["width"], SMALL["seed"]))
+    assert list(init) == list(want)
+    assert not any(torch.equal(init[name], want[name]) for name in want)
 
 
 def test_async_weight_stashing(tmp_path):
@@ -72,26 +73,28 @@ def test_async_weight_stashing(tmp_path):
     assert rep["weight_versions_ok"] is True
     assert rep["version_checks"] == 3 * 4 * SMALL["iterations"]  # every backward of every stage checked
     assert len(rep["iteration_ms"]) == SMALL["iterations"]
-    # Without stashing the backwards of stages 0 and 1 (micro-batches in
+    # Without stashing the backwards of the first stage (micro-batches in
     # flight across updates) use newer weights, and the check says so.
-    rep = run(Config(stash=False, **cfg), str(tmp_path / "nostash"))
+    rep = run(Config(stash=False, **dict(cfg, stages=2)), str(tmp_path / "nostash"))
     assert rep["weight_versions_ok"] is False
 
 
 def test_replans_when_the_link_slows(tmp_path):
-    """1 Gbit/s, then 0.05 Gbit/s from batch 3: the probe measures the new
-    rate and the planner is asked again at that boundary."""
-    cfg = Config(stages=3, schedule="flush", plan=True, microbatches=4, k=1, emulate=[[0, 1.0], [3, 0.05]],
-                 **dict(SMALL, width=128, batch=32, iterations=7))
+    """0.2 Gbit/s, then 0.02 Gbit/s from batch 3 (rates whose probe times,
+    2.6 and 26 ms, stand above a loaded host's noise): the probe measures the
+    new rate and the planner is asked again within two boundaries."""
+    cfg = Config(stages=3, schedule="flush", plan=True, microbatches=4, k=1, emulate=[[0, 0.2], [3, 0.02]],
+                 **dict(SMALL, width=128, batch=32, iterations=8))
     rep = run(cfg, str(tmp_path / "out"))
     first, *later = rep["decisions"]
     assert first["iteration"] == 0 and first["reason"] == "first measurement"
-    assert all(0.5 < g < 2.0 for g in first["bandwidth_gbps"]), first["bandwidth_gbps"]
-    drop = [d for d in later if d["iteration"] >= 3]
-    # The probes' median over 3 batches sees the change at the second boundary after it.
-    assert drop and drop[0]["iteration"] in (3, 4), rep["decisions"]
+    assert all(0.1 < g < 0.4 for g in first["bandwidth_gbps"]), first["bandwidth_gbps"]
+    # The decisions' link figures are the median of the last 3 probes: the
+    # new rate shows at the second boundary after the change, the third if
+    # one probe read high (a loaded host: one spurious re-plan may come first).
+    drop = [d for d in later if d["iteration"] >= 3 and all(0.01 < g < 0.04 for g in d["bandwidth_gbps"])]
+    assert drop and drop[0]["iteration"] in (3, 4, 5), rep["decisions"]
     assert "bandwidth" in drop[0]["reason"]
-    assert all(0.025 < g < 0.075 for g in drop[0]["bandwidth_gbps"]), drop[0]["bandwidth_gbps"]
     # The plan that follows is the planner's fastest candidate, with both predictions logged.
     best = min((c for c in drop[0]["candidates"] if c["feasible"]), key=lambda c: c["iteration_ms"])
     assert drop[0]["new"] == [best["microbatches"], best["k"]] == rep["plan_by_iter"][drop[0]["iteration"] + 1]

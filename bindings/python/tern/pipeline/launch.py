@@ -74,7 +74,8 @@ def _merge(cfg, work, save_dir):
             summaries.append(json.load(f))
         state.update(torch.load(os.path.join(work, f"stage{s}.pt")))
         os.replace(os.path.join(work, f"events-stage{s}.json"), os.path.join(save_dir, f"events-stage{s}.json"))
-    ordered = {k: state[k] for k in sorted(state, key=lambda k: (int(k.split(".")[1]), k))}
+    # By global layer index; within a layer the module's own order (a stable sort).
+    ordered = {k: state[k] for k in sorted(state, key=lambda k: int(k.split(".")[1]))}
     torch.save(ordered, os.path.join(save_dir, "final.pt"))
     return _report(cfg, summaries)
 
