@@ -88,11 +88,13 @@ def test_replans_when_the_link_slows(tmp_path):
     rep = run(cfg, str(tmp_path / "out"))
     first, *later = rep["decisions"]
     assert first["iteration"] == 0 and first["reason"] == "first measurement"
-    assert all(0.1 < g < 0.4 for g in first["bandwidth_gbps"]), first["bandwidth_gbps"]
+    # Within 3x of the emulated rate (one probe on a loaded host; the two
+    # rates are 10x apart, so the ranges cannot be confused).
+    assert all(0.2 / 3 < g < 0.2 * 3 for g in first["bandwidth_gbps"]), first["bandwidth_gbps"]
     # The decisions' link figures are the median of the last 3 probes: the
     # new rate shows at the second boundary after the change, the third if
     # one probe read high (a loaded host: one spurious re-plan may come first).
-    drop = [d for d in later if d["iteration"] >= 3 and all(0.01 < g < 0.04 for g in d["bandwidth_gbps"])]
+    drop = [d for d in later if d["iteration"] >= 3 and all(0.02 / 3 < g < 0.02 * 3 for g in d["bandwidth_gbps"])]
     assert drop and drop[0]["iteration"] in (3, 4, 5), rep["decisions"]
     assert "bandwidth" in drop[0]["reason"]
     # The plan that follows is the planner's fastest candidate, with both predictions logged.
