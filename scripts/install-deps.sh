@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(cmake g++ make pkg-config libgtest-dev openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev libucx-dev libibverbs-dev libhwloc-dev
       iproute2 python3 python3-dev python3-numpy python3-pytest pybind11-dev python3-torch libtorch-dev
-      python3-yaml python3-jsonschema python3-matplotlib dataset-fashion-mnist
+      python3-yaml python3-jsonschema python3-matplotlib dataset-fashion-mnist python3-sklearn
       libopenblas0-openmp time tcpdump)
 # libopenblas0-openmp: Debian's torch calls whatever libblas.so.3 the system
 # provides, and without it that is the reference BLAS, 8x slower at the

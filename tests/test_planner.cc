@@ -214,6 +214,7 @@ TEST(PlannerPlan, SmallerKWinsWhenBottlenecksSitOnDifferentStages) {
   Plan p = plan(m, 8);
   ASSERT_EQ(p.best, 0);
   EXPECT_LT(p.candidates[0].k, 8);
+  EXPECT_EQ(p.candidates[0].maxK, 8);  // memory allows GPipe; the chosen K is smaller, max_k says both
   EXPECT_LT(p.candidates[0].iterationMs, simulate(m, 8, 8));
 }
 
@@ -336,8 +337,12 @@ TEST(PlannerPlan, JsonHasDesignFields) {
   ASSERT_EQ(cands.array.size(), divisors(8).size());
   bool sawInfeasible = false;
   for (const Json& c : cands.array) {
-    EXPECT_EQ(c.object.size(), 6u);
+    EXPECT_EQ(c.object.size(), 7u);
     EXPECT_EQ(member(c, "peak_memory_bytes", "").array.size(), 2u);
+    // max_k (seed 001's largest fitting K) bounds the chosen k; 0 only when infeasible.
+    const double maxK = member(c, "max_k", "").number, k = member(c, "k", "").number;
+    EXPECT_LE(k, maxK);
+    EXPECT_EQ(maxK > 0, member(c, "feasible", "").boolean);
     sawInfeasible = sawInfeasible || !member(c, "feasible", "").boolean;
   }
   EXPECT_TRUE(sawInfeasible);

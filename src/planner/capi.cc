@@ -63,7 +63,8 @@ Candidate chosenCandidate(const PipelineModel& model, long long m, long long k) 
   c.microbatches = m;
   c.microbatchSize = model.batchSize / m;
   c.k = k;
-  c.feasible = k <= largestFittingK(model, m);
+  c.maxK = largestFittingK(model, m);
+  c.feasible = k <= c.maxK;
   c.iterationMs = simulate(model, m, k);
   return c;
 }

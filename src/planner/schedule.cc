@@ -352,7 +352,8 @@ Plan plan(const PipelineModel& model, int64_t onlyM, unsigned threads) {
     Candidate c;
     c.microbatches = splits[j];
     c.microbatchSize = model.batchSize / splits[j];
-    c.feasible = kmax[j] > 0;
+    c.maxK = kmax[j];
+    c.feasible = c.maxK > 0;
     c.iterationMs = std::numeric_limits<double>::quiet_NaN();
     // Every K up to the largest that fits is simulated; the largest wins ties
     // (same time, more slack under contention, seed 001).  Ties are exact:
@@ -388,7 +389,7 @@ std::string planJson(const Plan& plan) {
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     const Candidate& c = plan.candidates[i];
     out += i ? ",\n  {" : "\n  {";
-    out += candidateFields(c) + ", \"peak_memory_bytes\": [";
+    out += candidateFields(c) + ", \"max_k\": " + jsonNumber(c.maxK) + ", \"peak_memory_bytes\": [";
     for (size_t s = 0; s < c.peakMemoryBytes.size(); ++s)
       out += (s ? ", " : "") + jsonNumber(c.peakMemoryBytes[s]);
     out += "], \"feasible\": ";

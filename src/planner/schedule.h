@@ -66,6 +66,7 @@ struct Candidate {
   int64_t microbatches = 0;
   int64_t microbatchSize = 0;
   int64_t k = 0;               // the fastest K that fits; 0 when infeasible
+  int64_t maxK = 0;            // seed 001's K: the largest that fits memory; 0 when infeasible
   double iterationMs = 0;      // NaN when infeasible
   std::vector<double> peakMemoryBytes;  // at k (at K = 1 when infeasible)
   bool feasible = false;

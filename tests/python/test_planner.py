@@ -46,6 +46,23 @@ def test_schedule_is_the_cli_plan(tmp_path):
     assert best["iteration_ms"] == min(c["iteration_ms"] for c in feasible)
 
 
+def test_max_k_is_the_largest_k_that_fits_memory():
+    # DESIGN.md's rule, evaluated here independently of the library:
+    # static_s + min(m, K (p - s)) (batch / m) act_s <= memory_s at every stage s.
+    p, batch = len(MODEL["stages"]), MODEL["batch_size"]
+
+    def fits(m, k):
+        return all(st["static_bytes"] + min(m, k * (p - s)) * (batch // m) * st["activation_bytes_per_sample"]
+                   <= st["memory_bytes"] for s, st in enumerate(MODEL["stages"]))
+
+    cands = planner.schedule(MODEL)["candidates"]
+    assert any(0 < c["max_k"] < c["microbatches"] for c in cands)  # memory really binds somewhere
+    for c in cands:
+        m = c["microbatches"]
+        assert c["max_k"] == max([k for k in range(1, m + 1) if fits(m, k)], default=0)
+        assert c["k"] <= c["max_k"]
+
+
 def test_network_now_replans_slower(tmp_path):
     slow = planner.schedule(MODEL, network_now=0.05)["best"]
     assert slow["iteration_ms"] > planner.schedule(MODEL)["best"]["iteration_ms"]

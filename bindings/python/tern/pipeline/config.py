@@ -1,0 +1,43 @@
+"""What one pipeline run is: model, data, schedule, knobs.  The demo CLI
+builds it from flags; the stage processes receive it as JSON."""
+import dataclasses
+import json
+
+
+@dataclasses.dataclass
+class Config:
+    stages: int = 3
+    layers: int = 6
+    width: int = 64
+    classes: int = 10
+    batch: int = 64
+    iterations: int = 10
+    schedule: str = "flush"          # "flush" (kFkB, one step per batch) | "async" (PipeDream 1F1B)
+    microbatches: int = 4
+    k: int = 1
+    plan: bool = False               # ask the planner for (m, K) at batch boundaries (flush)
+    lr: float = 0.05
+    seed: int = 0
+    data: str = "digits"             # "digits" (sklearn) | "fashion" (Debian's Fashion-MNIST)
+    partition: list = None           # layers per stage; default as even as possible
+    slow: dict = dataclasses.field(default_factory=dict)   # {stage: compute-time factor}
+    stash: bool = True               # async weight stashing (False only to show the check fails)
+    emulate: list = dataclasses.field(default_factory=list)  # [[iteration, gbps]]: emulated link rate from then on
+    replan_threshold: float = 0.3    # re-plan when a link's measured bandwidth moves by more than this fraction
+    memory_bytes: float = 0          # per stage, for the planner's max_k; 0: this machine's RAM
+    timeout: float = 60.0            # tern's timeout (a dead stage is an error within it)
+    transport: str = ""              # TERN_TRANSPORT for the stage processes ("" = auto)
+    sweep: list = None               # [[m, K], ...]: run these in turn, one batch each (perf: every candidate measured)
+    netns: list = None               # a network namespace per stage (perf: emulated hosts); stages meet at root
+    root: str = ""                   # TERN_ROOT (host:port) when netns is given
+    progress: str = ""               # a file stage 0 rewrites with each finished batch's number (perf scripts)
+
+    def slow_factor(self, stage):
+        return float(self.slow.get(str(stage), self.slow.get(stage, 1.0)))
+
+    def to_json(self):
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text):
+        return cls(**json.loads(text))

@@ -1,0 +1,142 @@
+"""The pipeline-parallel demo (DESIGN.md kFkB planner, seed 001):
+
+  /usr/bin/python3 -m tern.pipeline.demo --stages 3 --layers 6 --iterations 20 \\
+      --schedule flush --microbatches 4 --k 2 --seed 1 --save out --report out/report.json
+
+trains an MLP of L equal layers on sklearn's digits (or --data fashion),
+one process per stage on this host, and writes DIR/final.pt (keys
+layers.<global index>.<param>) and the JSON report.  --stages 1 is plain
+single-process training of the same batches: the reference a flush run
+equals bitwise (same --microbatches).  See docs/PIPELINE.md.
+"""
+import argparse
+import json
+import sys
+
+from .config import Config
+from .data import load
+from .launch import run
+
+
+def _pair(text, shape, kinds):
+    """"A:B" as (kinds[0](A), kinds[1](B)); argparse prints the sentence on failure."""
+    try:
+        a, b = text.split(":")
+        return kinds[0](a), kinds[1](b)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must look like {shape} ({kinds[0].__name__}:{kinds[1].__name__}), "
+                                         f"not {text!r}.") from None
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="python3 -m tern.pipeline.demo", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stages", type=int, required=True, help="pipeline stages (processes); 1 = the reference")
+    p.add_argument("--layers", type=int, required=True, help="equal layers of the MLP")
+    p.add_argument("--iterations", type=int, required=True, help="batches to train")
+    p.add_argument("--schedule", choices=["async", "flush"], required=True,
+                   help="flush: synchronous kFkB, one step per batch; async: PipeDream 1F1B with weight stashing")
+    p.add_argument("--microbatches", type=int, help="micro-batches per batch (default: the smallest divisor >= stages)")
+    p.add_argument("--k", type=int, help="kFkB group size K (1 = 1F1B, M = GPipe; flush only, default 1)")
+    p.add_argument("--plan", action="store_true", help="(m, K) from the planner, re-planned when bandwidth changes")
+    p.add_argument("--slow-stage", action="append", default=[], metavar="STAGE:FACTOR",
+                   type=lambda t: _pair(t, "STAGE:FACTOR", (int, float)), help="stretch a stage's compute (repeatable)")
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--save", required=True, metavar="DIR", help="final.pt and the stages' event logs go here")
+    p.add_argument("--report", required=True, metavar="FILE.json")
+    p.add_argument("--transport", choices=["auto", "shm", "tcp"], default="auto")
+    p.add_argument("--data", choices=["digits", "fashion"], default="digits")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--width", type=int, help="layer width (default: the data's feature count)")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--partition", help="layers per stage, e.g. 2,3,1 (default: even)")
+    p.add_argument("--emulate-link", action="append", default=[], metavar="ITER:GBPS",
+                   type=lambda t: _pair(t, "ITER:GBPS", (int, float)),
+                   help="from batch ITER on, hold every message for its time at GBPS (0: off); repeatable")
+    p.add_argument("--replan-threshold", type=float, default=0.3,
+                   help="re-plan when a link's bandwidth moves by more than this fraction (default 0.3)")
+    p.add_argument("--memory-mb", type=float, default=0, help="memory per stage for the planner's max_k (default: RAM)")
+    p.add_argument("--no-stash", action="store_true", help="async without weight stashing (to see the check fail)")
+    p.add_argument("--timeout", type=float, default=60.0, help="tern's timeout in seconds (a dead stage)")
+    return p
+
+
+def config_of(args, p):
+    """The Config, or p.error(sentence) for flags that do not fit together."""
+    if args.stages < 1:
+        p.error(f"--stages must be at least 1, not {args.stages}.")
+    if args.layers < args.stages:
+        p.error(f"--layers {args.layers} cannot fill {args.stages} stages (at least one layer each).")
+    if args.iterations < 1:
+        p.error(f"--iterations must be at least 1, not {args.iterations}.")
+    if args.batch < 1:
+        p.error(f"--batch must be at least 1, not {args.batch}.")
+    if args.plan and (args.microbatches or args.k):
+        p.error("--plan chooses the micro-batches and K itself: give either --plan or --microbatches/--k.")
+    if args.plan and args.schedule == "async":
+        p.error("--plan re-plans at batch boundaries, which only --schedule flush has; give --microbatches for async.")
+    if args.k and args.schedule == "async":
+        p.error("--k is the flush schedule's group size; async PipeDream runs 1F1B (K = 1).")
+    m = args.microbatches or next(d for d in range(1, args.batch + 1) if args.batch % d == 0 and d >= min(args.stages, args.batch))
+    if m < 1 or args.batch % m:
+        p.error(f"--microbatches {m} must be a positive divisor of --batch {args.batch}.")
+    k = args.k or 1
+    if not 1 <= k <= m:
+        p.error(f"--k {k} must be between 1 and --microbatches {m}.")
+    slow = {}
+    for stage, factor in args.slow_stage:
+        if not 0 <= stage < args.stages:
+            p.error(f"--slow-stage names stage {stage}, but the stages are 0..{args.stages - 1}.")
+        if not factor >= 1:
+            p.error(f"--slow-stage factor must be at least 1 (it slows a stage down), not {factor}.")
+        slow[str(stage)] = factor
+    partition = None
+    if args.partition:
+        try:
+            partition = [int(n) for n in args.partition.split(",")]
+        except ValueError:
+            p.error(f"--partition must be layer counts separated by commas, not {args.partition!r}.")
+        if len(partition) != args.stages or min(partition) < 1 or sum(partition) != args.layers:
+            p.error(f"--partition {args.partition} must give each of the {args.stages} stages at least one layer "
+                    f"and add up to --layers {args.layers}.")
+    for it, gbps in args.emulate_link:
+        if it < 0 or gbps < 0:
+            p.error(f"--emulate-link {it}:{gbps} needs an iteration >= 0 and a rate >= 0 Gbit/s.")
+    if not args.replan_threshold > 0:
+        p.error(f"--replan-threshold must be a positive fraction, not {args.replan_threshold}.")
+    features = None
+    try:
+        features = load(args.data)[0].shape[1]
+    except (RuntimeError, OSError, ValueError) as e:
+        p.error(str(e))
+    width = args.width or features
+    if width < features:
+        p.error(f"--width {width} is smaller than the {features} input features of --data {args.data}.")
+    return Config(stages=args.stages, layers=args.layers, width=width, batch=args.batch, iterations=args.iterations,
+                  schedule=args.schedule, microbatches=m, k=k, plan=args.plan, lr=args.lr, seed=args.seed,
+                  data=args.data, partition=partition, slow=slow, stash=not args.no_stash,
+                  emulate=[list(e) for e in args.emulate_link], replan_threshold=args.replan_threshold,
+                  memory_bytes=args.memory_mb * 2**20, timeout=args.timeout,
+                  transport="" if args.transport == "auto" else args.transport)
+
+
+def main(argv=None):
+    p = parser()
+    args = p.parse_args(argv)
+    cfg = config_of(args, p)
+    try:
+        report = run(cfg, args.save)
+    except (RuntimeError, ValueError, OSError) as e:
+        print(f"tern.pipeline.demo: {e}", file=sys.stderr)
+        return 1
+    with open(args.report, "w") as f:
+        json.dump(report, f, indent=1)
+    ms = sorted(report["iteration_ms"])
+    print(f"{cfg.schedule} {cfg.stages} stages: {len(ms)} batches, median {ms[len(ms) // 2]:.1f} ms, "
+          f"plan {report['plan_by_iter'][-1]}, weight_versions_ok {report['weight_versions_ok']}, "
+          f"final loss {report['loss'][-1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""A stage's connection to one neighbour: activations or gradients out,
+gradients or activations in, over tern send/recv at the pipeline's level.
+
+Deadlock: two neighbours send to each other at once in every steady-state
+1F1B step (stage s sends activation i+1 down while stage s+1 sends gradient
+i up).  A blocking send can wait for the peer's matching receive, so if both
+main threads sent first and received second, each could wait on the other.
+Here sends never run on the compute thread: each Link owns a sender thread
+that drains a FIFO of outgoing tensors, so the compute thread only ever
+blocks in a receive, and a receive waits only on work its neighbour's
+compute thread will do earlier in the (acyclic) kFkB order.  tern matches
+sends and receives per peer pair, level and direction in issue order
+(DESIGN.md), so one sender thread per link and receives in ascending
+micro-batch order keep both sides' sequences aligned.
+
+Link emulation (the injected-delay knob of the tests and perf scripts):
+with `emulate_gbps` set, the sender thread holds each message for its
+serialisation time at that rate before handing it to tern, like a wire of
+that bandwidth: it delays the transfer, not the compute (the sender thread
+is not the compute thread), which is what the planner's link model assumes.
+"""
+import queue
+import threading
+import time
+
+import numpy as np
+import torch
+
+import tern
+
+PIPELINE_LEVEL = 2  # activations and gradients: urgent, but below level 0-1 control traffic
+CONTROL_LEVEL = 4   # plan decisions and measurements at batch boundaries (TERN_PRIORITY_DEFAULT)
+
+
+class at_level:
+    """with at_level(n): this thread's tern calls run at priority n, restored after."""
+
+    def __init__(self, level):
+        self.level = level
+
+    def __enter__(self):
+        self.saved = tern.get_priority()
+        tern.set_priority(self.level)
+
+    def __exit__(self, *exc):
+        tern.set_priority(self.saved)
+
+
+class Link:
+    def __init__(self, comm, peer, log, send_kind, recv_kind, level=PIPELINE_LEVEL):
+        self.comm, self.peer, self.log, self.level = comm, peer, log, level
+        self.send_kind, self.recv_kind = send_kind, recv_kind
+        self.emulate_gbps = None
+        self._wire_free = 0.0  # monotonic time the emulated wire is free again
+        self._out = queue.Queue()
+        self._error = None
+        self._thread = threading.Thread(target=self._sender, name=f"tern-link-{peer}", daemon=True)
+        self._thread.start()
+
+    # ---- compute thread ----
+
+    def send(self, tensor, iteration, micro, kind=None):
+        """Queues a float32 tensor for the neighbour; returns at once."""
+        self._raise_if_failed()
+        data = np.ascontiguousarray(tensor.detach().numpy(), dtype=np.float32)
+        self._out.put((data, iteration, micro, kind or self.send_kind, time.monotonic()))
+
+    def recv(self, shape, iteration, micro, kind=None):
+        """The neighbour's next tensor (blocking, bounded by tern's timeout)."""
+        self._raise_if_failed()
+        buf = np.empty(shape, np.float32)
+        start = time.monotonic()
+        with at_level(self.level):
+            self.comm.recv(buf, self.peer)
+        self.log.add(iteration, micro, kind or self.recv_kind, start, time.monotonic(), peer=self.peer,
+                     bytes=buf.nbytes)
+        return torch.from_numpy(buf)
+
+    def drain(self):
+        """Waits until every queued send has been handed over and completed."""
+        self._out.join()
+        self._raise_if_failed()
+
+    def close(self):
+        self._out.put(None)
+        self._thread.join(timeout=5)
+
+    def _raise_if_failed(self):
+        if self._error is not None:
+            raise self._error
+
+    # ---- sender thread ----
+
+    def _sender(self):
+        tern.set_priority(self.level)  # per thread: this thread's sends only
+        while True:
+            item = self._out.get()
+            try:
+                if item is None:
+                    return
+                if self._error is None:
+                    self._send_one(*item)
+            except Exception as e:  # noqa: BLE001 - surfaces on the compute thread's next call
+                self._error = e
+            finally:
+                self._out.task_done()
+
+    def _send_one(self, data, iteration, micro, kind, ready):
+        start = time.monotonic()
+        gbps = self.emulate_gbps
+        if gbps:
+            # The wire's clock, not the thread's: the message occupies the wire
+            # from when it and the wire are both ready, so a late wake-up (a
+            # loaded host) delays this message but is not added to the next.
+            self._wire_free = max(self._wire_free, ready) + data.nbytes * 8 / (gbps * 1e9)
+            time.sleep(max(self._wire_free - time.monotonic(), 0.0))
+        self.comm.send(data, self.peer)
+        self.log.add(iteration, micro, kind, start, time.monotonic(), peer=self.peer, bytes=data.nbytes)

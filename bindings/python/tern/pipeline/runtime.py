@@ -1,0 +1,234 @@
+"""One stage process of a pipeline run: its layers, its links to the
+neighbours, the schedule loop, the batch-boundary measurement and plan, and
+what it leaves behind (its layers' weights, its event log, its summary).
+
+A stage owns a list of layers with global indices (`self.layers`) and the
+partition (layers per stage) is read at every batch boundary: the live
+migration issue changes it there (flush) or inside the async stream.
+"""
+import json
+import os
+import time
+
+import numpy as np
+import torch
+
+from .cost import Cost
+from .data import Batches
+from .events import EventLog
+from .links import CONTROL_LEVEL, Link, at_level
+from .model import even_partition, make_layers, partition_bounds, state_dict
+from .replan import FIELDS, Replanner
+from .schedule import FORWARD, kfkb_order
+from .stage import Stage
+
+PROBE_SMALL = 8            # bytes: latency
+PROBE_LARGE = 64 * 1024    # bytes (at least one activation message): bandwidth
+PROBE_REPEATS = 2
+
+
+class StageRuntime:
+    def __init__(self, cfg, comm, rank):
+        torch.set_num_threads(1)  # the same kernels' summation order in every process (bitwise flush)
+        torch.manual_seed(cfg.seed)
+        self.cfg, self.comm, self.rank, self.p = cfg, comm, rank, cfg.stages
+        self.partition = list(cfg.partition or even_partition(cfg.layers, cfg.stages))
+        first, end = partition_bounds(self.partition)[rank]
+        self.log = EventLog(rank)
+        self.stage = Stage(rank, self.p, make_layers(range(first, end), cfg.layers, cfg.width, cfg.seed), cfg, self.log)
+        self.data = Batches(cfg.data, cfg.batch, cfg.width, cfg.seed)
+        self.up = Link(comm, rank - 1, self.log, "send_grad", "recv_act") if rank > 0 else None
+        self.down = Link(comm, rank + 1, self.log, "send_act", "recv_grad") if rank + 1 < self.p else None
+        self.replanner = Replanner(cfg) if rank == 0 else None
+        self.plan_by_iter, self.predicted_ms, self.partition_by_iter = [], [], []
+        self.starts, self.ends, self.losses = [], [], []
+        self.cost = self._calibrate() if cfg.schedule == "flush" else None
+
+    def _calibrate(self):
+        """{"fwd"|"bwd": Cost} from one micro-batch of 1 sample and one of the whole batch."""
+        b = self.cfg.batch
+        one, whole = self.stage.time_compute(1), self.stage.time_compute(b)
+        return {kind: Cost.calibrate(one[j], whole[j], b) for j, kind in enumerate(("fwd", "bwd"))}
+
+    # ---- the run ----
+
+    def run(self):
+        try:
+            if self.cfg.schedule == "flush":
+                self._run_flush()
+            else:
+                self._run_async()
+        finally:
+            for link in (self.up, self.down):
+                if link:
+                    link.close()
+
+    def _run_flush(self):
+        m, k, predicted = self.cfg.microbatches, self.cfg.k, None
+        if self.cfg.sweep:
+            m, k = self.cfg.sweep[0]
+        for it in range(self.cfg.iterations):
+            self._set_emulation(it)
+            self.plan_by_iter.append([m, k])
+            self.predicted_ms.append(predicted)
+            self.partition_by_iter.append(list(self.partition))
+            self._flush_iteration(it, m, k)
+            self._progress(it)
+            if it + 1 < self.cfg.iterations:
+                m, k, predicted = self._boundary(it, m, k)
+
+    def _flush_iteration(self, it, m, k):
+        x, y = self.data.get(it)
+        size = self.cfg.batch // m
+        self.stage.loss_sum = 0.0
+        start = time.monotonic()
+        for kind, i in kfkb_order(m, k, self.p, self.rank):
+            sl = slice(i * size, (i + 1) * size)
+            if kind == FORWARD:
+                self._forward((it, i), it, i, x[sl], y[sl], size)
+            else:
+                self._backward((it, i), it, i, size)
+        for link in (self.up, self.down):
+            if link:
+                link.drain()  # the batch's transfers are part of its time
+        end = time.monotonic()
+        self.stage.step(it)
+        self.starts.append(start)
+        self.ends.append(end)
+        self.losses.append(self.stage.loss_sum if self.stage.last else None)
+
+    def _run_async(self):
+        """PipeDream 1F1B over every micro-batch of the run, no flush; one
+        optimizer step per micro-batch, weights stashed per forward."""
+        m, size = self.cfg.microbatches, self.cfg.batch // self.cfg.microbatches
+        total = self.cfg.iterations * m
+        start = time.monotonic()
+        batches = {}
+        for kind, n in kfkb_order(total, 1, self.p, self.rank):
+            it, i = divmod(n, m)
+            if it not in batches:  # this stage's first op of batch `it`
+                self._set_emulation(it)
+                batches[it] = self.data.get(it)
+            x, y = batches[it]
+            sl = slice(i * size, (i + 1) * size)
+            if kind == FORWARD:
+                self._forward(n, it, i, x[sl], y[sl], size)
+            else:
+                self._backward(n, it, i, size)
+                if i == m - 1:  # the batch's last backward at this stage
+                    self.starts.append(self.ends[-1] if self.ends else start)
+                    self.ends.append(time.monotonic())
+                    self.losses.append(self.stage.loss_sum if self.stage.last else None)
+                    self.stage.loss_sum = 0.0
+                    self.plan_by_iter.append([m, 1])
+                    self.predicted_ms.append(None)
+                    self.partition_by_iter.append(list(self.partition))
+                    batches.pop(it - 1, None)
+        for link in (self.up, self.down):
+            if link:
+                link.drain()
+
+    def _forward(self, key, it, i, x, y, size):
+        inp = x if self.up is None else self.up.recv((size, self.cfg.width), it, i)
+        out = self.stage.forward(key, it, i, inp, y if self.stage.last else None)
+        if self.down is not None:
+            self.down.send(out, it, i)
+
+    def _backward(self, key, it, i, size):
+        grad = None if self.down is None else self.down.recv((size, self.cfg.width), it, i)
+        gin = self.stage.backward(key, it, i, grad)
+        if self.up is not None:
+            self.up.send(gin, it, i)
+
+    def _progress(self, it):
+        if self.cfg.progress and self.rank == 0:
+            with open(self.cfg.progress + ".tmp", "w") as f:
+                f.write(str(it))
+            os.replace(self.cfg.progress + ".tmp", self.cfg.progress)
+
+    def _set_emulation(self, it):
+        for at, gbps in self.cfg.emulate:
+            if at == it:
+                for link in (self.up, self.down):
+                    if link:
+                        link.emulate_gbps = gbps or None
+
+    # ---- batch boundary: measure, gather, decide ----
+
+    def _boundary(self, it, m, k):
+        start = time.monotonic()
+        row = self._measure(it, m)
+        rows = self._gather(row)
+        decision = np.zeros(3, np.float64)
+        forced = self.cfg.sweep[(it + 1) % len(self.cfg.sweep)] if self.cfg.sweep else None
+        if self.rank == 0:
+            decision[:] = self.replanner.decide(it, self.partition, rows, (m, k), forced)
+        if self.comm is not None:
+            with at_level(CONTROL_LEVEL):
+                self.comm.broadcast(decision, root=0)
+        self.log.add(it, -1, "plan", start, time.monotonic(), m=int(decision[0]), k=int(decision[1]))
+        return int(decision[0]), int(decision[1]), float(decision[2])
+
+    def _measure(self, it, m):
+        """This stage's row: compute (the fixed part calibrated, the per-sample
+        part re-measured from the batch just run), its link, its times."""
+        size = self.cfg.batch // m
+        row = {}
+        for kind in ("fwd", "bwd"):
+            cost = self.cost[kind]
+            if it > 0:  # batch 0 pays the warm-up (first connections, allocator): keep the calibration
+                # The median op: robust to the preemptions of a shared host.
+                times = sorted(e["end"] - e["start"] for e in self.log.of(it, kind))
+                cost.observe(size, times[len(times) // 2] * 1e3)
+            row[kind + "_fixed_ms"], row[kind + "_ms_per_sample"] = cost.fixed, cost.per_sample
+        row["link_gbps"], row["link_latency_us"] = self._probe(it, m)
+        row["start"], row["end"] = self.starts[-1], self.ends[-1]
+        return row
+
+    def _probe(self, it, m):
+        """Ping-pong on the links, one link at a time down the pipeline (stage s
+        answers s-1's probe, then probes s+1): this stage's outgoing link's
+        (Gbit/s, latency us), or (0, 0) at the last stage."""
+        large = max(PROBE_LARGE, (self.cfg.batch // m) * self.cfg.width * 4)
+        if self.up is not None:
+            for size in [PROBE_SMALL] * PROBE_REPEATS + [large] * PROBE_REPEATS:
+                got = self.up.recv((size // 4,), it, -1, kind="probe")
+                self.up.send(got, it, -1, kind="probe")
+        if self.down is None:
+            return 0.0, 0.0
+        rtt = {}
+        for size in [PROBE_SMALL] * PROBE_REPEATS + [large] * PROBE_REPEATS:
+            buf = torch.zeros(size // 4)
+            t0 = time.monotonic()
+            self.down.send(buf, it, -1, kind="probe")
+            self.down.recv((size // 4,), it, -1, kind="probe")
+            rtt[size] = min(rtt.get(size, float("inf")), time.monotonic() - t0)
+        one_way = (rtt[large] - rtt[PROBE_SMALL]) / 2
+        gbps = (large - PROBE_SMALL) * 8 / max(one_way, 1e-7) / 1e9
+        return min(gbps, 1000.0), rtt[PROBE_SMALL] / 2 * 1e6
+
+    def _gather(self, row):
+        mine = np.array([row[f] for f in FIELDS], np.float64)
+        if self.comm is None:
+            return [row]
+        every = np.zeros(len(FIELDS) * self.p, np.float64)
+        with at_level(CONTROL_LEVEL):
+            self.comm.allgather(mine, every)
+        return [dict(zip(FIELDS, every[s * len(FIELDS):(s + 1) * len(FIELDS)])) for s in range(self.p)]
+
+    # ---- what the stage leaves ----
+
+    def summary(self):
+        return {"stage": self.rank, "layers": [layer.index for layer in self.stage.layers],
+                "starts": self.starts, "ends": self.ends, "losses": self.losses,
+                "plan_by_iter": self.plan_by_iter, "predicted_ms": self.predicted_ms,
+                "partition_by_iter": self.partition_by_iter,
+                "weight_versions_ok": self.stage.weight_versions_ok(),
+                "version_checks": len(self.stage.version_checks),
+                "decisions": self.replanner.decisions if self.replanner else []}
+
+    def save(self, directory):
+        torch.save(state_dict(self.stage.layers), os.path.join(directory, f"stage{self.rank}.pt"))
+        self.log.dump(os.path.join(directory, f"events-stage{self.rank}.json"))
+        with open(os.path.join(directory, f"stage{self.rank}.json"), "w") as f:
+            json.dump(self.summary(), f)
