@@ -1,0 +1,173 @@
+"""tern.torch.PriorityScheduler: DDP's weights bitwise (2 ranks) for every
+policy, ternary reduction per parameter, forward pre-hooks that wait for
+the parameter's update, bad arguments refused with a sentence."""
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ranks
+import tern.torch
+from tern.torch import PriorityScheduler
+
+STEPS = 4
+
+
+def mlp(seed=0):
+    """Skewed like seed 004's models: the last layer holds most parameters."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 64),
+                               torch.nn.ReLU(), torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                               torch.nn.Linear(256, 10))
+
+
+def batches(rank):
+    g = torch.Generator().manual_seed(100 + rank)
+    return [(torch.randn(8, 16, generator=g), torch.randint(0, 10, (8,), generator=g)) for _ in range(STEPS)]
+
+
+def sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
+
+
+def init(rank, n, store_path):
+    torch.set_num_threads(1)
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+
+
+def loss_of(model, x, y):
+    return torch.nn.functional.cross_entropy(model(x), y)
+
+
+def train_ddp(rank, hook_state=None):
+    model = DDP(mlp())
+    if hook_state is not None:
+        model.register_comm_hook(hook_state, tern.torch.ternary_hook)
+    opt = sgd(model)
+    for x, y in batches(rank):
+        opt.zero_grad()
+        loss_of(model, x, y).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def train_scheduled(rank, policy, ternary=None, lr_decay=False):
+    """Small partitions and credit, so large gradients go in several parts
+    and the credit holds some back."""
+    model = DDP(mlp())
+    opt = sgd(model)
+    data = batches(rank)
+    sched = PriorityScheduler(model, opt, policy=policy, sample_batch=data[0][0], ternary=ternary,
+                              partition_bytes=4096, credit_bytes=8192)
+    for x, y in data:
+        loss_of(model, x, y).backward()
+        sched.step()
+    sched.synchronize()
+    levels = sched.levels()
+    sched.close()
+    return [p.detach().clone() for p in model.parameters()], levels
+
+
+def same_as_ddp(rank, n, store_path):
+    init(rank, n, store_path)
+    want = train_ddp(rank)
+    out = {}
+    for policy in ("tic", "tac", "layer"):
+        got, levels = train_scheduled(rank, policy)
+        out[policy] = {"equal": all(torch.equal(a, b) for a, b in zip(want, got)),
+                       "levels": levels, "flat": torch.cat([w.reshape(-1) for w in got]).tolist()}
+    dist.destroy_process_group()
+    return out
+
+
+def test_weights_equal_plain_ddp_bitwise(tmp_path):
+    res = ranks.run(same_as_ddp, 2, str(tmp_path / "s"), timeout=150)
+    for policy in ("tic", "tac", "layer"):
+        for r in range(2):
+            assert res[r][policy]["equal"], f"{policy}: rank {r}'s weights differ from plain DDP's"
+        assert res[0][policy]["flat"] == res[1][policy]["flat"]
+        assert res[0][policy]["levels"] == res[1][policy]["levels"]  # rank 0's plan on both
+    layer = res[0]["layer"]["levels"]
+    assert layer["0.weight"] == 0 and layer["6.weight"] > layer["4.weight"] > layer["0.weight"]
+    assert len(set(res[0]["tac"]["levels"].values())) > 1
+
+
+def ternary_run(rank, n, store_path):
+    init(rank, n, store_path)
+    start = torch.cat([p.detach().reshape(-1) for p in mlp().parameters()])
+    dense = torch.cat([w.reshape(-1) for w in train_ddp(rank)])
+    hook = torch.cat([w.reshape(-1) for w in train_ddp(rank, tern.torch.TernaryState(None, warmup_steps=1))])
+    state = tern.torch.TernaryState(None, warmup_steps=1)
+    calls = state.stats()["calls"]
+    got, _ = train_scheduled(rank, "tac", ternary=state)
+    got = torch.cat([w.reshape(-1) for w in got])
+    calls = state.stats()["calls"] - calls
+    dist.destroy_process_group()
+    cos = torch.nn.functional.cosine_similarity
+    return {"calls": calls, "flat": got.tolist(), "err": float((got - dense).norm()),
+            "hook_err": float((hook - dense).norm()),
+            "cos": float(cos(got - start, dense - start, dim=0)),
+            "hook_cos": float(cos(hook - start, dense - start, dim=0))}
+
+
+def test_ternary_close_to_dense_and_replicas_equal(tmp_path):
+    """Not bitwise: the codec's blocks and random streams follow the tensors
+    it is given (per-parameter partitions here, DDP buckets in the hook)."""
+    res = ranks.run(ternary_run, 2, str(tmp_path / "t"), timeout=150)
+    assert res[0]["flat"] == res[1]["flat"]  # replicas agree exactly
+    for r in res:
+        assert r["calls"] >= (STEPS - 1) * 8  # every parameter (8), every step after the warm-up
+        print({k: v for k, v in r.items() if k != "flat"})
+        assert r["cos"] > 0.5 * r["hook_cos"], r  # the ternary steps go where dense ones go
+        assert r["err"] < 2 * r["hook_err"], r  # about as close to dense as the ternary hook
+
+
+def prehook_waits(rank, n, store_path):
+    """The first layer's update is made slow; a forward pre-hook registered
+    after the scheduler's must see the updated weights, not the old ones."""
+    init(rank, n, store_path)
+    model = DDP(mlp())
+    data = batches(rank)
+    sched = PriorityScheduler(model, sgd(model), policy="layer", sample_batch=data[0][0])
+    first = model.module[0]
+    slot = next(s for s in sched._slots if s.param is first.weight)
+    slow_step = slot.optimizer.step
+
+    def slow(*a, **k):
+        time.sleep(0.4)
+        return slow_step(*a, **k)
+    slot.optimizer.step = slow
+    seen = {}
+
+    def look(module, inputs):  # runs after the scheduler's pre-hook
+        seen["w"] = module.weight.detach().clone()
+    first.register_forward_pre_hook(look)
+    before = first.weight.detach().clone()
+    loss_of(model, *data[0]).backward()
+    sched.step()
+    t0 = time.perf_counter()
+    model(data[1][0])  # the next forward: waits in the scheduler's pre-hook
+    waited = time.perf_counter() - t0
+    sched.close()
+    dist.destroy_process_group()
+    return {"sees_update": torch.equal(seen["w"], first.weight.detach()),
+            "changed": not torch.equal(before, first.weight.detach()), "waited": waited}
+
+
+def test_forward_prehook_waits_for_update(tmp_path):
+    for r in ranks.run(prehook_waits, 2, str(tmp_path / "p"), timeout=120):
+        assert r["changed"] and r["sees_update"], r
+        assert r["waited"] > 0.2, r
+
+
+def test_bad_policy_and_optimizer_refused():
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    with pytest.raises(ValueError, match="policy must be one of tic, tac, layer, not 'fifo'"):
+        PriorityScheduler(None, torch.optim.SGD(params, lr=0.1), policy="fifo")
+    with pytest.raises(TypeError, match="elementwise optimizers .* got LBFGS"):
+        PriorityScheduler(None, torch.optim.LBFGS(params), policy="tac")
+    with pytest.raises(ValueError, match="needs sample_batch"):
+        PriorityScheduler(None, torch.optim.SGD(params, lr=0.1), policy="tac")
