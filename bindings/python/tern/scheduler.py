@@ -99,7 +99,7 @@ class PriorityScheduler:
         self._waiters = [queue.SimpleQueue() for _ in range(scheduler_plan.LEVELS)]
         self._cv = threading.Condition()
         self._arrived, self.iteration, self._error, self._stop = 0, 0, None, False
-        self._record, self._spans, self._t0 = record, [], time.perf_counter()
+        self._record, self._spans, self.t0 = record, [], time.perf_counter()
         self._hooks = _install_hooks(ddp_model.module, self._slots, self._on_gradient, self._wait)
         ddp_model.require_backward_grad_sync = False  # DDP's buckets stay idle: we reduce
         self._threads = [threading.Thread(target=self._run, name="tern-priority-scheduler", daemon=True)]
@@ -134,7 +134,7 @@ class PriorityScheduler:
 
     def spans(self):
         """With record=True: [{"iteration", "param", "level", "kind": "allreduce"|"update",
-        "chunk", "bytes", "start", "end"}], seconds since the scheduler was made."""
+        "chunk", "bytes", "start", "end"}], seconds since self.t0 (time.perf_counter() when it was made)."""
         with self._cv:
             return list(self._spans)
 
@@ -265,7 +265,7 @@ class PriorityScheduler:
             if self._record:
                 self._spans.append(dict(iteration=slot.iteration, param=slot.name, level=slot.level,
                                         kind="allreduce", chunk=item[1], bytes=slot.nbytes[item[1]],
-                                        start=started - self._t0, end=ended - self._t0))
+                                        start=started - self.t0, end=ended - self.t0))
             self._cv.notify()
 
     def _arrive(self, item):
@@ -283,8 +283,8 @@ class PriorityScheduler:
         if self._record:
             with self._cv:
                 self._spans.append(dict(iteration=slot.iteration, param=slot.name, level=slot.level,
-                                        kind="update", chunk=-1, bytes=0, start=started - self._t0,
-                                        end=time.perf_counter() - self._t0))
+                                        kind="update", chunk=-1, bytes=0, start=started - self.t0,
+                                        end=time.perf_counter() - self.t0))
         slot.done.set()
 
     def _fail(self, error):
