@@ -42,52 +42,77 @@ def loss_of(model, x, y):
     return torch.nn.functional.cross_entropy(model(x), y)
 
 
-def train_ddp(rank, hook_state=None):
+def adam(model):
+    return torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=1e-3)
+
+
+def state_of(opt, model):
+    """The optimizer's per-parameter state tensors (momentum, Adam's moments), in order."""
+    return [v.clone() for p in model.parameters() for _, v in sorted(opt.state[p].items())
+            if isinstance(v, torch.Tensor)]
+
+
+def train_ddp(rank, hook_state=None, make_opt=sgd):
+    """Plain DDP with a decaying learning rate; returns (weights, optimizer state)."""
     model = DDP(mlp())
     if hook_state is not None:
         model.register_comm_hook(hook_state, tern.torch.ternary_hook)
-    opt = sgd(model)
+    opt = make_opt(model)
+    lr = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.7)
     for x, y in batches(rank):
         opt.zero_grad()
         loss_of(model, x, y).backward()
         opt.step()
-    return [p.detach().clone() for p in model.parameters()]
+        lr.step()
+    return [p.detach().clone() for p in model.parameters()], state_of(opt, model)
 
 
-def train_scheduled(rank, policy, ternary=None, lr_decay=False):
+def train_scheduled(rank, policy, ternary=None, make_opt=sgd):
     """Small partitions and credit, so large gradients go in several parts
-    and the credit holds some back."""
+    and the credit holds some back; the same learning-rate decay."""
     model = DDP(mlp())
-    opt = sgd(model)
+    opt = make_opt(model)
+    lr = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.7)
     data = batches(rank)
     sched = PriorityScheduler(model, opt, policy=policy, sample_batch=data[0][0], ternary=ternary,
                               partition_bytes=4096, credit_bytes=8192)
     for x, y in data:
         loss_of(model, x, y).backward()
         sched.step()
+        lr.step()
     sched.synchronize()
     levels = sched.levels()
     sched.close()
-    return [p.detach().clone() for p in model.parameters()], levels
+    return [p.detach().clone() for p in model.parameters()], levels, state_of(opt, model)
+
+
+def equal(a, b):
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
 def same_as_ddp(rank, n, store_path):
     init(rank, n, store_path)
-    want = train_ddp(rank)
+    want, want_state = train_ddp(rank)
     out = {}
     for policy in ("tic", "tac", "layer"):
-        got, levels = train_scheduled(rank, policy)
-        out[policy] = {"equal": all(torch.equal(a, b) for a, b in zip(want, got)),
+        got, levels, state = train_scheduled(rank, policy)
+        out[policy] = {"equal": equal(want, got), "state": equal(want_state, state) and len(state) == 8,
                        "levels": levels, "flat": torch.cat([w.reshape(-1) for w in got]).tolist()}
+    want, want_state = train_ddp(rank, make_opt=adam)
+    got, _, state = train_scheduled(rank, "tac", make_opt=adam)
+    out["adam"] = {"equal": equal(want, got), "state": equal(want_state, state) and len(state) == 24}
     dist.destroy_process_group()
     return out
 
 
 def test_weights_equal_plain_ddp_bitwise(tmp_path):
     res = ranks.run(same_as_ddp, 2, str(tmp_path / "s"), timeout=150)
+    for r in range(2):
+        assert res[r]["adam"]["equal"] and res[r]["adam"]["state"], "Adam: not plain DDP's weights or state"
     for policy in ("tic", "tac", "layer"):
         for r in range(2):
             assert res[r][policy]["equal"], f"{policy}: rank {r}'s weights differ from plain DDP's"
+            assert res[r][policy]["state"], f"{policy}: the optimizer's momentum differs from plain DDP's"
         assert res[0][policy]["flat"] == res[1][policy]["flat"]
         assert res[0][policy]["levels"] == res[1][policy]["levels"]  # rank 0's plan on both
     layer = res[0]["layer"]["levels"]
@@ -98,11 +123,11 @@ def test_weights_equal_plain_ddp_bitwise(tmp_path):
 def ternary_run(rank, n, store_path):
     init(rank, n, store_path)
     start = torch.cat([p.detach().reshape(-1) for p in mlp().parameters()])
-    dense = torch.cat([w.reshape(-1) for w in train_ddp(rank)])
-    hook = torch.cat([w.reshape(-1) for w in train_ddp(rank, tern.torch.TernaryState(None, warmup_steps=1))])
+    dense = torch.cat([w.reshape(-1) for w in train_ddp(rank)[0]])
+    hook = torch.cat([w.reshape(-1) for w in train_ddp(rank, tern.torch.TernaryState(None, warmup_steps=1))[0]])
     state = tern.torch.TernaryState(None, warmup_steps=1)
     calls = state.stats()["calls"]
-    got, _ = train_scheduled(rank, "tac", ternary=state)
+    got = train_scheduled(rank, "tac", ternary=state)[0]
     got = torch.cat([w.reshape(-1) for w in got])
     calls = state.stats()["calls"] - calls
     dist.destroy_process_group()
@@ -120,7 +145,6 @@ def test_ternary_close_to_dense_and_replicas_equal(tmp_path):
     assert res[0]["flat"] == res[1]["flat"]  # replicas agree exactly
     for r in res:
         assert r["calls"] >= (STEPS - 1) * 8  # every parameter (8), every step after the warm-up
-        print({k: v for k, v in r.items() if k != "flat"})
         assert r["cos"] > 0.5 * r["hook_cos"], r  # the ternary steps go where dense ones go
         assert r["err"] < 2 * r["hook_err"], r  # about as close to dense as the ternary hook
 
