@@ -1,9 +1,9 @@
 """One rank of the priority-training benchmark: iteration time of plain DDP
 over tern against tern.torch.PriorityScheduler (tic, tac, layer).
 
-    python3 bench.py --rank R --nranks N --store PATH --cfg JSON --out FILE
+    BENCH_RANK=R python3 bench.py CFG_JSON OUT_FILE
 
-cfg: variants (["ddp", "tac", ...]), rounds, iters, warmup, batch (per
+cfg: nranks, store (a file:// rendezvous path), variants (["ddp", "tac", ...]), rounds, iters, warmup, batch (per
 rank), width, hidden, lr, partition_bytes, credit_bytes, bandwidth_gbps.
 Each round runs every variant once, in turn (interleaved: the shared host's
 load drifts), each from the same initial weights on the same batches of
@@ -12,7 +12,6 @@ to the last update applied).  Rank 0 writes {"cfg", "runs": [{"variant",
 "round", "iter_ms": [...], "seconds"}], "spans": one tac iteration's
 allreduce and update spans, "levels": {variant: {param: level}}}.
 """
-import argparse
 import json
 import os
 import sys
@@ -49,10 +48,12 @@ def step_plain(model, opt, x, y):
 
 def run_variant(variant, cfg, data, record):
     """(per-iteration ms, seconds of the timed part, spans, levels)."""
-    model = DDP(skewed_mlp(cfg["width"], cfg["hidden"]))
+    # ddp: DDP's default 25 MB buckets; ddp-1mb: small buckets, so the first
+    # ones travel during the backward
+    model = DDP(skewed_mlp(cfg["width"], cfg["hidden"]), bucket_cap_mb=1 if variant == "ddp-1mb" else 25)
     opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9)
     sched = None
-    if variant != "ddp":
+    if not variant.startswith("ddp"):
         sched = tern.torch.PriorityScheduler(
             model, opt, policy=variant, sample_batch=data[0][0], partition_bytes=cfg["partition_bytes"],
             credit_bytes=cfg["credit_bytes"], bandwidth_gbps=cfg["bandwidth_gbps"], record=record)
@@ -88,18 +89,12 @@ def run_variant(variant, cfg, data, record):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rank", type=int, required=True)
-    ap.add_argument("--nranks", type=int, required=True)
-    ap.add_argument("--store", required=True)
-    ap.add_argument("--cfg", required=True, help="JSON")
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    cfg = json.loads(a.cfg)
+    cfg, out_path = json.loads(sys.argv[1]), sys.argv[2]
+    rank, n = int(os.environ["BENCH_RANK"]), cfg["nranks"]
     torch.set_num_threads(1)
-    dist.init_process_group("tern", init_method="file://" + a.store, rank=a.rank, world_size=a.nranks)
-    data = batches(a.rank, a.nranks, cfg["batch"], cfg["warmup"] + cfg["iters"])
-    out = dict(cfg=dict(cfg, nranks=a.nranks), runs=[], spans=[], levels={})
+    dist.init_process_group("tern", init_method="file://" + cfg["store"], rank=rank, world_size=n)
+    data = batches(rank, n, cfg["batch"], cfg["warmup"] + cfg["iters"])
+    out = dict(cfg=cfg, runs=[], spans=[], levels={})
     for rnd in range(cfg["rounds"]):
         for v in cfg["variants"]:
             record = v == "tac" and rnd == cfg["rounds"] - 1
@@ -110,12 +105,12 @@ def main():
                 out["spans"] = spans
             if levels:
                 out["levels"][v] = levels
-            if a.rank == 0:
+            if rank == 0:
                 print("round %d %-5s %.1f ms/iteration" % (rnd, v, seconds * 1e3 / cfg["iters"]), flush=True)
     dist.barrier()
     dist.destroy_process_group()
-    if a.rank == 0:
-        with open(a.out, "w") as f:
+    if rank == 0:
+        with open(out_path, "w") as f:
             json.dump(out, f)
 
 

@@ -94,7 +94,7 @@ def same_as_ddp(rank, n, store_path):
     init(rank, n, store_path)
     want, want_state = train_ddp(rank)
     out = {}
-    for policy in ("tic", "tac", "layer"):
+    for policy in ("tic", "tac", "layer", "fifo"):
         got, levels, state = train_scheduled(rank, policy)
         out[policy] = {"equal": equal(want, got), "state": equal(want_state, state) and len(state) == 8,
                        "levels": levels, "flat": torch.cat([w.reshape(-1) for w in got]).tolist()}
@@ -109,7 +109,7 @@ def test_weights_equal_plain_ddp_bitwise(tmp_path):
     res = ranks.run(same_as_ddp, 2, str(tmp_path / "s"), timeout=150)
     for r in range(2):
         assert res[r]["adam"]["equal"] and res[r]["adam"]["state"], "Adam: not plain DDP's weights or state"
-    for policy in ("tic", "tac", "layer"):
+    for policy in ("tic", "tac", "layer", "fifo"):
         for r in range(2):
             assert res[r][policy]["equal"], f"{policy}: rank {r}'s weights differ from plain DDP's"
             assert res[r][policy]["state"], f"{policy}: the optimizer's momentum differs from plain DDP's"
@@ -118,6 +118,7 @@ def test_weights_equal_plain_ddp_bitwise(tmp_path):
     layer = res[0]["layer"]["levels"]
     assert layer["0.weight"] == 0 and layer["6.weight"] > layer["4.weight"] > layer["0.weight"]
     assert len(set(res[0]["tac"]["levels"].values())) > 1
+    assert set(res[0]["fifo"]["levels"].values()) == {4}
 
 
 def ternary_run(rank, n, store_path):
@@ -189,8 +190,8 @@ def test_forward_prehook_waits_for_update(tmp_path):
 
 def test_bad_policy_and_optimizer_refused():
     params = [torch.nn.Parameter(torch.zeros(3))]
-    with pytest.raises(ValueError, match="policy must be one of tic, tac, layer, not 'fifo'"):
-        PriorityScheduler(None, torch.optim.SGD(params, lr=0.1), policy="fifo")
+    with pytest.raises(ValueError, match="policy must be one of tic, tac, layer, fifo, not 'random'"):
+        PriorityScheduler(None, torch.optim.SGD(params, lr=0.1), policy="random")
     with pytest.raises(TypeError, match="elementwise optimizers .* got LBFGS"):
         PriorityScheduler(None, torch.optim.LBFGS(params), policy="tac")
     with pytest.raises(ValueError, match="needs sample_batch"):

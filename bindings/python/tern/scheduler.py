@@ -64,7 +64,8 @@ class PriorityScheduler:
     gradient synchronisation is turned off while the scheduler is open.
     optimizer: torch.optim.SGD, Adam or AdamW over the model's parameters
     (elementwise optimizers, which the scheduler applies per parameter);
-    others are refused.  policy: "tac", "tic" or "layer".  sample_batch: an
+    others are refused.  policy: "tac", "tic", "layer" or "fifo" (one level
+    for all: the per-parameter overlap without priorities, a baseline).  sample_batch: an
     input of the model, traced once (forward + backward) for the levels.
     ternary: a tern.torch.TernaryState to reduce with ternary allreduce
     (its warmup_steps and codec options apply).  record: keep a span per

@@ -9,6 +9,8 @@ tic / tac: tern.priority on the graph tern.planner.trace_graph measures
 (one forward and backward of `module` on `sample_batch`).  layer: plain
 layer order, the parameters of the first module the forward runs most
 urgent (the same mapping of numbers onto the 8 levels as tern.priority's).
+fifo: no priorities, every parameter at the default level in the order the
+gradients arrive (what per-parameter overlap alone buys: a baseline).
 Tracing changes nothing the training sees: gradients, buffers (batch-norm
 statistics) and the random generator are put back as they were.
 """
@@ -16,7 +18,8 @@ import torch
 
 from . import planner, priority
 
-POLICIES = ("tic", "tac", "layer")
+POLICIES = ("tic", "tac", "layer", "fifo")
+FIFO_LEVEL = 4  # TERN_PRIORITY_DEFAULT
 LEVELS = 8
 
 
@@ -64,7 +67,9 @@ def make(module, sample_batch, policy, bandwidth_gbps):
     check_policy(policy)
     graph = _traced(module, sample_batch, bandwidth_gbps)
     groups = forward_order(graph)
-    if policy == "layer":
+    if policy == "fifo":
+        level = {name: FIFO_LEVEL for names in groups for name in names}
+    elif policy == "layer":
         level = levels_of({name: i for i, names in enumerate(groups) for name in names})
     else:
         level = priority.assign(graph, policy)["priority"]
