@@ -52,7 +52,8 @@ def plot_iterations(doc, path):
     for i, v in enumerate(names):
         ax.scatter([i + 1] * len(times[v]), list(times[v].values()), s=10, color="k", zorder=3)
     c = doc["cfg"]
-    ax.set_ylabel("ms per iteration")
+    ax.set_ylabel("ms per iteration (mean of a round)")
+    ax.set_ylim(bottom=0)
     ax.set_title("%d hosts, %s links: plain DDP vs PriorityScheduler (%d rounds)" % (
         c["nranks"], c["link"], c["rounds"]), fontsize=9)
     fig.tight_layout()
