@@ -27,9 +27,14 @@ def per_round(doc):
     return out
 
 
+def pooled_median(doc, variant):
+    """The median single iteration over all rounds: robust to the host's bursts."""
+    return statistics.median(ms for run in doc["runs"] if run["variant"] == variant for ms in run["iter_ms"])
+
+
 def table(docs):
-    rows = ["| hosts | variant | ms/iteration (median) | min-max over rounds | speed-up vs DDP (median of rounds) |",
-            "|---|---|---|---|---|"]
+    rows = ["| hosts | batch/rank | variant | ms/iteration (median of rounds) | min-max over rounds "
+            "| median single iteration | speed-up vs DDP (median of rounds) |", "|---|---|---|---|---|---|---|"]
     for doc in docs:
         n, times = doc["cfg"]["nranks"], per_round(doc)
         base = times.get("ddp", {})
@@ -37,7 +42,8 @@ def table(docs):
             ms = list(by_round.values())
             ratios = [base[r] / t for r, t in by_round.items() if r in base]
             gain = "%.2fx" % statistics.median(ratios) if ratios and v != "ddp" else "-"
-            rows.append("| %d | %s | %.1f | %.1f-%.1f | %s |" % (n, v, statistics.median(ms), min(ms), max(ms), gain))
+            rows.append("| %d | %d | %s | %.1f | %.1f-%.1f | %.1f | %s |" % (
+                n, doc["cfg"]["batch"], v, statistics.median(ms), min(ms), max(ms), pooled_median(doc, v), gain))
     return "\n".join(rows)
 
 
