@@ -208,18 +208,21 @@ class PriorityScheduler:
 
     def _pick(self):
         """Ready partitions to issue now, most urgent level first, each level
-        in its fixed order.  A partition waits only while more than the
-        credit of MORE urgent bytes is in flight: an op in flight completes
-        only once every rank has issued it, so a wait on same-level or less
-        urgent work could deadlock two ranks whose timing differs; this
-        way the most urgent level with work never waits, and drains."""
+        in its fixed order.  ByteScheduler's credit, counting only the
+        bytes in flight at this level and more urgent ones: a partition
+        waits while issuing it would put more than the credit in flight
+        there.  Less urgent work never holds back more urgent work: an op
+        completes only once every rank has issued it, so that wait could
+        deadlock two ranks whose timing differs; this way the most urgent
+        level with work waits only on its own ops, which every rank issues
+        in the same order, so it drains, then the next."""
         out = []
         for level, seq in enumerate(self._seq):
-            urgent = sum(self._in_flight[:level])
             while seq and seq[self._cursor[level]] in self._ready:
                 item = seq[self._cursor[level]]
                 nbytes = self._slots[item[0]].nbytes[item[1]]
-                if urgent and urgent + nbytes > self._credit:
+                upto = sum(self._in_flight[:level + 1])
+                if upto and upto + nbytes > self._credit:
                     return out  # and every less urgent level waits too
                 self._ready.discard(item)
                 self._cursor[level] = (self._cursor[level] + 1) % len(seq)
