@@ -1,6 +1,7 @@
 """tern.torch.PriorityScheduler: DDP's weights bitwise (2 ranks) for every
-policy, ternary reduction per parameter, forward pre-hooks that wait for
-the parameter's update, bad arguments refused with a sentence."""
+policy, SGD and Adam, close on 3 ranks; ternary reduction per parameter;
+forward pre-hooks that wait for the parameter's update; a dead peer raises;
+bad arguments refused with a sentence."""
 import os
 import time
 
@@ -201,6 +202,33 @@ def test_forward_prehook_waits_for_update(tmp_path):
     for r in ranks.run(prehook_waits, 2, str(tmp_path / "p"), timeout=120):
         assert r["changed"] and r["sees_update"], r
         assert r["waited"] > 0.2, r
+
+
+def peer_dies(rank, n, store_path):
+    """Rank 1 leaves after one step; rank 0's next waits raise, not hang."""
+    init(rank, n, store_path)
+    model = DDP(mlp())
+    data = batches(rank)
+    sched = PriorityScheduler(model, sgd(model), policy="tac", sample_batch=data[0][0])
+    loss_of(model, *data[0]).backward()
+    sched.step()
+    if rank == 1:
+        os._exit(0)
+    t0 = time.perf_counter()
+    try:
+        for x, y in data[1:] * 5:
+            loss_of(model, x, y).backward()
+            sched.step()
+        sched.synchronize()
+    except RuntimeError as e:
+        return {"error": str(e), "seconds": time.perf_counter() - t0}
+    return {"error": None}
+
+
+def test_dead_peer_raises(tmp_path):
+    res = ranks.run(peer_dies, 2, str(tmp_path / "d"), timeout=90)
+    assert res[0]["error"] and "PriorityScheduler: an allreduce or update failed" in res[0]["error"], res[0]
+    assert res[0]["seconds"] < 60, res[0]
 
 
 def test_bad_policy_and_optimizer_refused():
