@@ -6,6 +6,9 @@
     state = tern.torch.TernaryState(dist.group.WORLD, warmup_steps=10)
     model.register_comm_hook(state, tern.torch.ternary_hook)
 
+    sched = tern.torch.PriorityScheduler(model, opt, policy="tac", sample_batch=x)
+    # per-parameter allreduces at TicTac levels (tern/scheduler.py)
+
 The backend works on CPU tensors.  Every operation returns at once with a
 Work whose future completes when tern's operation does (async_op=True does
 not block).  The hook averages each gradient bucket with
@@ -126,3 +129,6 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     if timeout is None:
         return pg.monitored_barrier(wait_all_ranks=wait_all_ranks)
     return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
+from .scheduler import PriorityScheduler  # noqa: E402 - uses tern_group above

@@ -1,0 +1,118 @@
+"""One rank of the priority-training benchmark: iteration time of plain DDP
+over tern against tern.torch.PriorityScheduler (tic, tac, layer).
+
+    BENCH_RANK=R python3 bench.py CFG_JSON OUT_FILE
+
+cfg: nranks, store (a file:// rendezvous path), variants (["ddp", "tac", ...]), rounds, iters, warmup, batch (per
+rank), width, hidden, lr, partition_bytes, credit_bytes, bandwidth_gbps.
+Each round runs every variant once, in turn (interleaved: the shared host's
+load drifts), each from the same initial weights on the same batches of
+Fashion-MNIST: `warmup` iterations, then `iters` timed ones (from a barrier
+to the last update applied).  Rank 0 writes {"cfg", "runs": [{"variant",
+"round", "iter_ms": [...], "seconds"}], "spans": one tac iteration's
+allreduce and update spans, "levels": {variant: {param: level}}}.
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model import skewed_mlp  # noqa: E402
+import tern.torch  # noqa: E402,F401 - registers backend "tern"
+from tern.data import fashion_mnist  # noqa: E402
+
+MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training-set pixel statistics
+
+
+def batches(rank, n, batch, count):
+    """`count` batches of this rank's shard of the training set."""
+    x, y = fashion_mnist("train")
+    need = batch * count
+    idx = np.arange(rank, len(x), n)[:need]
+    xt = (torch.from_numpy(x[idx].astype(np.float32)) / 255.0 - MEAN) / STD
+    yt = torch.from_numpy(y[idx])
+    return [(xt[i:i + batch].unsqueeze(1), yt[i:i + batch]) for i in range(0, need, batch)]
+
+
+def step_plain(model, opt, x, y):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+def run_variant(variant, cfg, data, record):
+    """(per-iteration ms, seconds of the timed part, spans, levels)."""
+    # ddp: DDP's default 25 MB buckets; ddp-1mb: small buckets, so the first
+    # ones travel during the backward
+    model = DDP(skewed_mlp(cfg["width"], cfg["hidden"]), bucket_cap_mb=1 if variant == "ddp-1mb" else 25)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9)
+    sched = None
+    if not variant.startswith("ddp"):
+        sched = tern.torch.PriorityScheduler(
+            model, opt, policy=variant, sample_batch=data[0][0], partition_bytes=cfg["partition_bytes"],
+            credit_bytes=cfg["credit_bytes"], bandwidth_gbps=cfg["bandwidth_gbps"], record=record)
+
+    def step(x, y):
+        if sched is None:
+            step_plain(model, opt, x, y)
+        else:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            sched.step()
+    for x, y in data[:cfg["warmup"]]:
+        step(x, y)
+    if sched:
+        sched.synchronize()
+    dist.barrier()
+    marks = [time.perf_counter()]
+    for x, y in data[cfg["warmup"]:cfg["warmup"] + cfg["iters"]]:
+        step(x, y)
+        marks.append(time.perf_counter())
+    if sched:
+        sched.synchronize()  # the last iteration's updates belong to it
+        marks[-1] = time.perf_counter()
+    seconds = marks[-1] - marks[0]
+    spans, levels = [], {}
+    if sched:
+        mid = cfg["warmup"] + cfg["iters"] // 2
+        spans = [s for s in sched.spans() if s["iteration"] == mid]
+        # the forward starts of that iteration and the next two, on the spans' clock
+        spans += [dict(kind="iteration", start=m - sched.t0) for m in marks[mid - cfg["warmup"]:][:3]]
+        levels = sched.levels()
+        sched.close()
+    return list(np.diff(marks) * 1e3), seconds, spans, levels
+
+
+def main():
+    cfg, out_path = json.loads(sys.argv[1]), sys.argv[2]
+    rank, n = int(os.environ["BENCH_RANK"]), cfg["nranks"]
+    torch.set_num_threads(1)
+    dist.init_process_group("tern", init_method="file://" + cfg["store"], rank=rank, world_size=n)
+    data = batches(rank, n, cfg["batch"], cfg["warmup"] + cfg["iters"])
+    out = dict(cfg=cfg, runs=[], spans=[], levels={})
+    for rnd in range(cfg["rounds"]):
+        for v in cfg["variants"]:
+            record = v == "tac" and rnd == cfg["rounds"] - 1
+            iter_ms, seconds, spans, levels = run_variant(v, cfg, data, record)
+            out["runs"].append(dict(variant=v, round=rnd, iter_ms=iter_ms, seconds=seconds,
+                                    load=os.getloadavg()[0]))
+            if record:
+                out["spans"] = spans
+            if levels:
+                out["levels"][v] = levels
+            if rank == 0:
+                print("round %d %-5s %.1f ms/iteration" % (rnd, v, seconds * 1e3 / cfg["iters"]), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""perf/priority_training/report.py RESULT.json... [--plots perf/plots]
+
+The table (markdown) of perf/priority_training/run's results: per rank
+count and variant, the median over rounds of the mean iteration time, the
+spread (min-max over rounds), and the speed-up against plain DDP (the
+median over rounds of DDP's time / the variant's in the same round, so a
+round's load drift hits both).  Plots: iteration time per policy
+(priority_iter_<N>h.png), and one PriorityScheduler(tac) iteration, each
+allreduce partition and update a span on its level's row
+(priority_timeline_<N>h.png).
+"""
+import argparse
+import json
+import os
+import statistics
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PLOTS = os.path.join(os.path.dirname(HERE), "plots")
+
+
+def per_round(doc):
+    """{variant: {round: ms per iteration}}."""
+    out = {}
+    for run in doc["runs"]:
+        out.setdefault(run["variant"], {})[run["round"]] = run["seconds"] * 1e3 / len(run["iter_ms"])
+    return out
+
+
+def pooled_median(doc, variant):
+    """The median single iteration over all rounds: robust to the host's bursts."""
+    return statistics.median(ms for run in doc["runs"] if run["variant"] == variant for ms in run["iter_ms"])
+
+
+def table(docs):
+    rows = ["| hosts | batch/rank | variant | ms/iteration (median of rounds) | min-max over rounds "
+            "| median single iteration | speed-up vs DDP (median of rounds) |", "|---|---|---|---|---|---|---|"]
+    for doc in docs:
+        n, times = doc["cfg"]["nranks"], per_round(doc)
+        base = times.get("ddp", {})
+        for v, by_round in times.items():
+            ms = list(by_round.values())
+            ratios = [base[r] / t for r, t in by_round.items() if r in base]
+            gain = "%.2fx" % statistics.median(ratios) if ratios and v != "ddp" else "-"
+            rows.append("| %d | %d | %s | %.1f | %.1f-%.1f | %.1f | %s |" % (
+                n, doc["cfg"]["batch"], v, statistics.median(ms), min(ms), max(ms), pooled_median(doc, v), gain))
+    return "\n".join(rows)
+
+
+def plot_iterations(doc, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    times = per_round(doc)
+    names = list(times)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.boxplot([list(times[v].values()) for v in names], labels=names)
+    for i, v in enumerate(names):
+        ax.scatter([i + 1] * len(times[v]), list(times[v].values()), s=10, color="k", zorder=3)
+    c = doc["cfg"]
+    ax.set_ylabel("ms per iteration (mean of a round)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("%d hosts, %s links: plain DDP vs PriorityScheduler (%d rounds)" % (
+        c["nranks"], c["link"], c["rounds"]), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_timeline(doc, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    spans = doc["spans"]
+    if not spans:
+        return
+    marks = sorted(s["start"] for s in spans if s["kind"] == "iteration")
+    work = [s for s in spans if s["kind"] != "iteration"]
+    t0 = marks[0] if marks else min(s["start"] for s in work)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    colors = {"allreduce": "tab:blue", "update": "tab:orange"}
+    for s in work:
+        y = s["level"] + (0.2 if s["kind"] == "update" else -0.2)
+        ax.barh(y, (s["end"] - s["start"]) * 1e3, left=(s["start"] - t0) * 1e3, height=0.35,
+                color=colors[s["kind"]], edgecolor="k", linewidth=0.3)
+    for m in marks:
+        ax.axvline((m - t0) * 1e3, color="gray", linestyle="--", linewidth=0.8)
+    ax.set_yticks(range(8))
+    ax.set_ylim(7.7, -0.7)
+    ax.set_ylabel("level (0 = most urgent)")
+    ax.set_xlabel("ms from the iteration's start (dashed: forward starts)")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()], labels=list(colors),
+              fontsize=8, loc="upper left")
+    ax.set_title("One PriorityScheduler(tac) iteration, rank 0 of %d: allreduce partitions and updates"
+                 % doc["cfg"]["nranks"], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("--plots", default=PLOTS)
+    a = ap.parse_args()
+    docs = [json.load(open(p)) for p in a.results]
+    print(table(docs))
+    for doc in docs:
+        n = doc["cfg"]["nranks"]
+        plot_iterations(doc, os.path.join(a.plots, "priority_iter_%dh.png" % n))
+        plot_timeline(doc, os.path.join(a.plots, "priority_timeline_%dh.png" % n))
+
+
+if __name__ == "__main__":
+    main()
