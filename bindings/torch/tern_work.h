@@ -6,8 +6,8 @@
 // the operations; nothing here does.  A request is consumed exactly once
 // (ternRequestWait/Test release it), by whichever comes first: wait(), an
 // is_completed() that finds it done, or the group's Completer, which waits on
-// outstanding requests in issue order so that futures complete without
-// anybody calling wait().
+// outstanding requests (per priority level, in issue order) so that futures
+// complete without anybody calling wait().
 #pragma once
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -82,8 +82,10 @@ class TernWork : public c10d::Work {
   void start(ternRequest_t request, std::exception_ptr issueError) {
     request_ = request;
     issueError_ = issueError;
+    ternGetPriority(&level_);  // the level the issuing thread gave the group
     if (!request_) settleLocked(ternSuccess);
   }
+  int level() const { return level_; }
 
   bool isCompleted() override {
     std::unique_lock<std::mutex> lk(reqMu_, std::try_to_lock);
@@ -156,25 +158,35 @@ class TernWork : public c10d::Work {
   bool settled_ = false;
   std::atomic<bool> marked_{false};
   std::shared_ptr<const int> source_;
+  int level_ = TERN_PRIORITY_DEFAULT;
 };
 
-// Settles a process group's works in issue order and completes their futures.
+// Settles a process group's works and completes their futures: per priority
+// level in issue order, levels independently, the most urgent first.
+//
+// Levels must not wait on each other: an urgent op's future would otherwise
+// complete only after every bulk op issued before it, and a caller that holds
+// back bulk work until urgent work is done (a ByteScheduler-style credit, as
+// tern.torch.PriorityScheduler does) would wait forever.  So each level has
+// its own waiting role: a thread blocks on the oldest work of a level while
+// another may block on another level's.
 //
 // Future callbacks run user code that may issue new ops and wait on their
 // futures (torch's powerSGD hook does): the thread running a callback must
 // not be the one that would complete those futures.  So the thread that
-// settled a work hands the waiting role on before it runs the work's
-// callbacks, and a thread is added only when work is waiting and every
-// thread is inside a callback (so there are at most nested callbacks + 1).
+// settled a work hands its level's waiting role on before it runs the work's
+// callbacks, and a thread is added only when a level has work nobody waits
+// on and every thread is busy (so there are at most levels + nested
+// callbacks threads).
 class Completer {
  public:
   ~Completer() { stop(); }
 
   void add(c10::intrusive_ptr<TernWork> w) {
     std::lock_guard<std::mutex> lk(mu_);
-    pending_.push_back(std::move(w));
-    // Every thread may be inside a callback (which may be waiting on this).
-    if (idle_ == 0 && !waiting_) threads_.emplace_back([this] { loop(); });
+    pending_[clampLevel(w->level())].push_back(std::move(w));
+    // Every thread may be busy (waiting on another level, or in a callback).
+    if (idle_ == 0 && claimable() >= 0) threads_.emplace_back([this] { loop(); });
     else cv_.notify_all();
   }
 
@@ -199,21 +211,36 @@ class Completer {
   }
 
  private:
+  static int clampLevel(int l) { return l < 0 ? 0 : l >= TERN_PRIORITY_LEVELS ? TERN_PRIORITY_LEVELS - 1 : l; }
+
+  // The most urgent level with work that nobody waits on, or -1.
+  int claimable() const {
+    for (int l = 0; l < TERN_PRIORITY_LEVELS; ++l)
+      if (!waiting_[l] && !pending_[l].empty()) return l;
+    return -1;
+  }
+  bool drained() const {
+    for (const auto& q : pending_)
+      if (!q.empty()) return false;
+    return true;
+  }
+
   void loop() {
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
       ++idle_;
-      cv_.wait(lk, [&] { return (!waiting_ && !pending_.empty()) || (stopping_ && pending_.empty()); });
+      cv_.wait(lk, [&] { return claimable() >= 0 || (stopping_ && drained()); });
       --idle_;
-      if (pending_.empty()) return;
-      waiting_ = true;
-      c10::intrusive_ptr<TernWork> w = std::move(pending_.front());
-      pending_.pop_front();
+      int level = claimable();
+      if (level < 0) return;  // stopping, nothing left
+      waiting_[level] = true;
+      c10::intrusive_ptr<TernWork> w = std::move(pending_[level].front());
+      pending_[level].pop_front();
       lk.unlock();
       w->settle();
       lk.lock();
-      waiting_ = false;
-      if (!pending_.empty() && idle_ == 0) threads_.emplace_back([this] { loop(); });
+      waiting_[level] = false;
+      if (claimable() >= 0 && idle_ == 0) threads_.emplace_back([this] { loop(); });
       cv_.notify_all();
       lk.unlock();
       w->markFuture();
@@ -224,8 +251,8 @@ class Completer {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<c10::intrusive_ptr<TernWork>> pending_;
-  bool waiting_ = false;  // a thread is settling the oldest work
+  std::deque<c10::intrusive_ptr<TernWork>> pending_[TERN_PRIORITY_LEVELS];
+  bool waiting_[TERN_PRIORITY_LEVELS] = {};  // a thread is settling that level's oldest work
   int idle_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> threads_;

@@ -407,6 +407,51 @@ def test_urgent_op_overtakes_a_bulk_one_issued_before_it(tmp_path):
         assert level == 0
 
 
+def futures_by_level(rank, n, store_path):
+    """Rank 0 issues a bulk allreduce, then an urgent one, and records the
+    order in which their futures' callbacks run.  Rank 1 issues the urgent
+    one first and the bulk one only a second after its urgent one is done,
+    so on rank 0 the bulk op cannot complete before that second is over."""
+    import tern
+    dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
+    order, t0 = [], time.monotonic()
+    urgent_t, bulk_t = torch.ones(64), torch.ones(1024)
+
+    def mark(name):
+        return lambda fut: order.append((name, time.monotonic() - t0))
+
+    if rank == 0:
+        tern.set_priority(7)
+        bulk = dist.all_reduce(bulk_t, async_op=True)
+        tern.set_priority(0)
+        urgent = dist.all_reduce(urgent_t, async_op=True)
+        bulk.get_future().then(mark("bulk"))
+        urgent.get_future().then(mark("urgent"))
+        urgent.get_future().wait()
+        bulk.get_future().wait()
+    else:
+        tern.set_priority(0)
+        dist.all_reduce(urgent_t)
+        time.sleep(1.0)
+        tern.set_priority(7)
+        dist.all_reduce(bulk_t)
+    deadline = time.monotonic() + 10
+    while rank == 0 and len(order) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tern.set_priority(tern.PRIORITY_DEFAULT)
+    dist.destroy_process_group()
+    return order
+
+
+def test_an_urgent_future_completes_before_an_earlier_bulk_one(tmp_path):
+    """The backend completes futures per level: an urgent op's future does
+    not wait for bulk ops issued before it (it did when futures completed in
+    issue order, which deadlocked a ByteScheduler-style credit limit)."""
+    order = ranks.run(futures_by_level, 2, str(tmp_path / "store"), timeout=120)[0]
+    assert [name for name, _ in order] == ["urgent", "bulk"], order
+    assert order[1][1] - order[0][1] > 0.5, order  # the urgent one did not wait for the bulk one
+
+
 def bad_priority(rank, n):
     import tern
     with pytest.raises(RuntimeError) as e:
