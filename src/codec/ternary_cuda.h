@@ -30,4 +30,9 @@ int ternaryCudaDecode(const uint32_t* planes, int w, size_t g0, size_t n, const 
                       uint32_t block, size_t count, ternDataType_t dt, int avgN, void* dst,
                       void* stream);
 
+// The same kernels as a TernaryKernels table (isa "cuda-sync"): device
+// buffers, each call synchronous on the whole device (ternary_cuda_table.cu).
+struct TernaryKernels;
+const TernaryKernels& ternaryCudaSyncKernels();
+
 }  // namespace tern

@@ -1,0 +1,140 @@
+// The CUDA memory type: MemOps whose every call is a kernel or copy on the
+// operation's stream, with fences the executor polls (memory.h, "Async
+// contract").  Fences are CUDA events recorded on the stream, reused from a
+// small ring: an operation records one per burst, and a ring slot is only
+// recorded again once the fence it held is known done.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <mutex>
+
+#include "codec/ternary_cuda.h"
+#include "memory/cuda_reduce.h"
+#include "memory/cuda_runtime_probe.h"
+#include "memory/memory.h"
+
+namespace tern {
+
+namespace {
+
+TernaryDeviceInput deviceInput(const TernaryInput& in) {
+  return {in.g, in.dt, in.count, in.scales, in.block, in.key};
+}
+
+class CudaOps : public MemOps {
+ public:
+  explicit CudaOps(void* stream) : s_(static_cast<cudaStream_t>(stream)) {}
+  ~CudaOps() override {
+    for (cudaEvent_t& e : ring_)
+      if (e) cudaEventDestroy(e);
+  }
+
+  MemType type() const override { return MemType::Cuda; }
+  void* stream() const override { return s_; }
+
+  void copy(void* dst, const void* src, size_t bytes) const override {
+    if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s_), "copy");
+  }
+  void reduce(void* dst, const void* a, const void* b, size_t count, ternDataType_t dt,
+              ternRedOp_t op, int avgDivisor) const override {
+    check(cudaReduce(dst, a, b, count, dt, op, avgDivisor, s_), "reduce");
+  }
+  void divide(void* buf, size_t count, ternDataType_t dt, int divisor) const override {
+    check(cudaDivide(buf, count, dt, divisor, s_), "divide");
+  }
+  // The function-pointer table cannot carry this operation's stream: the
+  // data path calls ternaryEncode/AddEncode/Decode below; the table is the
+  // same kernels made synchronous, correct for callers not yet moved over.
+  const TernaryKernels& ternary() const override { return ternaryCudaSyncKernels(); }
+  void ternaryEncode(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) const override {
+    check(ternaryCudaEncode(deviceInput(in), g0, n, out, s_), "ternary encode");
+  }
+  void ternaryAddEncode(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes,
+                        int win, uint32_t* out, int wout) const override {
+    check(ternaryCudaAddEncode(deviceInput(in), g0, n, planes, win, out, wout, s_),
+          "ternary add-encode");
+  }
+  void ternaryDecode(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
+                     uint32_t block, size_t count, ternDataType_t dt, int avgN,
+                     void* dst) const override {
+    check(ternaryCudaDecode(planes, w, g0, n, scales, block, count, dt, avgN, dst, s_),
+          "ternary decode");
+  }
+  void ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
+                         float* maxAbs, float* sumSq) const override {
+    check(cudaBlockStats(g, dt, count, block, maxAbs, sumSq, s_), "ternary block stats");
+  }
+  void ternaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
+                      float* out) const override {
+    check(cudaTernaryCorrect(g, dt, residual, count, out, s_), "ternary correct");
+  }
+
+  uint64_t fence() const override;
+  bool done(uint64_t f) const override;
+  ternResult_t error() const override {
+    std::lock_guard<std::mutex> lk(m_);
+    return err_ ? ternUnhandledCudaError : ternSuccess;
+  }
+  const char* lastError() const override {
+    std::lock_guard<std::mutex> lk(m_);
+    return why_;
+  }
+
+ private:
+  static constexpr uint64_t kRing = 16;
+
+  // Records the first failure (sticky): "reduce: an illegal memory access ...".
+  void check(int e, const char* what) const {
+    if (e == cudaSuccess) return;
+    std::lock_guard<std::mutex> lk(m_);
+    if (err_) return;
+    err_ = e;
+    snprintf(why_, sizeof(why_), "CUDA %s failed: %s", what,
+             cudaGetErrorString(static_cast<cudaError_t>(e)));
+  }
+  bool failed() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return err_ != 0;
+  }
+
+  cudaStream_t s_;
+  mutable std::mutex m_;
+  mutable int err_ = 0;
+  mutable char why_[160] = "";
+  // Fences issued_ down to completed_ + 1 are in flight; fence f is
+  // recorded in ring_[f % kRing].  Touched by the polling thread only.
+  mutable cudaEvent_t ring_[kRing] = {};
+  mutable uint64_t issued_ = 0, completed_ = 0;
+};
+
+uint64_t CudaOps::fence() const {
+  if (issued_ - completed_ == kRing) {  // ring full: the oldest fence must end first
+    check(cudaEventSynchronize(ring_[(completed_ + 1) % kRing]), "fence wait");
+    ++completed_;
+  }
+  const uint64_t f = ++issued_;
+  cudaEvent_t& e = ring_[f % kRing];
+  if (!e) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event create");
+  if (e) check(cudaEventRecord(e, s_), "event record");
+  return f;
+}
+
+bool CudaOps::done(uint64_t f) const {
+  while (completed_ < f && completed_ < issued_) {
+    if (failed()) return true;  // failed work never completes: nobody waits on it
+    cudaError_t q = cudaEventQuery(ring_[(completed_ + 1) % kRing]);
+    if (q == cudaErrorNotReady) return false;
+    check(q, "fence");
+    ++completed_;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<MemOps> makeCudaOps(void* stream) {
+  if (!cudaUsable()) return nullptr;
+  return std::make_unique<CudaOps>(stream);
+}
+
+}  // namespace tern
