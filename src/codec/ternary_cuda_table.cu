@@ -14,10 +14,6 @@ namespace tern {
 
 namespace {
 
-TernaryDeviceInput deviceInputOf(const TernaryInput& in) {
-  return {in.g, in.dt, in.count, in.scales, in.block, in.key};
-}
-
 // Waits for the device around `launch` (cudaError_t as int, 0 = launched).
 template <class Launch>
 void synchronously(const char* what, Launch launch) {
@@ -29,13 +25,13 @@ void synchronously(const char* what, Launch launch) {
 }
 
 void encode(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) {
-  synchronously("encode", [&] { return ternaryCudaEncode(deviceInputOf(in), g0, n, out, nullptr); });
+  synchronously("encode", [&] { return ternaryCudaEncode(ternaryDeviceInput(in), g0, n, out, nullptr); });
 }
 
 void addEncode(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes, int win,
                uint32_t* out, int wout) {
   synchronously("add-encode", [&] {
-    return ternaryCudaAddEncode(deviceInputOf(in), g0, n, planes, win, out, wout, nullptr);
+    return ternaryCudaAddEncode(ternaryDeviceInput(in), g0, n, planes, win, out, wout, nullptr);
   });
 }
 

@@ -17,10 +17,6 @@ namespace tern {
 
 namespace {
 
-TernaryDeviceInput deviceInput(const TernaryInput& in) {
-  return {in.g, in.dt, in.count, in.scales, in.block, in.key};
-}
-
 class CudaOps : public MemOps {
  public:
   explicit CudaOps(void* stream) : s_(static_cast<cudaStream_t>(stream)) {}
@@ -47,11 +43,11 @@ class CudaOps : public MemOps {
   // same kernels made synchronous, correct for callers not yet moved over.
   const TernaryKernels& ternary() const override { return ternaryCudaSyncKernels(); }
   void ternaryEncode(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) const override {
-    check(ternaryCudaEncode(deviceInput(in), g0, n, out, s_), "ternary encode");
+    check(ternaryCudaEncode(ternaryDeviceInput(in), g0, n, out, s_), "ternary encode");
   }
   void ternaryAddEncode(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes,
                         int win, uint32_t* out, int wout) const override {
-    check(ternaryCudaAddEncode(deviceInput(in), g0, n, planes, win, out, wout, s_),
+    check(ternaryCudaAddEncode(ternaryDeviceInput(in), g0, n, planes, win, out, wout, s_),
           "ternary add-encode");
   }
   void ternaryDecode(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
