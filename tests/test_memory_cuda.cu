@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "codec/ternary_cpu.h"
@@ -46,6 +47,12 @@ struct Stream {
   Stream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }  // as PyTorch's
   ~Stream() { cudaStreamDestroy(s); }
 };
+
+// Waits (polling, as the executor does) for everything enqueued on ops.
+void finish(const MemOps& ops) {
+  const uint64_t f = ops.fence();
+  while (!ops.done(f)) {}
+}
 
 // Finite values of every type, a few specials (signed zeros, overflows to
 // inf in a product, half subnormals), deterministic.
@@ -113,7 +120,7 @@ TEST(CudaMemOps, ReduceEveryTypeAndOpMatchesTheHostBitForBit) {
       DevBuf da(a.data(), a.size()), db(b.data(), b.size()), dd(a.size());
       ops->reduce(dd.p, da.p, db.p, count, dt, op, div);
       ops->reduce(da.p, da.p, db.p, count, dt, op, div);  // in place: dst aliases a
-      CUDA_OK(cudaStreamSynchronize(st.s));
+      finish(*ops);
       expectSameElements(dt, want, dd.toHost(), "reduce");
       expectSameElements(dt, want, da.toHost(), "reduce in place");
     }
@@ -130,7 +137,7 @@ TEST(CudaMemOps, DivideEveryTypeMatchesTheHost) {
     divideKernel(want.data(), count, dt, 5);
     DevBuf da(a.data(), a.size());
     ops->divide(da.p, count, dt, 5);
-    CUDA_OK(cudaStreamSynchronize(st.s));
+    finish(*ops);
     expectSameElements(dt, want, da.toHost(), "divide");
   }
 }
@@ -144,7 +151,7 @@ TEST(CudaMemOps, CopyMovesEveryDirection) {
   ops->copy(d1.p, h.data(), h.size());  // host -> device
   ops->copy(d2.p, d1.p, h.size());      // device -> device
   ops->copy(back.data(), d2.p, h.size());  // device -> host
-  CUDA_OK(cudaStreamSynchronize(st.s));
+  finish(*ops);
   EXPECT_EQ(h, back);
 }
 
@@ -215,7 +222,7 @@ TEST(CudaMemOps, BlockStatsAndCorrectMatchTheHost) {
           dout(4 * c.count);
       ops->ternaryBlockStats(dg.p, dt, c.count, block, dm.as<float>(), dsq.as<float>());
       ops->ternaryCorrect(dg.p, dt, dres.as<float>(), c.count, dout.as<float>());
-      CUDA_OK(cudaStreamSynchronize(st.s));
+      finish(*ops);
       EXPECT_EQ(memcmp(dm.toHost().data(), m.data(), 4 * nb), 0) << "max " << dt << " block " << block;
       EXPECT_EQ(memcmp(dsq.toHost().data(), sq.data(), 4 * nb), 0) << "sumSq " << dt << " block " << block;
       EXPECT_EQ(memcmp(dout.toHost().data(), out.data(), 4 * c.count), 0) << "correct " << dt;
@@ -243,7 +250,8 @@ TEST(CudaMemOps, FencesReportCompletionWithoutBlocking) {
   char* back = nullptr;
   CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&back), h.size(), cudaHostAllocDefault));
   DevBuf d(h.data(), h.size());
-  spinFor(st.s, 200);  // the caller's earlier work on the stream
+  spinFor(st.s, 200);  // the caller's earlier work on its stream
+  ops->begin();        // the operation's work waits for it, on the device
   ops->copy(back, d.p, h.size());
   const uint64_t f = ops->fence();
   EXPECT_FALSE(ops->done(f));  // the copy waits behind the kernel: fence not reached
@@ -262,8 +270,40 @@ TEST(CudaMemOps, FencesReportCompletionWithoutBlocking) {
   }
   while (!ops->done(last)) {}
   EXPECT_TRUE(ops->done(last - 50));  // done(f) implies done(e) for e <= f
+  ops->end();
   EXPECT_EQ(ops->error(), ternSuccess) << ops->lastError();
   cudaFreeHost(back);
+}
+
+// The caller's later work waits for end(); the operation's own kernels,
+// enqueued after begin(), do not.
+TEST(CudaMemOps, CallersLaterWorkWaitsForEnd) {
+  Stream st;
+  std::unique_ptr<MemOps> ops = makeCudaOps(st.s);
+  ASSERT_NE(ops, nullptr);
+  std::vector<char> a = inputs(ternFloat32, 4096, 1), b = inputs(ternFloat32, 4096, 2);
+  DevBuf da(a.data(), a.size()), db(b.data(), b.size());
+  ops->begin();
+  ops->reduce(da.p, da.p, db.p, 4096, ternFloat32, ternSum, 0);
+  finish(*ops);  // would hang if the operation's work queued behind the hold
+  cudaEvent_t later;
+  CUDA_OK(cudaEventCreateWithFlags(&later, cudaEventDisableTiming));
+  spinFor(st.s, 1);  // the caller's next kernel, and an event after it
+  CUDA_OK(cudaEventRecord(later, st.s));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(cudaEventQuery(later), cudaErrorNotReady) << "the caller's stream did not wait";
+  ops->end();
+  CUDA_OK(cudaEventSynchronize(later));
+  // A second operation on the same stream, destroyed without end(): its
+  // destructor releases the stream.
+  {
+    std::unique_ptr<MemOps> ops2 = makeCudaOps(st.s);
+    ASSERT_NE(ops2, nullptr);
+    ops2->begin();
+  }
+  CUDA_OK(cudaStreamSynchronize(st.s));
+  cudaEventDestroy(later);
+  EXPECT_EQ(ops->error(), ternSuccess) << ops->lastError();
 }
 
 TEST(CudaMemOps, FailedWorkIsStickyAndNeverWaitedOn) {

@@ -1,8 +1,10 @@
 // The CUDA memory type: MemOps whose every call is a kernel or copy on the
-// operation's stream, with fences the executor polls (memory.h, "Async
-// contract").  Fences are CUDA events recorded on the stream, reused from a
-// small ring: an operation records one per burst, and a ring slot is only
-// recorded again once the fence it held is known done.
+// operation's work stream, with fences the executor polls (memory.h, "Async
+// contract").  begin() makes the work stream wait for the caller's stream
+// (an event, on the device) and holds the caller's stream (stream_hold.h)
+// until end().  Fences are CUDA events recorded on the work stream, reused
+// from a small ring: a ring slot is only recorded again once the fence it
+// held is known done.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -12,6 +14,8 @@
 #include "memory/cuda_reduce.h"
 #include "memory/cuda_runtime_probe.h"
 #include "memory/memory.h"
+#include "memory/stream_hold.h"
+#include "memory/work_streams.h"
 
 namespace tern {
 
@@ -19,10 +23,19 @@ namespace {
 
 class CudaOps : public MemOps {
  public:
-  explicit CudaOps(void* stream) : s_(static_cast<cudaStream_t>(stream)) {}
+  CudaOps(void* user, void* work)
+      : user_(static_cast<cudaStream_t>(user)), s_(static_cast<cudaStream_t>(work)) {}
   ~CudaOps() override {
+    end();  // never leave the caller's stream waiting
     for (cudaEvent_t& e : ring_)
       if (e) cudaEventDestroy(e);
+    if (after_) cudaEventDestroy(after_);
+    giveBackWorkStream(s_);
+  }
+
+  void begin() const override;
+  void end() const override {
+    if (hold_) hold_->release();
   }
 
   MemType type() const override { return MemType::Cuda; }
@@ -93,7 +106,10 @@ class CudaOps : public MemOps {
     return err_ != 0;
   }
 
-  cudaStream_t s_;
+  cudaStream_t user_;  // the caller's
+  cudaStream_t s_;     // this operation's work
+  mutable cudaEvent_t after_ = nullptr;  // the caller's earlier work
+  mutable std::unique_ptr<StreamHold> hold_;
   mutable std::mutex m_;
   mutable int err_ = 0;
   mutable char why_[160] = "";
@@ -102,6 +118,19 @@ class CudaOps : public MemOps {
   mutable cudaEvent_t ring_[kRing] = {};
   mutable uint64_t issued_ = 0, completed_ = 0;
 };
+
+void CudaOps::begin() const {
+  if (!after_) check(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming), "event create");
+  if (!after_) return;
+  check(cudaEventRecord(after_, user_), "event record");
+  check(cudaStreamWaitEvent(s_, after_, 0), "stream wait");
+  if (!hold_) hold_ = StreamHold::make();
+  if (!hold_) {
+    check(cudaErrorMemoryAllocation, "stream hold (no flag slot)");
+    return;
+  }
+  check(hold_->hold(user_), "stream hold");
+}
 
 uint64_t CudaOps::fence() const {
   if (issued_ - completed_ == kRing) {  // ring full: the oldest fence must end first
@@ -130,7 +159,9 @@ bool CudaOps::done(uint64_t f) const {
 
 std::unique_ptr<MemOps> makeCudaOps(void* stream) {
   if (!cudaUsable()) return nullptr;
-  return std::make_unique<CudaOps>(stream);
+  void* work = borrowWorkStream();
+  if (!work) return nullptr;
+  return std::make_unique<CudaOps>(stream, work);
 }
 
 }  // namespace tern

@@ -55,20 +55,26 @@ class MemOps {
   }
 
   // Async contract.  A synchronous type (host) has finished every call when
-  // it returns: stream() is null, fence() is 0 and done() is always true, so
-  // the executor's host path pays nothing.  An asynchronous type (CUDA) only
-  // enqueues: every call above is ordered on stream() and returns at once,
+  // it returns: begin() and end() do nothing, stream() is null, fence() is 0
+  // and done() is always true, so the executor's host path pays nothing.
+  // An asynchronous type (CUDA) only enqueues: every call above is ordered
+  // on stream() (its own work stream, not the caller's) and returns at once,
   // and the memory it names must not be read, reused or handed to the
-  // network until a fence() taken after the call is done().  The executor
-  // therefore (1) takes fence() after enqueuing a burst's copies/reductions,
-  // (2) keeps the fifo slots and user ranges of that burst (no recvConsume,
-  // no sendCommit) until done(fence) is true, polling it between other work
-  // like a socket, and (3) at the start of an operation takes a fence before
-  // its first step so the work the caller put on the stream earlier is done
-  // before any byte leaves.  Fences are ordered: done(f) implies done(e) for
-  // every e <= f.  A kernel or copy that fails makes error() non-success
-  // (sticky, with lastError() a sentence) and done() true, so nothing waits
-  // forever on failed work.
+  // network until a fence() taken after the call is done().  The executor:
+  //  1. calls begin() before the operation's first step: the work stream
+  //     then waits (on the device) for what the caller put on its stream
+  //     earlier, and the caller's stream waits for end();
+  //  2. takes fence() after enqueuing a burst's copies/reductions/codec
+  //     calls and keeps that burst's fifo slots (no recvConsume, no
+  //     sendCommit) until done(fence), polling it between other work like a
+  //     socket;
+  //  3. calls end() once the operation's last fence is done (and on every
+  //     failure path: the caller's stream must never wait forever).
+  // Fences are ordered: done(f) implies done(e) for every e <= f.  A kernel
+  // or copy that fails makes error() non-success (sticky, with lastError() a
+  // sentence) and done() true, so nothing waits forever on failed work.
+  virtual void begin() const {}
+  virtual void end() const {}
   virtual void* stream() const { return nullptr; }
   virtual uint64_t fence() const { return 0; }
   virtual bool done(uint64_t /*fence*/) const { return true; }
@@ -82,9 +88,9 @@ MemType memTypeFor(const void* stream);
 // The operations of a memory type; nullptr when this build cannot handle it
 // (and for MemType::Cuda: device operations are bound to a stream, below).
 const MemOps* memOps(MemType t);
-// Device operations ordered on `stream` (a cudaStream_t; null is CUDA's
-// legacy default stream), one object per operation (its fences are its
-// own).  nullptr in a build without CUDA or on a machine without a usable
+// Device operations for a call on the caller's `stream` (a cudaStream_t;
+// null is CUDA's legacy default stream), one object per operation (its
+// fences, work stream and hold are its own).  nullptr in a build without CUDA or on a machine without a usable
 // device.  Implemented in cuda_ops.cu.
 std::unique_ptr<MemOps> makeCudaOps(void* stream);
 
