@@ -41,6 +41,8 @@ class CudaOps : public MemOps {
   MemType type() const override { return MemType::Cuda; }
   void* stream() const override { return s_; }
 
+  // Host ends should be pinned (pinnedStagingPool): to pageable memory CUDA
+  // copies synchronously, and the executor would wait behind the stream.
   void copy(void* dst, const void* src, size_t bytes) const override {
     if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s_), "copy");
   }
@@ -148,7 +150,10 @@ bool CudaOps::done(uint64_t f) const {
   while (completed_ < f && completed_ < issued_) {
     if (failed()) return true;  // failed work never completes: nobody waits on it
     cudaError_t q = cudaEventQuery(ring_[(completed_ + 1) % kRing]);
-    if (q == cudaErrorNotReady) return false;
+    if (q == cudaErrorNotReady) {
+      cudaGetLastError();  // "not yet" is recorded as the thread's last error: the next
+      return false;        // launch check would read it as a failed launch (as PyTorch clears it)
+    }
     check(q, "fence");
     ++completed_;
   }
