@@ -82,11 +82,11 @@ int StreamHold::hold(void* stream) {
   FlagPage& f = flags();
   target_ = f.host[slot_] + 1;  // values only grow: older waits stay satisfied
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  int e;
-  if (WaitValue32 fn = waitValue32()) {
+  int e = CUDA_ERROR_NOT_SUPPORTED;
+  if (WaitValue32 fn = waitValue32())  // a device without stream memory operations refuses it
     e = fn(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(f.dev + slot_), target_,
            CU_STREAM_WAIT_VALUE_GEQ);
-  } else {
+  if (e != 0) {
     waitFlag<<<1, 1, 0, s>>>(f.dev + slot_, target_);
     e = cudaGetLastError();
   }
