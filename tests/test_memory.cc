@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memory/buffer_kind.h"
+#include "memory/fence_ring.h"
 #include "memory/memory.h"
 #include "memory/staging_pool.h"
 #ifdef TERN_WITH_CUDA
@@ -108,6 +109,81 @@ TEST(MemOpsAsync, CudaOpsExistOnlyWithADevice) {
   EXPECT_EQ(ops != nullptr, device);
   if (ops) EXPECT_EQ(ops->type(), MemType::Cuda);
   EXPECT_EQ(pinnedStagingPool() != nullptr, device);
+}
+
+// A simulated device for the fence ring: a fence recorded at step t is
+// reached once the device clock passes t; wait() advances the clock to it.
+struct SimEvents {
+  uint64_t clock = 0, enqueued = 0;
+  uint64_t at[FenceRing<SimEvents>::kSlots] = {};
+  int waits = 0, failAtQuery = 0;  // failAtQuery: that slot's query fails
+  int record(unsigned k) {
+    at[k] = ++enqueued;
+    return 0;
+  }
+  int query(unsigned k) {
+    if (failAtQuery && k == static_cast<unsigned>(failAtQuery)) return 700;  // an illegal address
+    return at[k] <= clock ? 0 : FenceRing<SimEvents>::kNotReady;
+  }
+  int wait(unsigned k) {
+    ++waits;
+    if (clock < at[k]) clock = at[k];
+    return 0;
+  }
+};
+
+TEST(FenceRing, DoneOnlyWhenTheDeviceReachedIt) {
+  SimEvents dev;
+  FenceRing<SimEvents> ring(dev);
+  int err = 0;
+  uint64_t f1 = ring.fence(&err), f2 = ring.fence(&err), f3 = ring.fence(&err);
+  EXPECT_EQ(err, 0);
+  EXPECT_LT(f1, f2);
+  EXPECT_LT(f2, f3);
+  EXPECT_FALSE(ring.done(f1, &err));
+  dev.clock = 2;
+  EXPECT_TRUE(ring.done(f1, &err));
+  EXPECT_TRUE(ring.done(f2, &err));
+  EXPECT_FALSE(ring.done(f3, &err));
+  dev.clock = 3;
+  EXPECT_TRUE(ring.done(f3, &err));
+  EXPECT_TRUE(ring.done(f1, &err));  // earlier fences stay done
+  EXPECT_EQ(err, 0);
+  EXPECT_EQ(dev.waits, 0);  // polling never blocks
+}
+
+TEST(FenceRing, AFullRingWaitsForItsOldestFenceOnly) {
+  SimEvents dev;
+  FenceRing<SimEvents> ring(dev);
+  int err = 0;
+  std::vector<uint64_t> f;
+  for (uint64_t i = 0; i < FenceRing<SimEvents>::kSlots; ++i) f.push_back(ring.fence(&err));
+  EXPECT_EQ(dev.waits, 0);
+  f.push_back(ring.fence(&err));  // reuses the first fence's slot
+  EXPECT_EQ(dev.waits, 1);
+  EXPECT_EQ(dev.clock, 1u);  // waited for the oldest only
+  EXPECT_TRUE(ring.done(f[0], &err));
+  EXPECT_FALSE(ring.done(f[1], &err));
+  EXPECT_FALSE(ring.done(f.back(), &err));
+  dev.clock = dev.enqueued;
+  EXPECT_TRUE(ring.done(f.back(), &err));
+  for (int i = 0; i < 1000; ++i) {  // many bursts: stays bounded, in order
+    uint64_t g = ring.fence(&err);
+    dev.clock = dev.enqueued;
+    EXPECT_TRUE(ring.done(g, &err));
+  }
+  EXPECT_EQ(dev.waits, 1);
+  EXPECT_EQ(err, 0);
+}
+
+TEST(FenceRing, AFailedFenceCountsAsReachedWithItsError) {
+  SimEvents dev;
+  FenceRing<SimEvents> ring(dev);
+  int err = 0;
+  uint64_t f1 = ring.fence(&err), f2 = ring.fence(&err);
+  dev.failAtQuery = static_cast<int>(FenceRing<SimEvents>::slot(f1));
+  EXPECT_TRUE(ring.done(f2, &err));  // stops at the failure: the caller makes it sticky
+  EXPECT_EQ(err, 700);
 }
 
 // A counting allocator standing in for cudaHostAlloc / cudaFreeHost.

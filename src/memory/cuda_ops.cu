@@ -13,6 +13,7 @@
 #include "codec/ternary_cuda.h"
 #include "memory/cuda_reduce.h"
 #include "memory/cuda_runtime_probe.h"
+#include "memory/fence_ring.h"
 #include "memory/memory.h"
 #include "memory/stream_hold.h"
 #include "memory/work_streams.h"
@@ -21,14 +22,39 @@ namespace tern {
 
 namespace {
 
+// The ring's events: CUDA events on the work stream, made on first use.
+struct CudaEvents {
+  cudaStream_t s;
+  cudaEvent_t ev[FenceRing<CudaEvents>::kSlots] = {};
+
+  explicit CudaEvents(cudaStream_t stream) : s(stream) {}
+  ~CudaEvents() {
+    for (cudaEvent_t e : ev)
+      if (e) cudaEventDestroy(e);
+  }
+  int record(unsigned k) {
+    if (!ev[k]) {
+      cudaError_t e = cudaEventCreateWithFlags(&ev[k], cudaEventDisableTiming);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaEventRecord(ev[k], s);
+  }
+  int query(unsigned k) {
+    cudaError_t q = cudaEventQuery(ev[k]);
+    if (q != cudaErrorNotReady) return q;
+    cudaGetLastError();  // "not yet" is recorded as the thread's last error: the next
+    return FenceRing<CudaEvents>::kNotReady;  // launch check would read it as a failure
+  }
+  int wait(unsigned k) { return cudaEventSynchronize(ev[k]); }
+};
+
 class CudaOps : public MemOps {
  public:
   CudaOps(void* user, void* work)
-      : user_(static_cast<cudaStream_t>(user)), s_(static_cast<cudaStream_t>(work)) {}
+      : user_(static_cast<cudaStream_t>(user)), s_(static_cast<cudaStream_t>(work)),
+        events_(s_), ring_(events_) {}
   ~CudaOps() override {
     end();  // never leave the caller's stream waiting
-    for (cudaEvent_t& e : ring_)
-      if (e) cudaEventDestroy(e);
     if (after_) cudaEventDestroy(after_);
     giveBackWorkStream(s_);
   }
@@ -92,8 +118,6 @@ class CudaOps : public MemOps {
   }
 
  private:
-  static constexpr uint64_t kRing = 16;
-
   // Records the first failure (sticky): "reduce: an illegal memory access ...".
   void check(int e, const char* what) const {
     if (e == cudaSuccess) return;
@@ -115,10 +139,9 @@ class CudaOps : public MemOps {
   mutable std::mutex m_;
   mutable int err_ = 0;
   mutable char why_[160] = "";
-  // Fences issued_ down to completed_ + 1 are in flight; fence f is
-  // recorded in ring_[f % kRing].  Touched by the polling thread only.
-  mutable cudaEvent_t ring_[kRing] = {};
-  mutable uint64_t issued_ = 0, completed_ = 0;
+  // Touched by the polling thread only.
+  mutable CudaEvents events_;
+  mutable FenceRing<CudaEvents> ring_;
 };
 
 void CudaOps::begin() const {
@@ -135,29 +158,18 @@ void CudaOps::begin() const {
 }
 
 uint64_t CudaOps::fence() const {
-  if (issued_ - completed_ == kRing) {  // ring full: the oldest fence must end first
-    check(cudaEventSynchronize(ring_[(completed_ + 1) % kRing]), "fence wait");
-    ++completed_;
-  }
-  const uint64_t f = ++issued_;
-  cudaEvent_t& e = ring_[f % kRing];
-  if (!e) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event create");
-  if (e) check(cudaEventRecord(e, s_), "event record");
+  int e = 0;
+  const uint64_t f = ring_.fence(&e);
+  check(e, "fence");
   return f;
 }
 
 bool CudaOps::done(uint64_t f) const {
-  while (completed_ < f && completed_ < issued_) {
-    if (failed()) return true;  // failed work never completes: nobody waits on it
-    cudaError_t q = cudaEventQuery(ring_[(completed_ + 1) % kRing]);
-    if (q == cudaErrorNotReady) {
-      cudaGetLastError();  // "not yet" is recorded as the thread's last error: the next
-      return false;        // launch check would read it as a failed launch (as PyTorch clears it)
-    }
-    check(q, "fence");
-    ++completed_;
-  }
-  return true;
+  if (failed()) return true;  // failed work never completes: nobody waits on it
+  int e = 0;
+  const bool reached = ring_.done(f, &e);
+  check(e, "fence");
+  return reached;
 }
 
 }  // namespace
