@@ -11,11 +11,11 @@
 #  4. `import torch` with the shim first on the library path, and under LD_AUDIT:
 #     torch binds every nccl symbol it was built with at import, and
 #     torch.cuda.nccl.version() must be the shim's 2.23.0.
+#  5. with NCCL_TESTS_DIR: perf/gpu/nccl_tests.sh (nccl-tests' all_reduce_perf on the shim).
 #  6. (cudamem) the CUDA memory type: perf/gpu/cuda_memory.sh runs
 #     tests/test_memory_cuda.cu (reduce of every dtype/op vs the host bit for
 #     bit, the codec via MemOps vs the CPU, fences, stream holds, pointer
 #     kinds, pinned staging).
-#  5. with NCCL_TESTS_DIR: perf/gpu/nccl_tests.sh (nccl-tests' all_reduce_perf on the shim).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-gpu}
