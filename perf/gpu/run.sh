@@ -12,6 +12,10 @@
 #     torch binds every nccl symbol it was built with at import, and
 #     torch.cuda.nccl.version() must be the shim's 2.23.0.
 #  5. with NCCL_TESTS_DIR: perf/gpu/nccl_tests.sh (nccl-tests' all_reduce_perf on the shim).
+#  6. (cudamem) the CUDA memory type: perf/gpu/cuda_memory.sh runs
+#     tests/test_memory_cuda.cu (reduce of every dtype/op vs the host bit for
+#     bit, the codec via MemOps vs the CPU, fences, stream holds, pointer
+#     kinds, pinned staging).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-gpu}
@@ -34,6 +38,7 @@ configure() {
 targets=(ternary_gpu_check tern_nccl tern_nccl_audit)
 if configure -DTERN_BUILD_TESTS=ON; then
   targets+=(test_ternary_nvcc test_nccl_shim nccl_client nccl_audit_probe)
+  targets+=(test_memory_cuda)  # cudamem
 else
   echo "SKIP the GoogleTest-based checks: configuring with tests failed (libgtest-dev missing?)"
   configure -DTERN_BUILD_TESTS=OFF || exit 1
@@ -70,5 +75,13 @@ if [ -n "${NCCL_TESTS_DIR:-}" ]; then
 else
   echo "SKIP nccl-tests: set NCCL_TESTS_DIR to a checkout of NVIDIA/nccl-tests"
 fi
+# ---- CUDA memory type (helper `cudamem`): MemOps on a stream, pointer kinds, pinned staging ----
+if [ -x "$build/tests/test_memory_cuda" ]; then
+  step "CUDA memory type (reduce, codec, fences, holds, pointer kinds, staging)" \
+    perf/gpu/cuda_memory.sh "$build"
+else
+  echo "SKIP the CUDA memory type: test_memory_cuda was not built (no GoogleTest)"
+fi
+
 echo "$failed step(s) failed"
 exit $((failed > 0))

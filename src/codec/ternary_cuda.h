@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "codec/ternary_cpu.h"
 #include "codec/ternary_math.h"
 #include "tern/tern.h"
 
@@ -19,6 +20,11 @@ struct TernaryDeviceInput {
   TernaryKey key;
 };
 
+// The same fields, from the CPU codec's input (pointers then name device memory).
+inline TernaryDeviceInput ternaryDeviceInput(const TernaryInput& in) {
+  return {in.g, in.dt, in.count, in.scales, in.block, in.key};
+}
+
 // out (device, 2 words per group) = codes of groups [g0, g0 + n).
 int ternaryCudaEncode(const TernaryDeviceInput& in, size_t g0, size_t n, uint32_t* out,
                       void* stream);
@@ -29,5 +35,9 @@ int ternaryCudaAddEncode(const TernaryDeviceInput& in, size_t g0, size_t n,
 int ternaryCudaDecode(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
                       uint32_t block, size_t count, ternDataType_t dt, int avgN, void* dst,
                       void* stream);
+
+// The same kernels as a TernaryKernels table (isa "cuda-sync"): device
+// buffers, each call synchronous on the whole device (ternary_cuda_table.cu).
+const TernaryKernels& ternaryCudaSyncKernels();
 
 }  // namespace tern

@@ -1,23 +1,13 @@
 #include "memory/host_reduce.h"
 
 #include <cstdint>
-#include <type_traits>
 
 #include "codec/half.h"
+#include "memory/reduce_ops.h"
 
 namespace tern {
 
 namespace {
-
-// Signed integers wrap on overflow (as in NCCL) instead of being undefined:
-// the arithmetic happens in the unsigned type of the same width.
-template <class T>
-using Wrap = typename std::conditional<std::is_integral<T>::value,
-                                       std::make_unsigned<T>, std::common_type<T>>::type::type;
-struct Sum  { template <class T> static T apply(T a, T b) { return T(Wrap<T>(a) + Wrap<T>(b)); } };
-struct Prod { template <class T> static T apply(T a, T b) { return T(Wrap<T>(a) * Wrap<T>(b)); } };
-struct Max  { template <class T> static T apply(T a, T b) { return a > b ? a : b; } };
-struct Min  { template <class T> static T apply(T a, T b) { return a < b ? a : b; } };
 
 // Native types: plain loops the compiler vectorises.
 template <class T, class Op>
@@ -34,11 +24,7 @@ void loop(T* d, const T* a, const T* b, size_t n, int div) {
 template <class Op, float (*Load)(unsigned short), unsigned short (*Store)(float)>
 void loop16(unsigned short* d, const unsigned short* a, const unsigned short* b, size_t n,
             int div) {
-  const float dv = static_cast<float>(div);
-  for (size_t i = 0; i < n; ++i) {
-    float r = Op::apply(Load(a[i]), Load(b[i]));
-    d[i] = Store(div > 0 ? r / dv : r);
-  }
+  for (size_t i = 0; i < n; ++i) d[i] = reduceElem16<Op, Load, Store>(a[i], b[i], div);
 }
 
 template <class Op>
@@ -81,10 +67,6 @@ void reduceKernel(void* dst, const void* a, const void* b, size_t count, ternDat
     default: break;
   }
 }
-
-namespace {
-struct First { template <class T> static T apply(T a, T) { return a; } };
-}  // namespace
 
 void divideKernel(void* buf, size_t count, ternDataType_t dt, int divisor) {
   dispatchType<First>(buf, buf, buf, count, dt, divisor);

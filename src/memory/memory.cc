@@ -43,7 +43,11 @@ MemType memTypeFor(const void* stream) { return stream ? MemType::Cuda : MemType
 
 const MemOps* memOps(MemType t) {
   static const HostOps host;
-  return t == MemType::Host ? &host : nullptr;  // CUDA: with the GPU data path
+  return t == MemType::Host ? &host : nullptr;  // CUDA: makeCudaOps(stream)
 }
+
+#ifndef TERN_WITH_CUDA
+std::unique_ptr<MemOps> makeCudaOps(void*) { return nullptr; }
+#endif
 
 }  // namespace tern

@@ -1,0 +1,10 @@
+// Whether this process can use CUDA at all: a build with CUDA, a driver and
+// at least one device.  Asked once (the answer is cached); on a machine
+// without a driver it is simply false, never an error.
+#pragma once
+
+namespace tern {
+
+bool cudaUsable();
+
+}  // namespace tern

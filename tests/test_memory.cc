@@ -1,0 +1,271 @@
+// The memory-type layer's CPU-checkable parts: choosing an operation's
+// memory type from its buffers, pointerKind on host memory (in a build with
+// CUDA it asks the CUDA runtime, which must answer "host" and not crash on a
+// machine without a driver), the host type's async defaults, and the pinned
+// staging pool's bookkeeping (with malloc standing in for cudaHostAlloc:
+// the bookkeeping is the same, pinning needs a driver).  The device side is
+// tests/test_memory_cuda.cu, run by perf/gpu/run.sh.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "memory/buffer_kind.h"
+#include "memory/fence_ring.h"
+#include "memory/memory.h"
+#include "memory/staging_pool.h"
+#ifdef TERN_WITH_CUDA
+#include "memory/cuda_runtime_probe.h"
+#endif
+
+namespace tern {
+namespace {
+
+TEST(MemTypeForBuffers, AllHostIsHost) {
+  MemType t = MemType::Cuda;
+  std::string why;
+  EXPECT_TRUE(memTypeForBuffers({{"sendbuff", MemType::Host}, {"recvbuff", MemType::Host}}, &t, &why));
+  EXPECT_EQ(t, MemType::Host);
+  EXPECT_TRUE(why.empty());
+}
+
+TEST(MemTypeForBuffers, AllDeviceIsCuda) {
+  MemType t = MemType::Host;
+  std::string why;
+  EXPECT_TRUE(memTypeForBuffers({{"sendbuff", MemType::Cuda}, {"recvbuff", MemType::Cuda}}, &t, &why));
+  EXPECT_EQ(t, MemType::Cuda);
+}
+
+TEST(MemTypeForBuffers, NoBuffersIsHost) {
+  MemType t = MemType::Cuda;
+  std::string why;
+  EXPECT_TRUE(memTypeForBuffers({}, &t, &why));
+  EXPECT_EQ(t, MemType::Host);
+}
+
+TEST(MemTypeForBuffers, MixIsRefusedWithOneSentence) {
+  MemType t;
+  std::string why;
+  EXPECT_FALSE(memTypeForBuffers({{"sendbuff", MemType::Cuda}, {"recvbuff", MemType::Host}}, &t, &why));
+  EXPECT_EQ(why, "sendbuff is device memory but recvbuff is host memory");
+  why.clear();
+  EXPECT_FALSE(memTypeForBuffers(
+      {{"sendbuff", MemType::Host}, {"recvbuff", MemType::Host}, {"scratch", MemType::Cuda}}, &t, &why));
+  EXPECT_EQ(why, "sendbuff is host memory but scratch is device memory");
+}
+
+TEST(PointerKind, HostMemoryIsHost) {
+  std::vector<float> heap(1 << 16);
+  int stack = 0;
+  void* big = malloc(64 << 20);
+  EXPECT_EQ(pointerKind(heap.data()), MemType::Host);
+  EXPECT_EQ(pointerKind(&stack), MemType::Host);
+  EXPECT_EQ(pointerKind(big), MemType::Host);
+  EXPECT_EQ(pointerKind(nullptr), MemType::Host);
+  EXPECT_EQ(pointerKind(reinterpret_cast<void*>(0x10)), MemType::Host);  // not even mapped
+  free(big);
+}
+
+TEST(MemOpsAsync, HostTypeIsSynchronous) {
+  const MemOps* h = memOps(MemType::Host);
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->stream(), nullptr);
+  EXPECT_EQ(h->fence(), 0u);
+  EXPECT_TRUE(h->done(h->fence()));
+  EXPECT_EQ(h->error(), ternSuccess);
+  EXPECT_EQ(memOps(MemType::Cuda), nullptr);  // device ops come bound to a stream
+}
+
+// The codec through MemOps is the host table's codec on host memory.
+TEST(MemOpsAsync, HostCodecCallsAreTheTable) {
+  const MemOps& h = *memOps(MemType::Host);
+  const size_t count = 1000, groups = (count + 31) / 32;
+  const uint32_t block = 64;
+  std::vector<float> g(count), s((count + block - 1) / block), viaOps(count), viaTable(count);
+  for (size_t i = 0; i < count; ++i) g[i] = static_cast<float>(static_cast<int>(i % 37) - 18) / 7.f;
+  h.ternaryBlockStats(g.data(), ternFloat32, count, block, s.data(), nullptr);
+  TernaryInput in{g.data(), ternFloat32, count, s.data(), block, ternaryKey(1, 2, 3)};
+  std::vector<uint32_t> a(2 * groups), b(2 * groups), a3(3 * groups), b3(3 * groups);
+  h.ternaryEncode(in, 0, groups, a.data());
+  h.ternary().encode(in, 0, groups, b.data());
+  EXPECT_EQ(a, b);
+  h.ternaryAddEncode(in, 0, groups, a.data(), 2, a3.data(), 3);
+  h.ternary().addEncode(in, 0, groups, b.data(), 2, b3.data(), 3);
+  EXPECT_EQ(a3, b3);
+  h.ternaryDecode(a3.data(), 3, 0, groups, s.data(), block, count, ternFloat32, 2, viaOps.data());
+  h.ternary().decode(b3.data(), 3, 0, groups, s.data(), block, count, ternFloat32, 2, viaTable.data());
+  EXPECT_EQ(viaOps, viaTable);
+}
+
+// Without a device (this machine, or a build without CUDA) there is no
+// device memory type and no pinned pool; with one, both exist.
+TEST(MemOpsAsync, CudaOpsExistOnlyWithADevice) {
+#ifdef TERN_WITH_CUDA
+  const bool device = cudaUsable();
+#else
+  const bool device = false;
+#endif
+  std::unique_ptr<MemOps> ops = makeCudaOps(nullptr);
+  EXPECT_EQ(ops != nullptr, device);
+  if (ops) EXPECT_EQ(ops->type(), MemType::Cuda);
+  EXPECT_EQ(pinnedStagingPool() != nullptr, device);
+}
+
+// A simulated device for the fence ring: a fence recorded at step t is
+// reached once the device clock passes t; wait() advances the clock to it.
+struct SimEvents {
+  uint64_t clock = 0, enqueued = 0;
+  uint64_t at[FenceRing<SimEvents>::kSlots] = {};
+  int waits = 0, failAtQuery = 0;  // failAtQuery: that slot's query fails
+  int record(unsigned k) {
+    at[k] = ++enqueued;
+    return 0;
+  }
+  int query(unsigned k) {
+    if (failAtQuery && k == static_cast<unsigned>(failAtQuery)) return 700;  // an illegal address
+    return at[k] <= clock ? 0 : FenceRing<SimEvents>::kNotReady;
+  }
+  int wait(unsigned k) {
+    ++waits;
+    if (clock < at[k]) clock = at[k];
+    return 0;
+  }
+};
+
+TEST(FenceRing, DoneOnlyWhenTheDeviceReachedIt) {
+  SimEvents dev;
+  FenceRing<SimEvents> ring(dev);
+  int err = 0;
+  uint64_t f1 = ring.fence(&err), f2 = ring.fence(&err), f3 = ring.fence(&err);
+  EXPECT_EQ(err, 0);
+  EXPECT_LT(f1, f2);
+  EXPECT_LT(f2, f3);
+  EXPECT_FALSE(ring.done(f1, &err));
+  dev.clock = 2;
+  EXPECT_TRUE(ring.done(f1, &err));
+  EXPECT_TRUE(ring.done(f2, &err));
+  EXPECT_FALSE(ring.done(f3, &err));
+  dev.clock = 3;
+  EXPECT_TRUE(ring.done(f3, &err));
+  EXPECT_TRUE(ring.done(f1, &err));  // earlier fences stay done
+  EXPECT_EQ(err, 0);
+  EXPECT_EQ(dev.waits, 0);  // polling never blocks
+}
+
+TEST(FenceRing, AFullRingWaitsForItsOldestFenceOnly) {
+  SimEvents dev;
+  FenceRing<SimEvents> ring(dev);
+  int err = 0;
+  std::vector<uint64_t> f;
+  for (uint64_t i = 0; i < FenceRing<SimEvents>::kSlots; ++i) f.push_back(ring.fence(&err));
+  EXPECT_EQ(dev.waits, 0);
+  f.push_back(ring.fence(&err));  // reuses the first fence's slot
+  EXPECT_EQ(dev.waits, 1);
+  EXPECT_EQ(dev.clock, 1u);  // waited for the oldest only
+  EXPECT_TRUE(ring.done(f[0], &err));
+  EXPECT_FALSE(ring.done(f[1], &err));
+  EXPECT_FALSE(ring.done(f.back(), &err));
+  dev.clock = dev.enqueued;
+  EXPECT_TRUE(ring.done(f.back(), &err));
+  for (int i = 0; i < 1000; ++i) {  // many bursts: stays bounded, in order
+    uint64_t g = ring.fence(&err);
+    dev.clock = dev.enqueued;
+    EXPECT_TRUE(ring.done(g, &err));
+  }
+  EXPECT_EQ(dev.waits, 1);
+  EXPECT_EQ(err, 0);
+}
+
+TEST(FenceRing, AFailedFenceCountsAsReachedWithItsError) {
+  SimEvents dev;
+  FenceRing<SimEvents> ring(dev);
+  int err = 0;
+  uint64_t f1 = ring.fence(&err), f2 = ring.fence(&err);
+  dev.failAtQuery = static_cast<int>(FenceRing<SimEvents>::slot(f1));
+  EXPECT_TRUE(ring.done(f2, &err));  // stops at the failure: the caller makes it sticky
+  EXPECT_EQ(err, 700);
+}
+
+// A counting allocator standing in for cudaHostAlloc / cudaFreeHost.
+int gAllocs = 0, gFrees = 0;
+bool gFail = false;
+void* countingAlloc(size_t n) {
+  if (gFail) return nullptr;
+  ++gAllocs;
+  return malloc(n);
+}
+void countingRelease(void* p) {
+  ++gFrees;
+  free(p);
+}
+
+class StagingPoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override { gAllocs = gFrees = 0, gFail = false; }
+  const size_t MiB = size_t(1) << 20;
+};
+
+TEST_F(StagingPoolTest, ReusesABufferInsteadOfAllocatingPerCall) {
+  StagingPool pool({countingAlloc, countingRelease}, 4);
+  StagingPool::Buffer b = pool.borrow(3 * MiB);
+  ASSERT_NE(b.p, nullptr);
+  EXPECT_EQ(b.bytes, 4 * MiB);  // rounded up to a power of two
+  void* first = b.p;
+  pool.giveBack(b);
+  for (int call = 0; call < 100; ++call) {  // a training loop's same-sized requests
+    StagingPool::Buffer c = pool.borrow(3 * MiB + call);
+    EXPECT_EQ(c.p, first);
+    pool.giveBack(c);
+  }
+  EXPECT_EQ(pool.allocations(), 1u);
+  EXPECT_EQ(gAllocs, 1);
+  EXPECT_EQ(pool.spares(), 1u);
+}
+
+TEST_F(StagingPoolTest, SmallRequestsGetAtLeastTheMinimum) {
+  StagingPool pool({countingAlloc, countingRelease});
+  StagingPool::Buffer b = pool.borrow(100);
+  EXPECT_EQ(b.bytes, StagingPool::kMinBytes);
+  pool.giveBack(b);
+}
+
+TEST_F(StagingPoolTest, TakesTheSmallestSpareThatFits) {
+  StagingPool pool({countingAlloc, countingRelease});
+  StagingPool::Buffer big = pool.borrow(16 * MiB), small = pool.borrow(2 * MiB);
+  pool.giveBack(big);
+  pool.giveBack(small);
+  StagingPool::Buffer c = pool.borrow(MiB + 1);
+  EXPECT_EQ(c.p, small.p);
+  StagingPool::Buffer d = pool.borrow(MiB + 1);  // only the big one is left
+  EXPECT_EQ(d.p, big.p);
+  StagingPool::Buffer e = pool.borrow(MiB);  // none left: a new one
+  EXPECT_EQ(pool.allocations(), 3u);
+  pool.giveBack(c), pool.giveBack(d), pool.giveBack(e);
+}
+
+TEST_F(StagingPoolTest, KeepsAtMostKeepSparesDroppingTheSmallest) {
+  {
+    StagingPool pool({countingAlloc, countingRelease}, 2);
+    StagingPool::Buffer a = pool.borrow(MiB), b = pool.borrow(4 * MiB), c = pool.borrow(8 * MiB);
+    pool.giveBack(a), pool.giveBack(b), pool.giveBack(c);
+    EXPECT_EQ(pool.spares(), 2u);
+    EXPECT_EQ(gFrees, 1);
+    StagingPool::Buffer d = pool.borrow(MiB);  // the 1 MiB one went: the 4 MiB serves it
+    EXPECT_EQ(d.p, b.p);
+    pool.giveBack(d);
+  }
+  EXPECT_EQ(gFrees, gAllocs);  // the destructor releases what it kept
+}
+
+TEST_F(StagingPoolTest, AllocatorFailureIsAnEmptyBuffer) {
+  StagingPool pool({countingAlloc, countingRelease});
+  gFail = true;
+  StagingPool::Buffer b = pool.borrow(MiB);
+  EXPECT_EQ(b.p, nullptr);
+  EXPECT_EQ(b.bytes, 0u);
+  pool.giveBack(b);  // harmless
+  EXPECT_EQ(pool.spares(), 0u);
+}
+
+}  // namespace
+}  // namespace tern
