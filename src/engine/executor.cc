@@ -212,8 +212,8 @@ void Executor::listen() {
         continue;
       }
       auto now = Clock::now();
-      if (now >= nextHealth_) {  // dead peers, abort: the listeners' tasks check their streams
-        ternResult_t r = host_.checkHealth();
+      if (now >= nextHealth_) {  // dead peers, abort, a stream blocked on a gone peer
+        ternResult_t r = checkIdle(now);
         if (r != ternSuccess) failAll(r, lastThreadError());
         nextHealth_ = now + std::chrono::milliseconds(20);
       }
@@ -314,6 +314,7 @@ ternResult_t Executor::bindSource(const std::vector<OpPtr>& list, size_t i, bool
           return !e->send && e->peer == q; }))
       continue;
     Conn* c = op.ctx.conn(q);
+    if (c->reader) continue;  // in the middle of another's message (a weight stream's chunk)
     TERN_CHECK(c->activate());
     if (c->needsProgress()) {
       bool m = false;

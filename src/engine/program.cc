@@ -212,10 +212,12 @@ ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
   Lead& i = p.in;
   Lead& o = p.out;
   const bool direct = directCandidate(s);
-  if (s.in) {
-    // Until the descriptor is read, an interleaved message's reader may
-    // take bytes (its padding, its whole message) from under us: align
-    // from where the stream is now.
+  // Before our descriptor, the stream may be in the middle of another
+  // operation's message (an interleaved one's, being read): wait for its
+  // end; and that reader may take bytes (padding, its whole message) from
+  // under us, so align from where the stream is now.
+  const bool between = !s.in || i.desc == 0 || !s.in->reader || s.in->reader == &op;
+  if (s.in && between) {
     if (i.desc) i.skip = alignUp(s.in->recvPos(), sizeof(OpDesc));
     skipIn(s.in, &i.skip);
     if (i.skip == 0) TERN_CHECK(readDesc(op, s.in, &i.desc));
