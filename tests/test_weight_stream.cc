@@ -309,6 +309,41 @@ TEST_P(WeightStream, RunsBesideCollectivesAndSendRecv) {
   expectAllRanksOk(runRanks(2, transportEnv(GetParam()), besideBody, 1, 180));
 }
 
+// ---- the receiver joins a collective at the stream's level only once the
+// version arrived: the version goes whole, no collective gets between its
+// chunks (else: the sender's collective waits for the receiver, which waits
+// for the rest of the version behind that collective) --------------------------
+
+int thenCollectiveBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  Tensors t(300000);  // ~2.6 MB: eleven 256 KiB chunks
+  ternWeightStream_t ws;
+  if (open(comm, 1 - ctx.rank, 0, t, 7, &ws) != ternSuccess)
+    return failf(ctx, "open: %s", ternGetLastError(comm));
+  ternSetPriority(7);
+  std::vector<float> x(1000);
+  for (long long v = 0; v < 12; ++v) {
+    long long got = -1;
+    if (ctx.rank == 0) {
+      t.fill(v);
+      if (ternWeightStreamPush(ws, t.in(), v) != ternSuccess) return failf(ctx, "push %lld", v);
+    } else if (ternWeightStreamWait(ws, t.out(), v, &got) != ternSuccess || got != v) {
+      return failf(ctx, "wait %lld gave %lld: %s", v, got, ternGetLastError(comm));
+    }
+    std::fill(x.begin(), x.end(), 1.0f);
+    if (ternBarrier(comm) != ternSuccess ||
+        ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr) != ternSuccess)
+      return failf(ctx, "collectives after version %lld: %s", v, ternGetLastError(comm));
+  }
+  if (ternWeightStreamClose(ws) != ternSuccess) return failf(ctx, "close: %s", ternGetLastError(comm));
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
+TEST_P(WeightStream, PushThenCollectiveAtItsLevelDoesNotDeadlock) {
+  expectAllRanksOk(runRanks(2, transportEnv(GetParam(), {{"TERN_STREAM_CHUNK", "262144"}}),
+                            thenCollectiveBody, 1, 120));
+}
+
 // ---- three ranks, three streams, two of them on one rank pair ----------------
 
 int threeRanksBody(RankCtx& ctx) {

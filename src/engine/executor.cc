@@ -61,6 +61,7 @@ void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
   {
     std::lock_guard<std::mutex> lk(m_);
     for (const OpPtr& op : ops) {
+      op->stamp = stamp();
       pending_.push_back(op);
       standing += op->standing;
     }
@@ -209,6 +210,7 @@ void Executor::listen() {
            !shouldHandOver(nullptr)) {
       if (round()) {
         idle = 0;
+        lastListenMove_ = Clock::now();
         continue;
       }
       auto now = Clock::now();
@@ -229,6 +231,12 @@ void Executor::listen() {
     wakeWaiters();
   }
   if (!napping) return;
+  // A stream that moved lately is likely to move again soon: short naps
+  // (the next chunk is noticed within ~50 us), long ones once it is quiet.
+  if (Clock::now() - lastListenMove_ < std::chrono::milliseconds(200)) {
+    usleep(50);
+    return;
+  }
   std::unique_lock<std::mutex> lk(m_);
   workCv_.wait_for(lk, std::chrono::milliseconds(1));
 }
@@ -383,7 +391,7 @@ bool Executor::anyActiveBelow(const std::vector<OpPtr>* level) const {
 ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
   for (;;) {
     if (op.phase.reframe) {  // its messages were whole: the next phase greets anew
-      letGo(op);
+      if (!op.phase.holdStreams) letGo(op);
       op.greetedIn.clear();
       op.greetedOut.clear();
     }
@@ -457,16 +465,25 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pum
     *pumped |= m;
   }
   bool done = true;
-  for (Program& p : op.phase.progs) {
-    TERN_CHECK(advance(op, p, op.phase.red, op.ctx.nranks, budget, moved));
-    done &= p.done();
-  }
+  TERN_CHECK(runPrograms(op, budget, moved, &done));
   op.moves += *moved || *pumped;
   if (!done) return ternSuccess;
   for (Conn* k : op.pumps)  // everything sent has left the process
     if (!k->flushed()) return ternSuccess;
   TERN_CHECK(beginPhase(op, finished));
   *moved = *finished || !op.phase.listening;
+  // An unordered operation's next message takes its stream now, before an
+  // ordered operation issued after that message was posted gets its turn
+  // in this round (see Phase::postedAt).
+  if (op.unordered && !*finished && !op.phase.listening) TERN_CHECK(runPrograms(op, budget, moved, &done));
+  return ternSuccess;
+}
+
+ternResult_t Executor::runPrograms(Operation& op, size_t budget, bool* moved, bool* done) {
+  for (Program& p : op.phase.progs) {
+    TERN_CHECK(advance(op, p, op.phase.red, op.ctx.nranks, budget, moved));
+    *done &= p.done();
+  }
   return ternSuccess;
 }
 

@@ -64,6 +64,9 @@ class Executor {
   // A new operation for this communicator, from its pool of spare ones
   // (operation.h: a blocking call allocates nothing for it).
   OpPtr newOperation();
+  // The next issue stamp: operations get one when submitted; an unordered
+  // one's task takes one when the caller posts its message (Phase::postedAt).
+  uint64_t stamp() { return stamps_.fetch_add(1) + 1; }
   bool idle();
   void wakeWaiters();
 
@@ -80,6 +83,7 @@ class Executor {
   ternResult_t bindSource(const std::vector<OpPtr>& list, size_t i, bool* bound);
   uint64_t nextRecvSeq(const Operation& op);
   ternResult_t step(Operation& op, size_t budget, bool* moved, bool* pumped, bool* finished);
+  ternResult_t runPrograms(Operation& op, size_t budget, bool* moved, bool* done);
   ternResult_t beginPhase(Operation& op, bool* finished);
   bool greetNeighbours(Operation& op);
   void complete(Operation& op, ternResult_t r, const std::string& err);
@@ -104,7 +108,8 @@ class Executor {
   std::vector<OpPtr> pending_;
   std::atomic<bool> anyPending_{false};  // pending_ non-empty: admit() skips the lock otherwise
   std::atomic<int> outstanding_{0};   // submitted and not completed (standing ones aside)
-  std::atomic<int> standing_{0};      // standing operations admitted (Operation::standing)
+  std::atomic<int> standing_{0};
+  std::atomic<uint64_t> stamps_{0};   // stamp()      // standing operations admitted (Operation::standing)
   std::atomic<bool> stopAsked_{false};  // stop(): the listening loop ends
   bool stopping_ = false;
 
@@ -127,6 +132,7 @@ class Executor {
   Clock::time_point nextHealth_{};
   Clock::time_point lastCheck_{};  // checkIdle's last look
   Clock::time_point heldUntil_{};  // less urgent levels wait until then (round())
+  Clock::time_point lastListenMove_{};  // listen(): when a standing operation last moved
   std::thread thread_;
 };
 

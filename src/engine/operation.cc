@@ -107,6 +107,7 @@ void Operation::reset() {
   source = nullptr;
   unordered = false;
   standing = false;
+  stamp = 0;
   ctx = PlanCtx();
   // task: kept by put() when it can be set up again, else already gone
   resetPhase(phase);

@@ -129,6 +129,7 @@ struct Operation {
   // not wait for it), never timed out while it listens, and driven by the
   // progress thread while admitted.
   bool standing = false;
+  uint64_t stamp = 0;  // issue order across levels (Executor::submit; see Phase::postedAt)
   PlanCtx ctx;
   std::unique_ptr<Task> task;
 

@@ -265,17 +265,18 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
 }
 
 // A stream's send side belongs to one operation from its first message until
-// it lets go (letGo); an interleaved operation takes a free one only while
-// no ordered operation waits for it, so a weight stream's chunks never make
-// a collective wait more than one chunk.
+// it lets go (letGo); an interleaved operation takes a free one unless an
+// ordered operation issued before its message was posted waits for it (so
+// what was issued first goes first: "push; barrier" on one rank and "wait
+// for the version; barrier" on the other cannot wait for each other).
 bool claimOut(Operation& op, Conn* out) {
   if (!out || out->writer == &op) return true;
-  if (out->writer || (op.unordered && out->writerWanted)) {
-    if (!op.unordered) out->writerWanted = true;
+  if (out->writer || (op.unordered && out->wantedBy < op.phase.postedAt)) {
+    if (!op.unordered) out->wantedBy = std::min(out->wantedBy, op.stamp);
     return false;
   }
   out->writer = &op;
-  if (!op.unordered) out->writerWanted = false;
+  if (!op.unordered) out->wantedBy = UINT64_MAX;
   op.held.push_back(out);
   return true;
 }

@@ -116,6 +116,14 @@ struct Phase {
   // kind's): the operation greets its streams anew in this phase and lets
   // go of them (Conn::reader / writer) when the phase ends.
   bool reframe = false;
+  // ... but it keeps the streams it holds into the next phase (a weight
+  // stream's version goes whole: chunks back to back, so a collective that
+  // the receiver joins only once the version arrived never gets between).
+  bool holdStreams = false;
+  // An unordered operation's phase: when its message was posted (an
+  // Executor::stamp).  Ordered operations issued before it go first on a
+  // stream they both want; those issued after it wait.
+  uint64_t postedAt = 0;
 };
 
 // What a plan needs from its communicator: who is where, and the connections

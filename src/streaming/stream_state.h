@@ -40,6 +40,10 @@ struct SendSide {
   std::vector<char> bufs[2];
   int moving = 0;                   // bufs[moving]: the version on the wire
   long long movingVersion = -1, pendingVersion = -1;  // -1: none
+  // When the pending / moving version was first posted (Executor::stamp):
+  // a version that supersedes a pending one keeps its stamp, so what a
+  // receiver waits for is never behind a collective issued after the push.
+  uint64_t pendingStamp = 0, movingStamp = 0, closeStamp = 0;
   long long lastPushed = -1;
   bool opActive = false;            // a sender operation is admitted
   bool closing = false, closeSent = false;

@@ -54,6 +54,7 @@ class SendTask final : public Task {
     if (ss.pendingVersion >= 0) {
       ss.moving ^= 1;
       ss.movingVersion = ss.pendingVersion;
+      ss.movingStamp = ss.pendingStamp;
       ss.pendingVersion = -1;
       off_ = 0;
       return chunk(x, ph);
@@ -75,6 +76,11 @@ class SendTask final : public Task {
     desc_->seq = static_cast<uint64_t>(s_->send.movingVersion);
     desc_->dtype = off_ + n == total ? kChunkLast : 0;
     ph->reframe = true;
+    // The stream to the peer stays ours until the version's last chunk: an
+    // ordered operation that took it in between could be one the receiver
+    // joins only after this version arrived (push; barrier / wait; barrier).
+    ph->holdStreams = off_ + n < total;
+    ph->postedAt = s_->send.movingStamp;
     ph->progs.resize(1);
     const char* src = s_->send.bufs[s_->send.moving].data() + off_;
     ph->progs[0].addTransfer(nullptr, x.conn(s_->peer), src, nullptr, n);
@@ -86,6 +92,7 @@ class SendTask final : public Task {
     desc_->count = 0;
     desc_->dtype = kChunkClose;
     ph->reframe = true;
+    ph->postedAt = s_->send.closeStamp;
     ph->progs.resize(1);
     Step s;
     s.out = x.conn(s_->peer);

@@ -85,6 +85,7 @@ ternResult_t streamPush(Comm& c, const std::shared_ptr<StreamState>& s,
     char* dst = ss.bufs[ss.moving ^ 1].data();  // the pending buffer (the task moves the other)
     for (size_t i = 0; i < s->shape.bytes.size(); ++i)
       memcpy(dst + s->shape.offset[i], tensors[i], s->shape.bytes[i]);
+    if (ss.pendingVersion < 0) ss.pendingStamp = c.engine->stamp();  // else it keeps the superseded one's
     ss.pendingVersion = ss.lastPushed = version;
     if (!ss.opActive) {
       ss.opActive = true;
@@ -177,6 +178,7 @@ ternResult_t streamClose(Comm& c, const std::shared_ptr<StreamState>& s, double 
     {
       std::lock_guard<std::mutex> lk(ss.mu);
       ss.closing = true;
+      ss.closeStamp = c.engine->stamp();
       if (!ss.opActive) {
         ss.opActive = true;
         ss.op = start = makeStreamOp(*c.engine, s, c.rank);

@@ -73,11 +73,12 @@ class Conn {
   // being written / read on this stream, from its descriptor until it lets
   // go.  Ordered operations of a level never overlap on a stream; these let
   // an interleaved one (a weight stream's chunk) slip in between them only
-  // at message boundaries.  `writerWanted`: an ordered operation waits for
-  // the writer, so an interleaved one does not take the stream again first.
+  // at message boundaries.  `wantedBy`: the issue stamp of an ordered
+  // operation waiting for the writer; an interleaved message posted after
+  // it lets it go first (Executor::stamp).
   const void* reader = nullptr;
   const void* writer = nullptr;
-  bool writerWanted = false;
+  uint64_t wantedBy = UINT64_MAX;
 
   int peer = -1;  // the rank at the other end
   // The peer closed its end (exited or failed).  Not an error by itself: a
