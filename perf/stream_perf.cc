@@ -1,6 +1,6 @@
 // stream_perf: what a weight stream delivers, alone and beside urgent work.
 //
-// Two ranks; rank 0 sends, rank 1 receives.  Per size (-b .. -e, x -f), every
+// Two ranks; rank 1 sends, rank 0 receives (and prints: perf/compare reads rank 0).  Per size (-b .. -e, x -f), every
 // iteration times in turn (interleaved, so drift on a shared host hits all
 // alike), from a barrier to the receiver having the data:
 //   sendrecv  one ternSend/ternRecv of the size at the stream's level;
@@ -10,7 +10,7 @@
 // stream moves a version every --period ms at level 7 (a pusher thread on
 // the sender, a waiter thread on the receiver): the urgent one's time ratio
 // (target <= 1.2x) and what the stream delivered meanwhile.
-// Medians over -n iterations, with min-max spread.  Prints on rank 1.
+// Medians over -n iterations, with min-max spread.
 //
 //   tools/ternrun -n 2 build/perf/stream_perf [-b 1M] [-e 64M] [-f 4] [-n 7] [-u 4M]
 //                                             [--beside 16M] [--period 10]
@@ -29,6 +29,8 @@
 namespace {
 
 using ternperf::now;
+
+constexpr int kSender = 1;  // rank 0 receives and prints
 
 void check(ternResult_t r, ternComm_t comm, const char* what) {
   if (r == ternSuccess) return;
@@ -56,8 +58,8 @@ struct Bench {
     ternSetPriority(7);
     barrier();
     double t = now();
-    ternResult_t r = rank == 0 ? ternSend(buf.data(), buf.size(), ternUint8, 1, comm, nullptr)
-                               : ternRecv(buf.data(), buf.size(), ternUint8, 0, comm, nullptr);
+    ternResult_t r = rank == kSender ? ternSend(buf.data(), buf.size(), ternUint8, 0, comm, nullptr)
+                                     : ternRecv(buf.data(), buf.size(), ternUint8, 1, comm, nullptr);
     check(r, comm, "send/recv");
     return now() - t;
   }
@@ -66,7 +68,7 @@ struct Bench {
     void* p = buf.data();
     barrier();
     double t = now();
-    if (rank == 0) {
+    if (rank == kSender) {
       check(ternWeightStreamPush(ws, const_cast<const void* const*>(&p), v), comm, "push");
     } else {
       long long got = -1;
@@ -88,12 +90,12 @@ struct Bench {
 ternWeightStream_t openStream(ternComm_t comm, int rank, size_t bytes) {
   ternDataType_t t = ternUint8;
   ternWeightStream_t ws;
-  check(ternWeightStreamOpen(comm, 1 - rank, 0, 1, &bytes, &t, 7, &ws), comm, "open");
+  check(ternWeightStreamOpen(comm, 1 - rank, kSender, 1, &bytes, &t, 7, &ws), comm, "open");
   return ws;
 }
 
 void throughput(Bench& b, size_t lo, size_t hi, int factor, int iters) {
-  if (b.rank == 1) {
+  if (b.rank != kSender) {
     printf("# %12s %10s %18s %10s %18s %8s\n", "bytes", "sr(ms)", "sr GB/s [min-max]", "ws(ms)",
            "ws GB/s [min-max]", "ws/sr");
   }
@@ -110,7 +112,7 @@ void throughput(Bench& b, size_t lo, size_t hi, int factor, int iters) {
       ratio.v.push_back(st.v.back() / sr.v.back());
     }
     check(ternWeightStreamClose(ws), b.comm, "close");
-    if (b.rank == 1)
+    if (b.rank != kSender)
       printf("  %12zu %10.2f %7.2f [%.2f-%.2f] %10.2f %7.2f [%.2f-%.2f] %8.2f\n", bytes,
              bytes / sr.med() / 1e6, sr.med(), sr.lo(), sr.hi(), bytes / st.med() / 1e6, st.med(),
              st.lo(), st.hi(), ratio.med());
@@ -131,7 +133,7 @@ struct Background {
     const long long base = *v;
     th = std::thread([=, &buf] {
       void* p = buf.data();
-      if (rank == 0) {
+      if (rank == kSender) {
         long long k = base;
         while (!stop.load()) {
           ternWeightStreamPush(ws, const_cast<const void* const*>(&p), k++);
@@ -181,7 +183,7 @@ void beside(Bench& b, size_t urgentBytes, size_t streamBytes, double period, int
     rate.v.push_back(n * double(streamBytes) / secs / 1e9);
   }
   check(ternWeightStreamClose(ws), b.comm, "close");
-  if (b.rank == 1) {
+  if (b.rank != kSender) {
     printf("# urgent %zu MiB allreduce (level 0) beside a %zu MiB weight stream (level 7), a version every %.0f ms\n",
            urgentBytes >> 20, streamBytes >> 20, period * 1e3);
     printf("# %10s %12s %18s %22s\n", "solo(ms)", "beside(ms)", "ratio [min-max]", "stream GB/s [min-max]");
@@ -220,9 +222,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "stream_perf: run it with 2 ranks (got %d)\n", nranks);
     return 2;
   }
-  if (b.rank == 1)
+  if (b.rank != kSender)
     printf("# stream_perf: transport %s, %d iterations, medians; sr = send/recv, ws = weight stream\n",
-           ternCommPeerTransport(b.comm, 0), iters);
+           ternCommPeerTransport(b.comm, 1), iters);
   throughput(b, lo, hi, factor, iters);
   beside(b, urgentBytes, besideBytes, period, iters);
   ternCommDestroy(b.comm);

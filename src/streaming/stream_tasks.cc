@@ -131,7 +131,7 @@ class RecvTask final : public Task {
     const char* p;
     if (c->reader == nullptr && peekDesc(c, &d)) {
       if (d.kind == kWeightStreamKind && static_cast<int>(d.root) == s_->id) return take(x, ph, c, d);
-    } else if (c->reader == nullptr && c->gone && c->recvAvail(&p) == 0) {
+    } else if (c->reader == nullptr && c->gone && c->drained() && c->recvAvail(&p) == 0) {
       return setError(ternRemoteError,
                       "rank " + std::to_string(s_->rank) + ": rank " + std::to_string(s_->peer) +
                           ", the sender of weight stream " + std::to_string(s_->id) +
