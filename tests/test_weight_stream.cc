@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,22 @@ ternResult_t open(ternComm_t comm, int peer, int sender, Tensors& t, int level, 
                               t.types.data(), level, ws);
 }
 
+// A communicator and one stream from rank 0 to rank 1 (ws stays NULL if
+// the open failed).
+struct Pair {
+  ternComm_t comm;
+  Tensors t;
+  ternWeightStream_t ws = nullptr;
+  Pair(RankCtx& ctx, size_t scale, int level) : comm(ctx.comm()), t(scale) {
+    if (open(comm, 1 - ctx.rank, 0, t, level, &ws) != ternSuccess) ws = nullptr;
+  }
+};
+
+int closeAndDestroy(RankCtx& ctx, ternWeightStream_t ws, ternComm_t comm) {
+  if (ternWeightStreamClose(ws) != ternSuccess) return failf(ctx, "close: %s", ternGetLastError(comm));
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
 // Receiver side: takes versions until `last` arrived, checking each.
 // *seen gets every version it saw.  Returns 0 or a failure.
 int receiveUntil(RankCtx& ctx, ternWeightStream_t ws, Tensors& t, long long last,
@@ -96,11 +113,9 @@ int receiveUntil(RankCtx& ctx, ternWeightStream_t ws, Tensors& t, long long last
 // ---- versions whole and increasing, beside collectives ----------------------
 
 int versionsBody(RankCtx& ctx) {
-  ternComm_t comm = ctx.comm();
-  Tensors t(100000);  // ~0.9 MB a version: a chunk or so
-  ternWeightStream_t ws;
-  if (open(comm, 1 - ctx.rank, 0, t, 7, &ws) != ternSuccess)
-    return failf(ctx, "open: %s", ternGetLastError(comm));
+  Pair p(ctx, 100000, 7);  // ~0.9 MB a version: a chunk or so
+  if (!p.ws) return failf(ctx, "open: %s", ternGetLastError(p.comm));
+  auto& [comm, t, ws] = p;
   const long long kLast = 40;
   std::vector<float> x(50000);
   if (ctx.rank == 0) {
@@ -130,14 +145,19 @@ int versionsBody(RankCtx& ctx) {
         x[49999] != 3.0f)
       return failf(ctx, "allreduce at level %d after the stream", level);
   }
-  if (ternWeightStreamClose(ws) != ternSuccess) return failf(ctx, "close: %s", ternGetLastError(comm));
-  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+  return closeAndDestroy(ctx, ws, comm);
 }
 
-class WeightStream : public ::testing::TestWithParam<std::string> {};
+class WeightStream : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Two ranks over the parameter's transport; every one must succeed.
+  void two(int (*body)(RankCtx&), std::map<std::string, std::string> env = {}, double timeout = 120) {
+    expectAllRanksOk(runRanks(2, transportEnv(GetParam(), std::move(env)), body, 1, timeout));
+  }
+};
 
 TEST_P(WeightStream, VersionsArriveWholeAndIncreasing) {
-  expectAllRanksOk(runRanks(2, transportEnv(GetParam()), versionsBody, 1, 120));
+  two(versionsBody, {}, 120);
 }
 
 // ---- supersede ---------------------------------------------------------------
@@ -147,11 +167,9 @@ TEST_P(WeightStream, VersionsArriveWholeAndIncreasing) {
 // one before, and the receiver sees at most the first (if it started before
 // the send took the stream) and the last.
 int supersedeBody(RankCtx& ctx) {
-  ternComm_t comm = ctx.comm();
-  Tensors t(20000);
-  ternWeightStream_t ws;
-  if (open(comm, 1 - ctx.rank, 0, t, 7, &ws) != ternSuccess)
-    return failf(ctx, "open: %s", ternGetLastError(comm));
+  Pair p(ctx, 20000, 7);
+  if (!p.ws) return failf(ctx, "open: %s", ternGetLastError(p.comm));
+  auto& [comm, t, ws] = p;
   std::vector<uint32_t> msg(8 << 20, 7);  // 32 MB: more than the fifo and the kernel buffer
   ternSetPriority(7);
   const long long kLast = 9;
@@ -180,22 +198,19 @@ int supersedeBody(RankCtx& ctx) {
     if (seen.size() > 2 || (seen.size() == 2 && seen[0] != 0))
       return failf(ctx, "saw %zu versions (first %lld): superseded ones arrived", seen.size(), seen[0]);
   }
-  if (ternWeightStreamClose(ws) != ternSuccess) return failf(ctx, "close: %s", ternGetLastError(comm));
-  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+  return closeAndDestroy(ctx, ws, comm);
 }
 
 TEST_P(WeightStream, NewerPushSupersedesOneThatHasNotMoved) {
-  expectAllRanksOk(runRanks(2, transportEnv(GetParam(), {{"TERN_BUFFSIZE", "262144"}}), supersedeBody, 1, 120));
+  two(supersedeBody, {{"TERN_BUFFSIZE", "262144"}}, 120);
 }
 
 // ---- Wait's timeout ----------------------------------------------------------
 
 int waitTimeoutBody(RankCtx& ctx) {
-  ternComm_t comm = ctx.comm();
-  Tensors t(1000);
-  ternWeightStream_t ws;
-  if (open(comm, 1 - ctx.rank, 0, t, 7, &ws) != ternSuccess)
-    return failf(ctx, "open: %s", ternGetLastError(comm));
+  Pair p(ctx, 1000, 7);
+  if (!p.ws) return failf(ctx, "open: %s", ternGetLastError(p.comm));
+  auto& [comm, t, ws] = p;
   if (ctx.rank == 0) {
     t.fill(1);
     ternWeightStreamPush(ws, t.in(), 1);
@@ -217,22 +232,19 @@ int waitTimeoutBody(RankCtx& ctx) {
     std::string bad;
     if (!t.whole(5, &bad)) return failf(ctx, "version 5 is torn: %s", bad.c_str());
   }
-  if (ternWeightStreamClose(ws) != ternSuccess) return failf(ctx, "close: %s", ternGetLastError(comm));
-  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+  return closeAndDestroy(ctx, ws, comm);
 }
 
 TEST_P(WeightStream, WaitTimesOutWithASentence) {
-  expectAllRanksOk(runRanks(2, transportEnv(GetParam(), {{"TERN_TIMEOUT", "2"}}), waitTimeoutBody, 1, 60));
+  two(waitTimeoutBody, {{"TERN_TIMEOUT", "2"}}, 60);
 }
 
 // ---- Close with versions in flight ------------------------------------------
 
 int closeBody(RankCtx& ctx) {
-  ternComm_t comm = ctx.comm();
-  Tensors t(400000);  // ~3.5 MB a version: several chunks each
-  ternWeightStream_t ws;
-  if (open(comm, 1 - ctx.rank, 0, t, 6, &ws) != ternSuccess)
-    return failf(ctx, "open: %s", ternGetLastError(comm));
+  Pair p(ctx, 400000, 6);  // ~3.5 MB a version: several chunks each
+  if (!p.ws) return failf(ctx, "open: %s", ternGetLastError(p.comm));
+  auto& [comm, t, ws] = p;
   const long long kLast = 4;
   if (ctx.rank == 0) {
     for (long long v = 0; v <= kLast; ++v) {
@@ -253,17 +265,15 @@ int closeBody(RankCtx& ctx) {
 }
 
 TEST_P(WeightStream, CloseDeliversWhatWasPushedBeforeIt) {
-  expectAllRanksOk(runRanks(2, transportEnv(GetParam()), closeBody, 1, 120));
+  two(closeBody, {}, 120);
 }
 
 // ---- beside collectives and send/recv at its own level and others ------------
 
 int besideBody(RankCtx& ctx) {
-  ternComm_t comm = ctx.comm();
-  Tensors t(200000);
-  ternWeightStream_t ws;
-  if (open(comm, 1 - ctx.rank, 0, t, 7, &ws) != ternSuccess)
-    return failf(ctx, "open: %s", ternGetLastError(comm));
+  Pair p(ctx, 200000, 7);
+  if (!p.ws) return failf(ctx, "open: %s", ternGetLastError(p.comm));
+  auto& [comm, t, ws] = p;
   const int kRounds = 30;
   std::vector<float> x(300000);
   std::vector<int32_t> a(100000), b(100000);
@@ -301,12 +311,11 @@ int besideBody(RankCtx& ctx) {
     for (size_t i = 1; i < seen.size(); ++i)
       if (seen[i] <= seen[i - 1]) return failf(ctx, "version %lld after %lld", seen[i], seen[i - 1]);
   }
-  if (ternWeightStreamClose(ws) != ternSuccess) return failf(ctx, "close: %s", ternGetLastError(comm));
-  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+  return closeAndDestroy(ctx, ws, comm);
 }
 
 TEST_P(WeightStream, RunsBesideCollectivesAndSendRecv) {
-  expectAllRanksOk(runRanks(2, transportEnv(GetParam()), besideBody, 1, 180));
+  two(besideBody, {}, 180);
 }
 
 // ---- the receiver joins a collective at the stream's level only once the
@@ -315,11 +324,9 @@ TEST_P(WeightStream, RunsBesideCollectivesAndSendRecv) {
 // for the rest of the version behind that collective) --------------------------
 
 int thenCollectiveBody(RankCtx& ctx) {
-  ternComm_t comm = ctx.comm();
-  Tensors t(300000);  // ~2.6 MB: eleven 256 KiB chunks
-  ternWeightStream_t ws;
-  if (open(comm, 1 - ctx.rank, 0, t, 7, &ws) != ternSuccess)
-    return failf(ctx, "open: %s", ternGetLastError(comm));
+  Pair p(ctx, 300000, 7);  // ~2.6 MB: eleven 256 KiB chunks
+  if (!p.ws) return failf(ctx, "open: %s", ternGetLastError(p.comm));
+  auto& [comm, t, ws] = p;
   ternSetPriority(7);
   std::vector<float> x(1000);
   for (long long v = 0; v < 12; ++v) {
@@ -335,13 +342,11 @@ int thenCollectiveBody(RankCtx& ctx) {
         ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr) != ternSuccess)
       return failf(ctx, "collectives after version %lld: %s", v, ternGetLastError(comm));
   }
-  if (ternWeightStreamClose(ws) != ternSuccess) return failf(ctx, "close: %s", ternGetLastError(comm));
-  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+  return closeAndDestroy(ctx, ws, comm);
 }
 
 TEST_P(WeightStream, PushThenCollectiveAtItsLevelDoesNotDeadlock) {
-  expectAllRanksOk(runRanks(2, transportEnv(GetParam(), {{"TERN_STREAM_CHUNK", "262144"}}),
-                            thenCollectiveBody, 1, 120));
+  two(thenCollectiveBody, {{"TERN_STREAM_CHUNK", "262144"}}, 120);
 }
 
 // ---- three ranks, three streams, two of them on one rank pair ----------------
@@ -396,11 +401,9 @@ TEST_P(WeightStream, ThreeRanksThreeStreamsShareACommunicator) {
 // `victim` is killed (SIGKILL) after the stream is open; the other side's
 // next calls fail within the timeout.
 int deadPeerBody(RankCtx& ctx, int victim) {
-  ternComm_t comm = ctx.comm();
-  Tensors t(100000);
-  ternWeightStream_t ws;
-  if (open(comm, 1 - ctx.rank, 0, t, 7, &ws) != ternSuccess)
-    return failf(ctx, "open: %s", ternGetLastError(comm));
+  Pair p(ctx, 100000, 7);
+  if (!p.ws) return failf(ctx, "open: %s", ternGetLastError(p.comm));
+  auto& [comm, t, ws] = p;
   if (ctx.rank == victim) {
     usleep(200000);
     kill(getpid(), SIGKILL);
