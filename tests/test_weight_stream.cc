@@ -519,6 +519,33 @@ int badArgsBody(RankCtx& ctx) {
   return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
 }
 
+// On a nonblocking communicator (calls return ternInProgress) Open still
+// returns a stream that works.
+int nonblockingBody(RankCtx& ctx) {
+  ternConfig_t cfg = TERN_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ternComm_t comm;
+  if (ternCommInitRankConfig(&comm, ctx.nranks, ctx.ids[0], ctx.rank, &cfg) != ternSuccess)
+    return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  Tensors t(5000);
+  ternWeightStream_t ws;
+  if (open(comm, 1 - ctx.rank, 0, t, 7, &ws) != ternSuccess) return failf(ctx, "open: %s", ternGetLastError(comm));
+  long long v = -1;
+  std::string why;
+  if (ctx.rank == 0) {
+    t.fill(2);
+    if (ternWeightStreamPush(ws, t.in(), 2) != ternSuccess) return failf(ctx, "push: %s", ternGetLastError(comm));
+  } else if (ternWeightStreamWait(ws, t.out(), 2, &v) != ternSuccess || v != 2 || !t.whole(2, &why)) {
+    return failf(ctx, "wait gave %lld: %s", v, ternGetLastError(comm));
+  }
+  if (ternWeightStreamClose(ws) != ternSuccess) return failf(ctx, "close: %s", ternGetLastError(comm));
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
+TEST(WeightStreamArgs, NonblockingCommunicator) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm"), nonblockingBody, 1, 60));
+}
+
 TEST(WeightStreamArgs, BadArgumentsAreRefusedWithASentence) {
   expectAllRanksOk(runRanks(2, transportEnv("shm"), badArgsBody, 1, 60));
 }

@@ -1,6 +1,8 @@
 // The weight-stream entries of the C API: argument checks with a sentence,
 // the open handshake with the peer, then streaming/ does the work.
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <mutex>
 #include <unordered_set>
 
@@ -91,6 +93,11 @@ ternResult_t handshake(ternComm* c, int peer, const OpenRecord& mine) {
   ternRecv(&theirs, sizeof theirs, ternUint8, peer, c, nullptr);
   ternResult_t r = ternGroupEnd();
   ternSetPriority(saved);
+  // A nonblocking communicator returns at once: the records are needed now.
+  while (r == ternInProgress) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    ternCommGetAsyncError(c, &r);  // bounded: a stalled peer fails the comm after TERN_TIMEOUT
+  }
   TERN_CHECK(r);
   OpenRecord expect = mine;
   if (theirs.magic == kOpenMagic && memcmp(&theirs, &expect, sizeof expect) == 0) return ternSuccess;
