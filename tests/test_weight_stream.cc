@@ -524,9 +524,7 @@ int badArgsBody(RankCtx& ctx) {
 int nonblockingBody(RankCtx& ctx) {
   ternConfig_t cfg = TERN_CONFIG_INITIALIZER;
   cfg.blocking = 0;
-  ternComm_t comm;
-  if (ternCommInitRankConfig(&comm, ctx.nranks, ctx.ids[0], ctx.rank, &cfg) != ternSuccess)
-    return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  ternComm_t comm = ctx.comm(0, &cfg);
   Tensors t(5000);
   ternWeightStream_t ws;
   if (open(comm, 1 - ctx.rank, 0, t, 7, &ws) != ternSuccess) return failf(ctx, "open: %s", ternGetLastError(comm));
