@@ -27,6 +27,7 @@ namespace tern {
 constexpr uint8_t kWeightStreamKind = 32;
 constexpr uint8_t kChunkLast = 1;   // the version's last chunk
 constexpr uint8_t kChunkClose = 2;  // no payload: the sender closed the stream
+constexpr uint8_t kCloseAck = 4;    // no payload, receiver to sender: the close marker arrived
 const OpKindInfo& weightStreamKind();
 
 // The tensors' layout in one flat buffer (each tensor starts 64-aligned).

@@ -6,6 +6,7 @@
 #include "streaming/stream_tasks.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -16,7 +17,8 @@ namespace {
 
 std::string describeChunk(const OpDesc& d) {
   std::string s = "weight stream " + std::to_string(d.root);
-  if (d.dtype & kChunkClose) s = "close of " + s;
+  if (d.dtype & kCloseAck) s = "close acknowledgement of " + s;
+  else if (d.dtype & kChunkClose) s = "close of " + s;
   else s += " chunk of " + std::to_string(d.count) + " bytes of version " + std::to_string(d.seq);
   return s + " at priority level " + std::to_string(d.level);
 }
@@ -33,6 +35,37 @@ OpKindInfo makeKind() {
 
 const OpKindInfo kKind = makeKind();
 const bool registered = registerOpKind(kKind);
+
+// Looks at the head of the stream from the peer: *mine is set when the
+// message there is this stream's (its descriptor in *d).  An error when the
+// peer has gone and nothing is left to read.
+ternResult_t peekMine(const StreamState& s, Conn* c, OpDesc* d, bool* mine) {
+  *mine = false;
+  TERN_CHECK(c->activate());
+  if (c->needsProgress()) {
+    bool moved = false;
+    TERN_CHECK(c->progress(&moved));
+  }
+  const char* p;
+  if (c->reader == nullptr && peekDesc(c, d)) {
+    *mine = d->kind == kWeightStreamKind && static_cast<int>(d->root) == s.id;
+  } else if (c->reader == nullptr && c->gone && c->recvAvail(&p) == 0) {
+    return setError(ternRemoteError, "rank " + std::to_string(s.rank) + ": rank " + std::to_string(s.peer) +
+                                         (s.isSender() ? ", the receiver" : ", the sender") +
+                                         " of weight stream " + std::to_string(s.id) +
+                                         ", exited or failed before closing it");
+  }
+  return ternSuccess;
+}
+
+// A zero-byte message (its descriptor alone) in or out on `c`.
+void descriptorOnly(Phase* ph, Conn* c, bool out) {
+  ph->reframe = true;
+  ph->progs.resize(1);
+  Step s;
+  (out ? s.out : s.in) = c;
+  ph->progs[0].steps.push_back(s);
+}
 
 // Sender: moves the version in bufs[moving] chunk by chunk; between
 // versions swaps in the newest pushed one; sends the close marker when
@@ -64,6 +97,7 @@ class SendTask final : public Task {
       ss.closeSent = true;
       return closeMarker(x, ph);
     }
+    if (ss.closeSent && !acked_) return awaitAck(x, ph, &lk);
     ss.opActive = false;  // the next push admits a new operation
     *more = false;
     return ternSuccess;
@@ -91,18 +125,38 @@ class SendTask final : public Task {
   ternResult_t closeMarker(const PlanCtx& x, Phase* ph) {
     desc_->count = 0;
     desc_->dtype = kChunkClose;
-    ph->reframe = true;
+    descriptorOnly(ph, x.conn(s_->peer), true);
     ph->postedAt = s_->send.closeStamp;
-    ph->progs.resize(1);
-    Step s;
-    s.out = x.conn(s_->peer);
-    ph->progs[0].steps.push_back(s);  // zero bytes: the descriptor alone
+    waitSince_ = Clock::now();
+    return ternSuccess;
+  }
+
+  // Close returns once the receiver has everything (its engine acknowledges
+  // the marker by itself), so a sender that exits right after cannot cut off
+  // what is still on the way; at most TERN_TIMEOUT.
+  ternResult_t awaitAck(const PlanCtx& x, Phase* ph, std::unique_lock<std::mutex>* lk) {
+    lk->unlock();
+    OpDesc d;
+    bool mine = false;
+    TERN_CHECK(peekMine(*s_, x.conn(s_->peer), &d, &mine));
+    if (mine && (d.dtype & kCloseAck)) {
+      acked_ = true;
+      descriptorOnly(ph, x.conn(s_->peer), false);
+      return ternSuccess;
+    }
+    if (std::chrono::duration<double>(Clock::now() - waitSince_).count() > x.cfg->timeoutSec)
+      return setError(ternTimeout, "rank " + std::to_string(s_->rank) + " closed weight stream " +
+                                       std::to_string(s_->id) + " but rank " + std::to_string(s_->peer) +
+                                       " did not acknowledge it within TERN_TIMEOUT");
+    ph->listening = true;
     return ternSuccess;
   }
 
   std::shared_ptr<StreamState> s_;
   OpDesc* desc_;    // its operation's: each chunk's descriptor says what it is
   size_t off_ = 0;  // bytes of the moving version sent
+  bool acked_ = false;
+  Clock::time_point waitSince_{};
 };
 
 // Receiver (standing): whenever the stream to the sender is between
@@ -117,26 +171,22 @@ class RecvTask final : public Task {
     *more = true;
     ph->what = "weight stream";
     if (landed_) publish();
-    if (closed_ || s_->recv.abandoned.load()) {
+    if (acked_ || s_->recv.abandoned.load()) {
       *more = false;
       return ternSuccess;
     }
     Conn* c = x.conn(s_->peer);
-    TERN_CHECK(c->activate());
-    if (c->needsProgress()) {
-      bool moved = false;
-      TERN_CHECK(c->progress(&moved));
+    if (closed_) {  // the marker arrived: tell the sender, whose Close waits for it
+      acked_ = true;
+      desc_->count = 0;
+      desc_->dtype = kCloseAck;
+      descriptorOnly(ph, c, true);
+      return ternSuccess;
     }
     OpDesc d;
-    const char* p;
-    if (c->reader == nullptr && peekDesc(c, &d)) {
-      if (d.kind == kWeightStreamKind && static_cast<int>(d.root) == s_->id) return take(x, ph, c, d);
-    } else if (c->reader == nullptr && c->gone && c->drained() && c->recvAvail(&p) == 0) {
-      return setError(ternRemoteError,
-                      "rank " + std::to_string(s_->rank) + ": rank " + std::to_string(s_->peer) +
-                          ", the sender of weight stream " + std::to_string(s_->id) +
-                          ", exited or failed before closing it");
-    }
+    bool mine = false;
+    TERN_CHECK(peekMine(*s_, c, &d, &mine));
+    if (mine && !(d.dtype & kCloseAck)) return take(x, ph, c, d);
     ph->listening = true;
     return ternSuccess;
   }
@@ -147,15 +197,13 @@ class RecvTask final : public Task {
     desc_->count = d.count;
     desc_->seq = d.seq;
     desc_->dtype = d.dtype;
-    ph->reframe = true;
-    ph->progs.resize(1);
     if (d.dtype & kChunkClose) {
       closed_ = true;
-      Step s;
-      s.in = c;
-      ph->progs[0].steps.push_back(s);  // reads the marker's descriptor
+      descriptorOnly(ph, c, false);  // reads the marker's descriptor
       return ternSuccess;
     }
+    ph->reframe = true;
+    ph->progs.resize(1);
     const long long v = static_cast<long long>(d.seq);
     const size_t total = s_->shape.total;
     if (v != fillVersion_ && off_ != 0)
@@ -200,6 +248,7 @@ class RecvTask final : public Task {
   size_t off_ = 0;       // bytes of fillVersion_ received
   bool landed_ = false;  // the last phase completed fillVersion_
   bool closed_ = false;  // the sender's close marker was read
+  bool acked_ = false;   // and acknowledged
 };
 
 }  // namespace

@@ -36,7 +36,6 @@ class TcpConn : public Conn {
   void recvConsume(size_t n) override { st_.recv().consume(n); }
   bool flushed() const override { return !st_.ready() || send_().empty(); }
   int pollFd() const override { return fd_; }
-  bool drained() const override { return eof_; }
 
   ternResult_t progress(bool* moved) override {
     *moved = false;

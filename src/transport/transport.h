@@ -85,9 +85,6 @@ class Conn {
   // peer may finish and exit while we still drain what it sent; it is one
   // when a step is blocked on this connection (see Executor::checkIdle).
   std::atomic<bool> gone{false};
-  // Once gone: nothing more can arrive (tcp: its own end of file seen; what
-  // the peer sent before it exited may still be in flight until then).
-  virtual bool drained() const { return true; }
   // Read by statistics calls on other threads while traffic runs.
   std::atomic<uint64_t> bytesSent{0}, bytesRecv{0};
   // One writer (the driving thread): no locked add needed.
