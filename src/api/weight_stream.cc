@@ -29,6 +29,7 @@ struct OpenRecord {
   uint64_t total, layout;  // bytes; a hash of the counts and types
 };
 constexpr uint32_t kOpenMagic = 0x4e525453;  // "STRN"
+static_assert(sizeof(ternDataType_t) == sizeof(int), "checkOpen reads a type as an int");
 
 uint64_t layoutHash(int n, const size_t* counts, const ternDataType_t* types) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over (count, type) pairs
@@ -65,8 +66,10 @@ ternResult_t checkOpen(ternComm* c, int peer, int sender, int n, const size_t* c
   if (n < 1) return bad(c, "ntensors is " + std::to_string(n) + "; a stream carries at least one tensor");
   if (!counts || !types) return bad(c, std::string(counts ? "types" : "counts") + " is NULL");
   for (int i = 0; i < n; ++i) {
-    if (static_cast<int>(types[i]) < 0 || types[i] >= ternNumTypes)
-      return bad(c, "types[" + std::to_string(i) + "] = " + std::to_string(types[i]) +
+    int type;  // read as an int: a value outside the enum must not be loaded as one
+    memcpy(&type, &types[i], sizeof type);
+    if (type < 0 || type >= ternNumTypes)
+      return bad(c, "types[" + std::to_string(i) + "] = " + std::to_string(type) +
                         " is not a ternDataType_t");
     if (counts[i] == 0 || counts[i] > (size_t(1) << 40))
       return bad(c, "counts[" + std::to_string(i) + "] = " + std::to_string(counts[i]) +
