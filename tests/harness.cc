@@ -14,9 +14,9 @@
 
 namespace terntest {
 
-ternComm_t RankCtx::comm(int k) {
+ternComm_t RankCtx::comm(int k, const ternConfig_t* cfg) {
   ternComm_t c = nullptr;
-  ternResult_t r = ternCommInitRank(&c, nranks, ids[k], rank);
+  ternResult_t r = ternCommInitRankConfig(&c, nranks, ids[k], rank, cfg);
   if (r != ternSuccess) {
     fprintf(stderr, "[rank %d] ternCommInitRank failed: %s\n", rank, ternGetLastError(nullptr));
     _exit(90);

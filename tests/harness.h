@@ -16,8 +16,9 @@ namespace terntest {
 struct RankCtx {
   int rank, nranks;
   std::vector<ternUniqueId> ids;  // `nids` fresh unique ids, the same on every rank
-  // Makes a communicator from ids[k] (env such as TERN_CHUNKSIZE is read now).
-  ternComm_t comm(int k = 0);
+  // Makes a communicator from ids[k] (env such as TERN_CHUNKSIZE is read now),
+  // with `cfg`'s options if given.
+  ternComm_t comm(int k = 0, const ternConfig_t* cfg = nullptr);
 };
 
 using Body = std::function<int(RankCtx&)>;  // returns 0 on success

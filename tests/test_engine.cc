@@ -461,9 +461,7 @@ TEST(ConfigStruct, OlderSmallerStructIsAcceptedAndItsTimeoutApplies) {
 int nonblockingBody(RankCtx& ctx) {
   ternConfig_t cfg = TERN_CONFIG_INITIALIZER;
   cfg.blocking = 0;
-  ternComm_t comm;
-  if (ternCommInitRankConfig(&comm, ctx.nranks, ctx.ids[0], ctx.rank, &cfg) != ternSuccess)
-    return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  ternComm_t comm = ctx.comm(0, &cfg);
   std::vector<float> x(1 << 20);
   fill(x, ctx.rank, 1.0f);
   ternResult_t r = ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);

@@ -66,6 +66,9 @@ class Executor {
   // A new operation for this communicator, from its pool of spare ones
   // (operation.h: a blocking call allocates nothing for it).
   OpPtr newOperation();
+  // The next issue stamp: operations get one when submitted; an unordered
+  // one's task takes one when the caller posts its message (Phase::postedAt).
+  uint64_t stamp() { return stamps_.fetch_add(1) + 1; }
   bool idle();
   void wakeWaiters();
   // TERN_TRACE (engine/trace.h): operations' begin and completion go there.
@@ -75,6 +78,8 @@ class Executor {
   void loop();
   bool driveUntil(const Operation* op);   // false: it handed the token over
   bool shouldHandOver(const Operation* op) const;
+  void listen();
+  bool anyPumps() const;
   bool round();
   bool anyActiveBelow(const std::vector<OpPtr>* level) const;
   void admit();
@@ -82,6 +87,7 @@ class Executor {
   ternResult_t bindSource(const std::vector<OpPtr>& list, size_t i, bool* bound);
   uint64_t nextRecvSeq(const Operation& op);
   ternResult_t step(Operation& op, size_t budget, bool* moved, bool* pumped, bool* finished);
+  ternResult_t runPrograms(Operation& op, size_t budget, bool* moved, bool* done);
   ternResult_t beginPhase(Operation& op, bool* finished);
   bool greetNeighbours(Operation& op);
   void complete(Operation& op, ternResult_t r, const std::string& err);
@@ -105,7 +111,10 @@ class Executor {
   std::atomic<int> doneWaiters_{0};   // threads asleep on doneCv_ (spares futile wake-ups)
   std::vector<OpPtr> pending_;
   std::atomic<bool> anyPending_{false};  // pending_ non-empty: admit() skips the lock otherwise
-  std::atomic<int> outstanding_{0};   // submitted and not completed
+  std::atomic<int> outstanding_{0};   // submitted and not completed (standing ones aside)
+  std::atomic<int> standing_{0};
+  std::atomic<uint64_t> stamps_{0};   // stamp()      // standing operations admitted (Operation::standing)
+  std::atomic<bool> stopAsked_{false};  // stop(): the listening loop ends
   bool stopping_ = false;
 
   std::mutex drive_;                  // the drive token
@@ -127,6 +136,7 @@ class Executor {
   Clock::time_point nextHealth_{};
   Clock::time_point lastCheck_{};  // checkIdle's last look
   Clock::time_point heldUntil_{};  // less urgent levels wait until then (round())
+  Clock::time_point lastListenMove_{};  // listen(): when a standing operation last moved
   std::thread thread_;
   Trace* trace_ = nullptr;
 };
