@@ -317,6 +317,134 @@ void bindTernaryOptions(py::class_<Comm>& c) {
     return d;
   });
 }
+// A weight stream (ternWeightStream*): the arrays of every call must match
+// the tensors the stream was opened with (count and datatype each), which
+// is checked here: the C API trusts its pointers.
+class WeightStream {
+ public:
+  WeightStream(py::object comm, ternWeightStream_t ws, std::vector<size_t> counts,
+               std::vector<ternDataType_t> types)
+      : comm_(std::move(comm)), ws_(ws), counts_(std::move(counts)), types_(std::move(types)) {}
+  ~WeightStream() {
+    if (!ws_) return;
+    py::gil_scoped_release nogil;
+    ternWeightStreamClose(ws_);  // garbage collected: what it returns has nobody to go to
+  }
+  void push(const py::sequence& arrays, long long version) {
+    std::vector<Buf> bufs = views(arrays, false);
+    std::vector<const void*> ptrs;
+    for (const Buf& b : bufs) ptrs.push_back(b.ptr());
+    call(nullptr, [&] { return ternWeightStreamPush(get(), ptrs.data(), version); });
+  }
+  py::object poll(const py::sequence& arrays) {
+    std::vector<Buf> bufs = views(arrays, true);
+    std::vector<void*> ptrs = pointers(bufs);
+    long long v = version_;
+    call(nullptr, [&] { return ternWeightStreamPoll(get(), ptrs.data(), &v); });
+    if (v == version_) return py::none();
+    version_ = v;
+    return py::int_(v);
+  }
+  long long wait(const py::sequence& arrays, long long minVersion) {
+    std::vector<Buf> bufs = views(arrays, true);
+    std::vector<void*> ptrs = pointers(bufs);
+    long long v = version_;
+    call(nullptr, [&] { return ternWeightStreamWait(get(), ptrs.data(), minVersion, &v); });
+    return version_ = v;
+  }
+  void close() {
+    ternWeightStream_t ws = get();
+    ws_ = nullptr;
+    call(nullptr, [&] { return ternWeightStreamClose(ws); });
+  }
+  long long version() const { return version_; }
+
+ private:
+  ternWeightStream_t get() const {
+    if (!ws_) badArgument("the weight stream was closed");
+    return ws_;
+  }
+  std::vector<Buf> views(const py::sequence& arrays, bool writable) const {
+    if (arrays.size() != counts_.size())
+      badArgument("the stream carries " + std::to_string(counts_.size()) + " tensors; got " +
+                  std::to_string(arrays.size()) + " arrays");
+    std::vector<Buf> bufs;
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      std::string what = "array " + std::to_string(i);
+      bufs.push_back(view(arrays[i].cast<py::buffer>(), writable, "", what.c_str()));
+      if (bufs.back().count != counts_[i] || bufs.back().dtype != types_[i])
+        badArgument(what + " does not match the tensor the stream was opened with (" +
+                    std::to_string(counts_[i]) + " elements of tern type " +
+                    std::to_string(types_[i]) + ")");
+    }
+    return bufs;
+  }
+  static std::vector<void*> pointers(const std::vector<Buf>& bufs) {
+    std::vector<void*> p;
+    for (const Buf& b : bufs) p.push_back(b.ptr());
+    return p;
+  }
+  py::object comm_;  // keeps the Comm object alive while the stream is open
+  ternWeightStream_t ws_;
+  std::vector<size_t> counts_;
+  std::vector<ternDataType_t> types_;
+  long long version_ = -1;  // the last version copied out (receiver)
+};
+
+// comm.weight_stream(peer, sender, tensors, priority): `tensors` lists
+// arrays (their sizes and types) or (count, "dtype") pairs.
+WeightStream* openWeightStream(py::object self, int peer, int sender, const py::sequence& tensors,
+                               int priority) {
+  std::vector<size_t> counts;
+  std::vector<ternDataType_t> types;
+  for (const py::handle& t : tensors) {
+    if (py::isinstance<py::tuple>(t)) {
+      auto pair = t.cast<std::pair<size_t, std::string>>();
+      auto it = dtypeNames().find(pair.second);
+      if (it == dtypeNames().end()) badArgument("unknown dtype '" + pair.second + "'");
+      counts.push_back(pair.first);
+      types.push_back(it->second);
+    } else {
+      Buf b = view(t.cast<py::buffer>(), false, "", "tensor");
+      counts.push_back(b.count);
+      types.push_back(b.dtype);
+    }
+  }
+  ternComm_t comm = self.cast<Comm&>().get();
+  ternWeightStream_t ws;
+  call(comm, [&] {
+    return ternWeightStreamOpen(comm, peer, sender, static_cast<int>(counts.size()), counts.data(),
+                                types.data(), priority, &ws);
+  });
+  return new WeightStream(self, ws, counts, types);
+}
+
+void bindWeightStreams(py::module& m, py::class_<Comm>& c) {
+  py::class_<WeightStream> w(m, "WeightStream",
+                             "A one-way stream of versions of a set of arrays (comm.weight_stream)");
+  w.def("push", &WeightStream::push, py::arg("arrays"), py::arg("version"),
+        "Sender: snapshot the arrays as `version` (increasing, >= 0) and return at once");
+  w.def("poll", &WeightStream::poll, py::arg("arrays"),
+        "Receiver: copy the newest complete version into the arrays if it is newer than the "
+        "last one copied, and return it; else None (never blocks)");
+  w.def("wait", &WeightStream::wait, py::arg("arrays"), py::arg("min_version"),
+        "Receiver: block (at most the comm's timeout) until version >= min_version arrived, "
+        "copy the newest in, return its version");
+  w.def("close", &WeightStream::close,
+        "Both ends: versions pushed before it are delivered (or superseded) first");
+  w.def_property_readonly("version", &WeightStream::version, "The last version copied out (-1: none)");
+  w.def("__enter__", [](py::object self) { return self; });
+  w.def("__exit__", [](WeightStream& self, py::args) {
+    try {
+      self.close();
+    } catch (py::error_already_set&) {  // closed already, or the error the body raised matters more
+    }
+  });
+  c.def("weight_stream", &openWeightStream, py::arg("peer"), py::arg("sender"), py::arg("tensors"),
+        py::arg("priority") = 7, py::return_value_policy::take_ownership,
+        "Open a weight stream with `peer` (both call it with the same arguments); `sender` is "
+        "this rank or the peer; `tensors` lists arrays or (count, dtype) pairs");
+}
 
 }  // namespace
 
@@ -391,4 +519,5 @@ class Error(RuntimeError):
   });
   bindCollectives(c);
   bindTernaryOptions(c);
+  bindWeightStreams(m, c);
 }

@@ -173,6 +173,36 @@ ternResult_t ternCommRingOrder(const ternComm_t comm, int* ranks);
 ternResult_t ternRecvAnySource(void* recvbuff, size_t count, ternDataType_t datatype,
     int* source, ternComm_t comm, ternStream_t stream);
 
+/* ---- Weight streams (DESIGN.md, "Weight streaming") ----
+ * A one-way stream of versions of a set of host tensors from `sender` to
+ * the other rank, moved in the background by the communicator's engine at
+ * the stream's priority level (7 = bulk is the usual choice), in chunks,
+ * over that level's connection to the peer, beside other traffic.  The
+ * receiver only ever sees complete versions, newest first.  Versions are
+ * >= 0 and increase.  Several streams per communicator and per rank pair
+ * may be open; both ranks open them in the same order.  Close every
+ * stream before ternCommDestroy. */
+typedef struct ternWeightStream* ternWeightStream_t;
+/* Collective between comm ranks `self` and `peer` (both call it with the same list):
+ * a one-way stream of versions of a set of tensors from `sender` to the other. */
+ternResult_t ternWeightStreamOpen(ternComm_t comm, int peer, int sender, int ntensors,
+    const size_t* counts, const ternDataType_t* types, int priority, ternWeightStream_t* ws);
+/* Sender: snapshots the tensors (copy to staging) as `version` and streams it in the
+ * background at the stream's priority; returns at once. A newer push may supersede an
+ * older one that has not started to move. */
+ternResult_t ternWeightStreamPush(ternWeightStream_t ws, const void* const* tensors,
+    long long version);
+/* Receiver: if a complete version newer than *version has arrived, copies the newest into
+ * tensors and sets *version; otherwise leaves both as they are. Never blocks. */
+ternResult_t ternWeightStreamPoll(ternWeightStream_t ws, void* const* tensors,
+    long long* version);
+/* Receiver: blocks until version >= minVersion has arrived, then as Poll. */
+ternResult_t ternWeightStreamWait(ternWeightStream_t ws, void* const* tensors,
+    long long minVersion, long long* version);
+/* Both sides; versions pushed before Close are delivered (or superseded) first, bounded by
+ * the timeout.  The stream is released whatever Close returns. */
+ternResult_t ternWeightStreamClose(ternWeightStream_t ws);
+
 /* Bytes this rank has put on the wire / taken off it since the comm was made. */
 typedef struct { unsigned long long bytesSent, bytesRecv, ops; } ternCommStats_t;
 ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats);

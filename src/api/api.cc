@@ -100,7 +100,7 @@ OpPtr makeOp(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task) {
   op->source = args.source;
   OpDesc& d = op->desc;
   d.magic = kDescMagic;
-  d.kind = args.kind;
+  d.kind = collectiveKind(args.kind).id;
   d.dtype = static_cast<uint8_t>(args.dt);
   d.redop = static_cast<uint8_t>(args.op);
   d.level = static_cast<uint8_t>(op->level);
@@ -149,6 +149,9 @@ bool enterComm(Comm* c) {
 }
 
 void leaveComm(Comm* c) { c->callers.fetch_sub(1); }
+
+ternResult_t checkLiveComm(Comm* c) { return checkComm(c); }
+ternResult_t failOn(Comm* c, ternResult_t code, const std::string& msg) { return fail(c, code, msg); }
 
 }  // namespace tern
 

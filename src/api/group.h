@@ -35,6 +35,11 @@ ternResult_t waitAll(const IssuedOps& ops);
 // collective still uses.  enterComm is false once the comm is unregistered.
 bool enterComm(Comm* c);
 void leaveComm(Comm* c);
+// api.cc's checks, for the API's other files: a live, healthy communicator
+// (else the code, with the sentence recorded), and a failure recorded on
+// the thread and the communicator.
+ternResult_t checkLiveComm(Comm* c);
+ternResult_t failOn(Comm* c, ternResult_t code, const std::string& msg);
 // A request that is never waited on is released by ternCommDestroy of any
 // communicator it has operations on (after they completed).
 void releaseRequestsOf(const Comm* c);

@@ -12,6 +12,15 @@
 
 namespace tern {
 
+// The kinds of operation the collectives make (their ids travel in every
+// descriptor; kinds.cc registers what each must match and how it is named).
+// Other kinds live with their tasks (streaming/): ids 32 and up.
+enum class OpKind : uint8_t {
+  AllReduce = 1, Broadcast, Reduce, AllGather, ReduceScatter, Barrier, Ternary, Send, Recv,
+  AllToAll, Gather, Scatter
+};
+const OpKindInfo& collectiveKind(OpKind k);
+
 // Allreduce: recursive doubling below TERN_SMALL_THRESHOLD bytes (latency),
 // pipelined ring above it (bandwidth).  Recursive doubling leaves ternAvg's
 // division to the caller (allReduceNeedsDivide).

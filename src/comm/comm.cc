@@ -231,6 +231,7 @@ PlanCtx ternComm::planCtx(int level) const {
 
 void ternComm::startBookkeeping() {
   p2pSeq.assign(static_cast<size_t>(nranks) * kLevels, 0);
+  streamsOpened.assign(nranks, 0);
   ctlIn.assign(nranks, std::string());
   ctlClosed.assign(nranks, false);
 }

@@ -42,6 +42,10 @@ struct ternComm : public tern::EngineHost {
   // and abort free it only once they have all left.
   std::atomic<int> callers{0};
   std::atomic<unsigned long long> opsDone{0};
+  // Weight streams opened with each peer: the next one's id (both ends count
+  // the same opens in the same order; api/weight_stream.cc checks it).
+  std::mutex streamsMu;
+  std::vector<int> streamsOpened;
 
   // The connections and ring a plan at `level` works with.
   tern::PlanCtx planCtx(int level) const;

@@ -58,15 +58,20 @@ void Executor::ring() {
 OpPtr Executor::newOperation() { return pool_->get(); }
 
 void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
+  int standing = 0;
   {
     std::lock_guard<std::mutex> lk(m_);
-    for (const OpPtr& op : ops) pending_.push_back(op);
+    for (const OpPtr& op : ops) {
+      pending_.push_back(op);
+      standing += op->standing;
+    }
     anyPending_.store(true, std::memory_order_release);
-    outstanding_.fetch_add(static_cast<int>(ops.size()));
+    standing_.fetch_add(standing);
+    outstanding_.fetch_add(static_cast<int>(ops.size()) - standing);
   }
   // A blocking caller drives its own operation (see wait()): waking the
   // progress thread for it would cost a futile context switch.
-  if (wake) workCv_.notify_all();
+  if (wake || standing > 0) workCv_.notify_all();
   ring();  // a driver asleep in poll() admits it now
 }
 
@@ -150,6 +155,7 @@ void Executor::stop() {
     std::lock_guard<std::mutex> lk(m_);
     stopping_ = true;
   }
+  stopAsked_.store(true);
   workCv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
@@ -169,8 +175,12 @@ void Executor::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(m_);
-      workCv_.wait(lk, [&] { return stopping_ || outstanding_.load() > 0; });
-      if (outstanding_.load() == 0) return;  // stopping, nothing left
+      workCv_.wait(lk, [&] { return stopping_ || outstanding_.load() > 0 || standing_.load() > 0; });
+      if (outstanding_.load() == 0 && (stopping_ || standing_.load() == 0)) return;  // stopping
+    }
+    if (outstanding_.load() == 0) {
+      listen();
+      continue;
     }
     if (!drive_.try_lock()) {  // a caller drives: look again when it lets go
       std::unique_lock<std::mutex> lk(m_);
@@ -185,6 +195,50 @@ void Executor::loop() {
       workCv_.wait_for(lk, std::chrono::milliseconds(1));
     }
   }
+}
+
+// Only standing operations (weight-stream receivers) are admitted: drive
+// them while they move, so what a peer streams is drained without a caller,
+// and nap on the work condition while they only listen.  A caller takes the
+// token as usual (shouldHandOver); the next round it runs serves them too.
+void Executor::listen() {
+  bool napping = true;
+  if (drive_.try_lock()) {
+    unsigned idle = 0;
+    napping = false;
+    while (outstanding_.load() == 0 && standing_.load() > 0 && !stopAsked_.load() &&
+           !shouldHandOver(nullptr)) {
+      if (round()) {
+        idle = 0;
+        continue;
+      }
+      auto now = Clock::now();
+      if (now >= nextHealth_) {  // dead peers, abort, a stream blocked on a gone peer
+        ternResult_t r = checkIdle(now);
+        if (r != ternSuccess) failAll(r, lastThreadError());
+        nextHealth_ = now + std::chrono::milliseconds(20);
+      }
+      // Nothing in flight (no stream to poll): nap outside the token.
+      if (++idle >= 64 && !anyPumps()) {
+        napping = true;
+        break;
+      }
+      idleWait(idle, nullptr);
+    }
+    if (shouldHandOver(nullptr)) wantLevel_.store(kLevels);
+    drive_.unlock();
+    wakeWaiters();
+  }
+  if (!napping) return;
+  std::unique_lock<std::mutex> lk(m_);
+  workCv_.wait_for(lk, std::chrono::milliseconds(1));
+}
+
+bool Executor::anyPumps() const {
+  for (auto& list : active_)
+    for (const OpPtr& o : list)
+      if (!o->pumps.empty()) return true;
+  return false;
 }
 
 bool Executor::shouldHandOver(const Operation* op) const {
@@ -231,12 +285,16 @@ void Executor::admit() {
 // Issue order within a level: see executor.h.
 // A receive from any source that has not picked its sender yet stands for
 // every peer: later receives wait for it (it may pick their peer).
+// Unordered operations (weight streams) neither wait nor are waited for.
 bool Executor::runnable(const std::vector<OpPtr>& list, size_t i) const {
   const Operation& op = *list[i];
-  if (op.collective) return i == 0;
+  if (op.collective && i == 0) return true;
+  if (op.unordered) return true;
   for (size_t j = 0; j < i; ++j) {
     const Operation& e = *list[j];
-    if (e.collective || (e.send == op.send && (e.peer == op.peer || e.unbound()))) return false;
+    if (e.unordered) continue;
+    if (op.collective || e.collective || (e.send == op.send && (e.peer == op.peer || e.unbound())))
+      return false;
   }
   return true;
 }
@@ -257,6 +315,7 @@ ternResult_t Executor::bindSource(const std::vector<OpPtr>& list, size_t i, bool
           return !e->send && e->peer == q; }))
       continue;
     Conn* c = op.ctx.conn(q);
+    if (c->reader) continue;  // in the middle of another's message (a weight stream's chunk)
     TERN_CHECK(c->activate());
     if (c->needsProgress()) {
       bool m = false;
@@ -264,7 +323,8 @@ ternResult_t Executor::bindSource(const std::vector<OpPtr>& list, size_t i, bool
       op.pumps.push_back(c);  // idleWait polls them
     }
     OpDesc d;
-    if (!peekDesc(c, &d) || d.kind != OpKind::Send || d.root != rank_) continue;
+    // The kind a receive meets (its kind's peerKind), addressed to us.
+    if (!peekDesc(c, &d) || d.kind != opKind(op.desc.kind).peerKind || d.root != rank_) continue;
     op.peer = lastSource_ = q;
     op.desc.root = q;
     op.task->bindPeer(q);
@@ -311,7 +371,8 @@ bool Executor::round() {
       if (moved && anyActiveBelow(&list)) heldUntil_ = Clock::now() + hold_;
       return true;
     }
-    urgentWaiting = true;
+    // A level whose operations only listen (stream receivers) holds nobody back.
+    urgentWaiting |= std::any_of(list.begin(), list.end(), [](const OpPtr& o) { return !o->phase.listening; });
   }
   return false;
 }
@@ -322,6 +383,11 @@ bool Executor::anyActiveBelow(const std::vector<OpPtr>* level) const {
 
 ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
   for (;;) {
+    if (op.phase.reframe) {  // its messages were whole: the next phase greets anew
+      letGo(op);
+      op.greetedIn.clear();
+      op.greetedOut.clear();
+    }
     resetPhase(op.phase);  // keeps the step storage: no allocation per phase
     bool more = false;
     // The task is asked again only while it has phases (its last call did
@@ -342,26 +408,20 @@ ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
           if (k->needsProgress()) op.pumps.push_back(k);
         }
     }
-    if (any) break;  // else a phase of local work only: go on to the next
+    if (any || op.phase.listening) break;  // else a phase of local work only: go on to the next
   }
-  ++op.moves;  // a new phase is progress
+  op.moves += !op.phase.listening;  // a new phase is progress
   return ternSuccess;
 }
 
-// Broadcast and reduce plans leave one rank's descriptor unread (the last
-// rank of a broadcast and a reduce's root send nothing; the root / first rank
-// read nothing from them): those two exchange descriptors at the end, or
-// ranks that disagree on the root would both only send, and nobody would
-// notice before the next call read the other's bytes.  Every other
-// collective's plan has every rank send to someone who reads, so a mismatch
-// is always seen without this extra dependency (it would cost small
-// allreduces a wait on a further rank).
+// The neighbours the task names (Task::greeting) get the operation's
+// descriptor on the streams its plans did not use, in a program of its own.
 bool Executor::greetNeighbours(Operation& op) {
   if (op.greetedNeighbours) return false;
   op.greetedNeighbours = true;
-  if (op.ctx.nranks == 1 || (op.desc.kind != OpKind::Broadcast && op.desc.kind != OpKind::Reduce))
-    return false;
-  const bool out = !op.greetedOutTo(op.ctx.next()), in = !op.greetedInFrom(op.ctx.prev());
+  Conn *to = nullptr, *from = nullptr;
+  op.task->greeting(op.ctx, &to, &from);
+  const bool out = to && !op.greetedOutTo(to), in = from && !op.greetedInFrom(from);
   if (!out && !in) return false;
   // A program of its own (the phase holds at most the empty one resetPhase
   // kept, whose storage it takes).
@@ -370,15 +430,15 @@ bool Executor::greetNeighbours(Operation& op) {
   Program& p = progs.back();
   Step s;
   if (out) {
-    s.out = op.ctx.next();
+    s.out = to;
     p.steps.push_back(s);  // zero bytes: the descriptor alone
   }
   if (in) {
     s = Step();
-    s.in = op.ctx.prev();
+    s.in = from;
     p.steps.push_back(s);
   }
-  op.phase.what = opKindName(op.desc.kind);
+  op.phase.what = opKind(op.desc.kind).name;
   return true;
 }
 
@@ -388,7 +448,7 @@ bool Executor::greetNeighbours(Operation& op) {
 ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pumped, bool* finished) {
   if (!op.begun) {
     op.begun = true;
-    if (!op.collective && !op.send) op.desc.seq = nextRecvSeq(op);
+    if (!op.collective && !op.send && !op.unordered) op.desc.seq = nextRecvSeq(op);
     if (trace_) trace_->started(op);
     TERN_CHECK(beginPhase(op, finished));
     if (*finished) return ternSuccess;
@@ -408,7 +468,7 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pum
   for (Conn* k : op.pumps)  // everything sent has left the process
     if (!k->flushed()) return ternSuccess;
   TERN_CHECK(beginPhase(op, finished));
-  *moved = true;
+  *moved = *finished || !op.phase.listening;
   return ternSuccess;
 }
 
@@ -416,11 +476,12 @@ void Executor::complete(Operation& op, ternResult_t r, const std::string& err) {
   op.result = r;
   if (trace_) trace_->completed(op);
   if (!err.empty()) op.error = err;  // empty since the operation was made
-  if (r == ternSuccess) host_.onComplete();
+  if (r == ternSuccess && !op.standing) host_.onComplete();
+  letGo(op);
   // No lock unless someone sleeps (the blocking caller usually drives its
   // own operation): a lock pair less per call (see wakeWaiters()).
   op.done.store(true);
-  outstanding_.fetch_sub(1);
+  (op.standing ? standing_ : outstanding_).fetch_sub(1);
   wakeWaiters();
 }
 
@@ -457,7 +518,7 @@ ternResult_t Executor::checkIdle(Clock::time_point now) {
   for (auto& list : active_)
     for (size_t i = 0; i < list.size(); ++i) {
       Operation& op = *list[i];
-      if ((!op.begun && !op.unbound()) || !runnable(list, i)) continue;
+      if ((!op.begun && !op.unbound()) || !runnable(list, i) || op.phase.listening) continue;
       if (op.begun) TERN_CHECK(checkBlockedOnGone(op.phase, rank_, op.phase.what));
       if (op.moves != op.movesSeen || !watched) {  // moved since the last check: idle from now
         op.movesSeen = op.moves;

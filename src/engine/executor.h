@@ -75,6 +75,8 @@ class Executor {
   void loop();
   bool driveUntil(const Operation* op);   // false: it handed the token over
   bool shouldHandOver(const Operation* op) const;
+  void listen();
+  bool anyPumps() const;
   bool round();
   bool anyActiveBelow(const std::vector<OpPtr>* level) const;
   void admit();
@@ -105,7 +107,9 @@ class Executor {
   std::atomic<int> doneWaiters_{0};   // threads asleep on doneCv_ (spares futile wake-ups)
   std::vector<OpPtr> pending_;
   std::atomic<bool> anyPending_{false};  // pending_ non-empty: admit() skips the lock otherwise
-  std::atomic<int> outstanding_{0};   // submitted and not completed
+  std::atomic<int> outstanding_{0};   // submitted and not completed (standing ones aside)
+  std::atomic<int> standing_{0};      // standing operations admitted (Operation::standing)
+  std::atomic<bool> stopAsked_{false};  // stop(): the listening loop ends
   bool stopping_ = false;
 
   std::mutex drive_;                  // the drive token

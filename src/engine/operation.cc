@@ -1,28 +1,17 @@
 #include "engine/operation.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "tern/tern.h"
 
 namespace tern {
 
-const char* opKindName(OpKind k) {
-  switch (k) {
-    case OpKind::AllReduce: return "allreduce";
-    case OpKind::Broadcast: return "broadcast";
-    case OpKind::Reduce: return "reduce";
-    case OpKind::AllGather: return "allgather";
-    case OpKind::ReduceScatter: return "reduce-scatter";
-    case OpKind::Barrier: return "barrier";
-    case OpKind::Ternary: return "ternary allreduce";
-    case OpKind::Send: return "send";
-    case OpKind::Recv: return "recv";
-    case OpKind::AllToAll: return "all-to-all";
-    case OpKind::Gather: return "gather";
-    case OpKind::Scatter: return "scatter";
-  }
-  return "unknown operation";
-}
-
 namespace {
+
+// Every kind by id; zero-initialised before any registration runs.
+const OpKindInfo* kinds[256];
+const OpKindInfo kUnknown{};
 
 const char* typeName(int dt) {
   static const char* names[] = {"int8",  "uint8",   "int32",   "uint32",  "int64",
@@ -35,25 +24,27 @@ const char* opName(int op) {
   return op >= 0 && op < ternNumOps ? names[op] : "?";
 }
 
-bool hasRedOp(OpKind k) {
-  return k == OpKind::AllReduce || k == OpKind::Reduce || k == OpKind::ReduceScatter ||
-         k == OpKind::Ternary;
-}
-
-bool hasRoot(OpKind k) {
-  return k == OpKind::Broadcast || k == OpKind::Reduce || k == OpKind::Gather || k == OpKind::Scatter;
-}
-
 }  // namespace
 
+bool registerOpKind(const OpKindInfo& k) {
+  if (k.id == 0 || (kinds[k.id] && kinds[k.id] != &k)) {
+    fprintf(stderr, "tern: operation kind %d (%s) registered twice\n", k.id, k.name);
+    abort();
+  }
+  kinds[k.id] = &k;
+  return true;
+}
+
+const OpKindInfo& opKind(uint8_t id) { return kinds[id] ? *kinds[id] : kUnknown; }
+
 std::string describe(const OpDesc& d) {
-  std::string s = opKindName(d.kind);
-  if (d.kind != OpKind::Barrier)
-    s += std::string(" of ") + std::to_string(d.count) + " " + typeName(d.dtype);
-  if (hasRedOp(d.kind)) s += std::string(" (") + opName(d.redop) + ")";
-  if (hasRoot(d.kind)) s += " with root " + std::to_string(d.root);
-  if (d.kind == OpKind::Send) s += " to rank " + std::to_string(d.root);
-  if (d.kind == OpKind::Recv) s += " from rank " + std::to_string(d.root);
+  const OpKindInfo& k = opKind(d.kind);
+  if (k.describe) return k.describe(d);
+  std::string s = k.name;
+  if (k.showCount) s += std::string(" of ") + std::to_string(d.count) + " " + typeName(d.dtype);
+  if (k.match & OpKindInfo::kRedop) s += std::string(" (") + opName(d.redop) + ")";
+  static const char* roots[] = {"", " with root ", " to rank ", " from rank "};
+  if (k.root != OpKindInfo::kNoRoot) s += roots[k.root] + std::to_string(d.root);
   return s + " at priority level " + std::to_string(d.level) + " (#" + std::to_string(d.seq) + ")";
 }
 
@@ -63,20 +54,16 @@ std::string descMismatch(const OpDesc& mine, const OpDesc& theirs) {
            " received bytes that are not an operation descriptor while starting its " +
            describe(mine) +
            ": the ranks' operations are out of step; the communicator must be aborted";
-  OpDesc expect = mine;  // what the peer's descriptor should say
-  expect.rank = theirs.rank;
-  if (mine.kind == OpKind::Recv) {  // a receive meets the peer's send to us
-    expect.kind = OpKind::Send;
-    expect.root = mine.rank;
-  } else if (mine.kind == OpKind::Send) {
-    expect.kind = OpKind::Recv;  // (never read: sends only write)
-    expect.root = mine.rank;
-  }
-  bool same = theirs.kind == expect.kind && theirs.count == expect.count &&
-              theirs.level == expect.level && theirs.seq == expect.seq &&
-              (expect.kind == OpKind::Barrier || theirs.dtype == expect.dtype) &&
-              (!hasRedOp(expect.kind) || theirs.redop == expect.redop) &&
-              (!(hasRoot(expect.kind) || expect.kind == OpKind::Send) || theirs.root == expect.root);
+  const OpKindInfo& k = opKind(mine.kind);
+  const uint8_t expectKind = k.peerKind ? k.peerKind : mine.kind;
+  const int32_t expectRoot = k.rootIsMe ? mine.rank : mine.root;
+  auto agree = [&](uint8_t field, bool same) { return !(k.match & field) || same; };
+  bool same = theirs.kind == expectKind && theirs.level == mine.level &&
+              agree(OpKindInfo::kCount, theirs.count == mine.count) &&
+              agree(OpKindInfo::kSeq, theirs.seq == mine.seq) &&
+              agree(OpKindInfo::kDtype, theirs.dtype == mine.dtype) &&
+              agree(OpKindInfo::kRedop, theirs.redop == mine.redop) &&
+              agree(OpKindInfo::kRoot, theirs.root == expectRoot);
   if (same) return std::string();
   return "rank " + std::to_string(theirs.rank) + " called " + describe(theirs) + " but rank " +
          std::to_string(mine.rank) + " called " + describe(mine) +
@@ -118,6 +105,8 @@ void Operation::reset() {
   send = false;
   anySource = false;
   source = nullptr;
+  unordered = false;
+  standing = false;
   ctx = PlanCtx();
   // task: kept by put() when it can be set up again, else already gone
   resetPhase(phase);
@@ -126,6 +115,7 @@ void Operation::reset() {
   pumps.clear();
   greetedIn.clear();
   greetedOut.clear();
+  held.clear();
   moves = 0;
   movesSeen = ~uint64_t(0);
   idleSince = Clock::time_point{};

@@ -18,18 +18,41 @@
 
 namespace tern {
 
-enum class OpKind : uint8_t {
-  AllReduce = 1, Broadcast, Reduce, AllGather, ReduceScatter, Barrier, Ternary, Send, Recv,
-  AllToAll, Gather, Scatter
+// What an operation kind is to the engine.  The engine lists no kinds: each
+// is defined beside its task (collectives/kinds.cc, streaming/) and
+// registered when the library loads, and the descriptor carries its id.  The
+// kind says what a peer's copy of the descriptor must agree on, which kind
+// that copy carries (a receive meets a send) and how the kind is named.
+struct OpKindInfo {
+  // Descriptor fields a peer's copy must match (kind, level and magic always do).
+  enum Match : uint8_t { kCount = 1, kDtype = 2, kRedop = 4, kRoot = 8, kSeq = 16 };
+  // How describe() names the descriptor's root field.
+  enum Root : uint8_t { kNoRoot, kWithRoot, kToRank, kFromRank };
+  uint8_t id = 0;
+  const char* name = "unknown operation";
+  uint8_t match = kCount | kDtype | kSeq;
+  uint8_t peerKind = 0;        // the kind of the peer's descriptor (0: this one)
+  bool rootIsMe = false;       // the peer's descriptor names this rank as its root
+  Root root = kNoRoot;
+  bool showCount = true;       // "of 1024 float32"
+  // Its messages are framed one by one (each with its descriptor) and may
+  // come between other operations' on a stream: an operation of another
+  // kind that finds one at the head of its stream leaves it to its reader.
+  bool interleaved = false;
+  // Names a descriptor of this kind in full (nullptr: from the fields above).
+  std::string (*describe)(const struct OpDesc& d) = nullptr;
 };
-const char* opKindName(OpKind k);
+// Registers a kind (at load time; an id used twice is a bug and aborts).
+bool registerOpKind(const OpKindInfo& k);
+// The kind with that id (an unknown id: a placeholder named "unknown operation").
+const OpKindInfo& opKind(uint8_t id);
 
 // What every rank's copy of an operation must agree on.  It travels once per
 // stream an operation uses, ahead of the first byte of payload, so ranks that
 // called different operations find out before they mix up their data.
 struct OpDesc {
   uint32_t magic = 0;
-  OpKind kind = OpKind::AllReduce;
+  uint8_t kind = 0;    // OpKindInfo::id
   uint8_t dtype = 0, redop = 0, level = 0;
   int32_t root = -1;   // root; send: destination; recv: source; else -1
   int32_t rank = -1;   // who sent this descriptor
@@ -41,8 +64,8 @@ constexpr uint32_t kDescMagic = 0x4f4e5254;  // "TRNO"
 
 // "allreduce of 1048576 float32 (sum) at level 4, #3"
 std::string describe(const OpDesc& d);
-// Empty when `theirs` (received from a peer) matches `mine`, else the sentence
-// naming both sides.
+// Empty when `theirs` (received from a peer) matches `mine` by the rules of
+// mine's kind, else the sentence naming both sides.
 std::string descMismatch(const OpDesc& mine, const OpDesc& theirs);
 
 // How an operation is carried out: next() fills the phase to run now (doing
@@ -66,6 +89,14 @@ class Task {
   // holds and returns true; any other is destroyed right away, so nothing it
   // references (ternary residuals, codec buffers) outlives the operation.
   virtual bool recycle() { return false; }
+  // Neighbours it exchanges descriptors with after its last phase, on the
+  // streams its plans did not use (nullptr: none): a plan that leaves a
+  // rank's descriptor unread (a broadcast's last rank, a reduce's root) names
+  // them, so ranks that disagree on a root still find out.
+  virtual void greeting(const PlanCtx& ctx, Conn** out, Conn** in) const {
+    (void)ctx;
+    *out = *in = nullptr;
+  }
 };
 
 // Empties a phase for the next plan, keeping the first program's step
@@ -88,6 +119,16 @@ struct Operation {
   bool anySource = false;
   int* source = nullptr;
   bool unbound() const { return anySource && peer < 0; }
+  // Outside its level's issue order (a weight stream's): nobody waits for
+  // it and it waits for nobody, it takes no sequence number, and its kind is
+  // interleaved, so it moves whole framed messages between other operations'
+  // on a stream (Conn::reader / writer).
+  bool unordered = false;
+  // Stays admitted while it has nothing to do (a stream's receiver, which
+  // must drain whatever arrives): not counted as outstanding (drain() does
+  // not wait for it), never timed out while it listens, and driven by the
+  // progress thread while admitted.
+  bool standing = false;
   PlanCtx ctx;
   std::unique_ptr<Task> task;
 
@@ -97,6 +138,7 @@ struct Operation {
   bool greetedNeighbours = false;
   std::vector<Conn*> pumps;                    // connections the phase must pump
   std::vector<const Conn*> greetedIn, greetedOut;  // streams the descriptor went over
+  std::vector<Conn*> held;                     // streams it reads / writes a message on (letGo)
   bool greetedInFrom(const Conn* c) const { return has(greetedIn, c); }
   bool greetedOutTo(const Conn* c) const { return has(greetedOut, c); }
   // Stall detection off the hot path: steps count their moves, and the

@@ -103,14 +103,22 @@ bool peekRecord(Conn* in, T* v) {
   return true;
 }
 
-// Reads and checks the peer's descriptor once it has arrived.
+// Reads and checks the peer's descriptor once it has arrived.  Another
+// kind's framed message ahead of ours (a weight stream's chunk) is left to
+// its reader (a standing operation that drains it); ours follows it.
 ternResult_t readDesc(Operation& op, Conn* in, size_t* left) {
   OpDesc theirs;
   if (*left == 0 || !peekRecord(in, &theirs)) return ternSuccess;
+  if (theirs.magic == kDescMagic && theirs.kind != op.desc.kind && opKind(theirs.kind).interleaved)
+    return ternSuccess;
   std::string why = descMismatch(op.desc, theirs);
   if (!why.empty()) return setError(ternInvalidUsage, why);
   in->recvConsume(sizeof theirs);
   op.greetedIn.push_back(in);
+  if (in->reader != &op) {
+    in->reader = &op;
+    op.held.push_back(in);
+  }
   *left = 0;
   return ternSuccess;
 }
@@ -204,7 +212,13 @@ ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
   Lead& i = p.in;
   Lead& o = p.out;
   const bool direct = directCandidate(s);
-  if (s.in) {
+  // Before our descriptor, the stream may be in the middle of another
+  // operation's message (an interleaved one's, being read): wait for its
+  // end; and that reader may take bytes (padding, its whole message) from
+  // under us, so align from where the stream is now.
+  const bool between = !s.in || i.desc == 0 || !s.in->reader || s.in->reader == &op;
+  if (s.in && between) {
+    if (i.desc) i.skip = alignUp(s.in->recvPos(), sizeof(OpDesc));
     skipIn(s.in, &i.skip);
     if (i.skip == 0) TERN_CHECK(readDesc(op, s.in, &i.desc));
     if (i.skip + i.desc == 0)
@@ -250,7 +264,31 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
   return n;
 }
 
+// A stream's send side belongs to one operation from its first message until
+// it lets go (letGo); an interleaved operation takes a free one only while
+// no ordered operation waits for it, so a weight stream's chunks never make
+// a collective wait more than one chunk.
+bool claimOut(Operation& op, Conn* out) {
+  if (!out || out->writer == &op) return true;
+  if (out->writer || (op.unordered && out->writerWanted)) {
+    if (!op.unordered) out->writerWanted = true;
+    return false;
+  }
+  out->writer = &op;
+  if (!op.unordered) out->writerWanted = false;
+  op.held.push_back(out);
+  return true;
+}
+
 }  // namespace
+
+void letGo(Operation& op) {
+  for (Conn* c : op.held) {
+    if (c->writer == &op) c->writer = nullptr;
+    if (c->reader == &op) c->reader = nullptr;
+  }
+  op.held.clear();
+}
 
 bool peekDesc(Conn* in, OpDesc* d) {
   size_t pad = alignUp(in->recvPos(), sizeof(OpDesc));
@@ -263,7 +301,10 @@ ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks
   size_t spent = 0;
   while (p.cur < p.steps.size()) {
     const Step& s = p.steps[p.cur];
-    if (!p.started) layout(op, p, s);
+    if (!p.started) {
+      if (!claimOut(op, s.out)) return ternSuccess;
+      layout(op, p, s);
+    }
     bool ready;
     TERN_CHECK(prologue(op, p, s, &ready));
     if (!ready) return ternSuccess;

@@ -108,6 +108,14 @@ struct Phase {
   std::vector<Program> progs;
   Reduction red;
   const char* what = "";
+  // Nothing to move yet (a stream's receiver waiting for its next message,
+  // a sender waiting for a push to finish its copy): the task is asked
+  // again next round; neither progress nor a stall.
+  bool listening = false;
+  // Its messages are whole, each with its own descriptor (an interleaved
+  // kind's): the operation greets its streams anew in this phase and lets
+  // go of them (Conn::reader / writer) when the phase ends.
+  bool reframe = false;
 };
 
 // What a plan needs from its communicator: who is where, and the connections
@@ -132,6 +140,10 @@ struct PlanCtx {
 // descriptor that follows, if it has arrived; false otherwise.  Only where a
 // new operation starts on that stream.
 bool peekDesc(Conn* in, OpDesc* d);
+
+// The operation lets go of the streams it holds (Conn::reader / writer): at
+// its completion, or at the end of a reframing phase.
+void letGo(Operation& op);
 
 // Moves program `p` of operation `op` as far as the fifos allow, at most about
 // `budget` payload bytes.  Sets *moved when anything moved.  Ill-formed or

@@ -80,7 +80,10 @@ class TcpConn : public Conn {
   }
 
   ternResult_t pullIn(bool* moved) {
-    for (size_t left = kSliceBytes; left > 0 && !gone;) {
+    // Until our own end of file, not until `gone`: the communicator marks
+    // the connection gone when the peer's control socket closes, and what
+    // the peer sent before it exited may still wait in the kernel.
+    for (size_t left = kSliceBytes; left > 0 && !eof_;) {
       char* p;
       size_t n = std::min(st_.recv().writable(&p), left);
       if (n == 0) return ternSuccess;
@@ -94,7 +97,7 @@ class TcpConn : public Conn {
         continue;
       }
       if (k == 0 || errno == ECONNRESET) {
-        gone = true;  // what arrived before stays readable in the fifo
+        eof_ = gone = true;  // what arrived before stays readable in the fifo
         return ternSuccess;
       }
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return ternSuccess;
@@ -104,6 +107,7 @@ class TcpConn : public Conn {
   }
 
   int fd_, peer_;
+  bool eof_ = false;
   Staging st_;
 };
 

@@ -69,6 +69,16 @@ class Conn {
   virtual bool directAbandoned() const { return false; }
   uint64_t directPosted = 0;  // sender: bytes posted for direct reads so far
 
+  // The engine's marks (driving thread only): the operation whose message is
+  // being written / read on this stream, from its descriptor until it lets
+  // go.  Ordered operations of a level never overlap on a stream; these let
+  // an interleaved one (a weight stream's chunk) slip in between them only
+  // at message boundaries.  `writerWanted`: an ordered operation waits for
+  // the writer, so an interleaved one does not take the stream again first.
+  const void* reader = nullptr;
+  const void* writer = nullptr;
+  bool writerWanted = false;
+
   int peer = -1;  // the rank at the other end
   // The peer closed its end (exited or failed).  Not an error by itself: a
   // peer may finish and exit while we still drain what it sent; it is one

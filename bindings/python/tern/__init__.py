@@ -13,13 +13,24 @@ message is tern's own sentence; .code is the ternResult_t.  Calls release
 the GIL while they wait.  tern.set_priority(level) sets the calling thread's
 priority level (0 most urgent ... 7 bulk) for its later calls, the c10d
 backend's included.  `import tern.torch` registers the c10d backend.
+
+Weight streams (versions of a set of arrays from one rank to another, moved
+in the background at a priority level, 7 = bulk by default):
+
+    ws = comm.weight_stream(peer, sender, [w1, w2], priority=7)  # arrays, or (count, "float32")
+    ws.push([w1, w2], version)           # sender: snapshot and return at once
+    v = ws.poll([w1, w2])                # receiver: newest complete version copied in, or None
+    v = ws.wait([w1, w2], min_version)   # receiver: blocks (at most the comm's timeout)
+    ws.close()                           # both ends; also `with comm.weight_stream(...) as ws:`
+
+Torch tensors go through their numpy views (t.numpy(), CPU, contiguous).
 """
 import contextlib
 
-from ._tern import (PRIORITY_DEFAULT, PRIORITY_LEVELS, Comm, Error, get_priority, group_end,
-                    group_start, set_priority, unique_id, version)
+from ._tern import (PRIORITY_DEFAULT, PRIORITY_LEVELS, Comm, Error, WeightStream, get_priority,
+                    group_end, group_start, set_priority, unique_id, version)
 
-__all__ = ["Comm", "Error", "unique_id", "version", "group", "set_priority", "get_priority",
+__all__ = ["Comm", "Error", "WeightStream", "unique_id", "version", "group", "set_priority", "get_priority",
            "PRIORITY_LEVELS", "PRIORITY_DEFAULT"]
 
 

@@ -1,0 +1,69 @@
+// What a weight stream's two ends share between the caller's thread (push,
+// poll, wait, close) and the executor's thread (the stream's tasks).
+//
+// Sender: two staging buffers.  Push copies into `pending` under the lock;
+// the task moves `moving` chunk by chunk and, once a version is through,
+// swaps in the pending one (a newer push has overwritten any version that
+// had not started to move: superseded).  Receiver: three buffers.  The task
+// fills one; a complete version is swapped into `ready`; poll swaps `ready`
+// with the one it copies out of, so the caller never reads a buffer the
+// task writes, and only whole versions are ever seen, newest first.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/operation.h"
+
+namespace tern {
+
+// The operation kind of a weight stream's messages (id 32; see kinds.cc for
+// the collectives' ids).  Descriptor fields: root = stream id, count = chunk
+// bytes, seq = version, dtype = chunk flags.
+constexpr uint8_t kWeightStreamKind = 32;
+constexpr uint8_t kChunkLast = 1;   // the version's last chunk
+constexpr uint8_t kChunkClose = 2;  // no payload: the sender closed the stream
+const OpKindInfo& weightStreamKind();
+
+// The tensors' layout in one flat buffer (each tensor starts 64-aligned).
+struct StreamShape {
+  std::vector<size_t> offset, bytes;
+  size_t total = 0;
+};
+
+struct SendSide {
+  std::mutex mu;                    // bufs[pending], the fields below
+  std::vector<char> bufs[2];
+  int moving = 0;                   // bufs[moving]: the version on the wire
+  long long movingVersion = -1, pendingVersion = -1;  // -1: none
+  long long lastPushed = -1;
+  bool opActive = false;            // a sender operation is admitted
+  bool closing = false, closeSent = false;
+  OpPtr op;                         // the admitted one (Close waits on it)
+};
+
+struct RecvSide {
+  std::mutex mu;                    // ready, readyVersion (the engine's swap)
+  std::condition_variable arrived;  // a version became ready
+  std::vector<char> bufs[3];
+  int fill = 0, ready = 1, read = 2;
+  long long readyVersion = -1, readVersion = -1;
+  std::mutex readMu;                // the buffer a poll copies out of
+  std::atomic<bool> abandoned{false};  // Close timed out: the receiver stops draining
+  OpPtr op;                         // the standing receiver
+};
+
+struct StreamState {
+  int id = 0, rank = 0, peer = 0, sender = 0, level = 0;
+  size_t chunkBytes = 1 << 20;
+  StreamShape shape;
+  SendSide send;
+  RecvSide recv;
+  bool isSender() const { return rank == sender; }
+};
+
+}  // namespace tern

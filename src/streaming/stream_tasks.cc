@@ -1,0 +1,222 @@
+// The weight stream's operation kind and its two tasks.  Both run on the
+// executor's thread as unordered operations (engine/operation.h): every
+// chunk is a whole message with its own descriptor (a reframing phase), so
+// it slips in between other operations' messages on the level's stream to
+// the peer and never splits one.
+#include "streaming/stream_tasks.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace tern {
+
+namespace {
+
+std::string describeChunk(const OpDesc& d) {
+  std::string s = "weight stream " + std::to_string(d.root);
+  if (d.dtype & kChunkClose) s = "close of " + s;
+  else s += " chunk of " + std::to_string(d.count) + " bytes of version " + std::to_string(d.seq);
+  return s + " at priority level " + std::to_string(d.level);
+}
+
+OpKindInfo makeKind() {
+  OpKindInfo k;
+  k.id = kWeightStreamKind;
+  k.name = "weight stream";
+  k.match = OpKindInfo::kRoot;  // the stream id; chunk size, version and flags vary
+  k.interleaved = true;
+  k.describe = describeChunk;
+  return k;
+}
+
+const OpKindInfo kKind = makeKind();
+const bool registered = registerOpKind(kKind);
+
+// Sender: moves the version in bufs[moving] chunk by chunk; between
+// versions swaps in the newest pushed one; sends the close marker when
+// asked; ends when it has nothing left (the next push admits a new one).
+class SendTask final : public Task {
+ public:
+  SendTask(std::shared_ptr<StreamState> s, OpDesc* d) : s_(std::move(s)), desc_(d) {}
+
+  ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
+    *more = true;
+    ph->what = "weight stream";
+    SendSide& ss = s_->send;
+    if (ss.movingVersion >= 0 && off_ < s_->shape.total) return chunk(x, ph);
+    std::unique_lock<std::mutex> lk(ss.mu, std::try_to_lock);
+    if (!lk) {  // a push is copying its snapshot: ask again next round
+      ph->listening = true;
+      return ternSuccess;
+    }
+    if (ss.pendingVersion >= 0) {
+      ss.moving ^= 1;
+      ss.movingVersion = ss.pendingVersion;
+      ss.pendingVersion = -1;
+      off_ = 0;
+      return chunk(x, ph);
+    }
+    ss.movingVersion = -1;
+    if (ss.closing && !ss.closeSent) {
+      ss.closeSent = true;
+      return closeMarker(x, ph);
+    }
+    ss.opActive = false;  // the next push admits a new operation
+    *more = false;
+    return ternSuccess;
+  }
+
+ private:
+  ternResult_t chunk(const PlanCtx& x, Phase* ph) {
+    const size_t total = s_->shape.total, n = std::min(s_->chunkBytes, total - off_);
+    desc_->count = n;
+    desc_->seq = static_cast<uint64_t>(s_->send.movingVersion);
+    desc_->dtype = off_ + n == total ? kChunkLast : 0;
+    ph->reframe = true;
+    ph->progs.resize(1);
+    const char* src = s_->send.bufs[s_->send.moving].data() + off_;
+    ph->progs[0].addTransfer(nullptr, x.conn(s_->peer), src, nullptr, n);
+    off_ += n;
+    return ternSuccess;
+  }
+
+  ternResult_t closeMarker(const PlanCtx& x, Phase* ph) {
+    desc_->count = 0;
+    desc_->dtype = kChunkClose;
+    ph->reframe = true;
+    ph->progs.resize(1);
+    Step s;
+    s.out = x.conn(s_->peer);
+    ph->progs[0].steps.push_back(s);  // zero bytes: the descriptor alone
+    return ternSuccess;
+  }
+
+  std::shared_ptr<StreamState> s_;
+  OpDesc* desc_;    // its operation's: each chunk's descriptor says what it is
+  size_t off_ = 0;  // bytes of the moving version sent
+};
+
+// Receiver (standing): whenever the stream to the sender is between
+// messages and the one at its head is this stream's, reads it into the
+// fill buffer; a version's last chunk makes it the ready one.  Anything else
+// at the head belongs to another reader (a collective, another stream).
+class RecvTask final : public Task {
+ public:
+  RecvTask(std::shared_ptr<StreamState> s, OpDesc* d) : s_(std::move(s)), desc_(d) {}
+
+  ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
+    *more = true;
+    ph->what = "weight stream";
+    if (landed_) publish();
+    if (closed_ || s_->recv.abandoned.load()) {
+      *more = false;
+      return ternSuccess;
+    }
+    Conn* c = x.conn(s_->peer);
+    TERN_CHECK(c->activate());
+    if (c->needsProgress()) {
+      bool moved = false;
+      TERN_CHECK(c->progress(&moved));
+    }
+    OpDesc d;
+    const char* p;
+    if (c->reader == nullptr && peekDesc(c, &d)) {
+      if (d.kind == kWeightStreamKind && static_cast<int>(d.root) == s_->id) return take(x, ph, c, d);
+    } else if (c->reader == nullptr && c->gone && c->recvAvail(&p) == 0) {
+      return setError(ternRemoteError,
+                      "rank " + std::to_string(s_->rank) + ": rank " + std::to_string(s_->peer) +
+                          ", the sender of weight stream " + std::to_string(s_->id) +
+                          ", exited or failed before closing it");
+    }
+    ph->listening = true;
+    return ternSuccess;
+  }
+
+ private:
+  ternResult_t take(const PlanCtx& x, Phase* ph, Conn* c, const OpDesc& d) {
+    TERN_LOG(Trace, "takes %s", describe(d).c_str());
+    desc_->count = d.count;
+    desc_->seq = d.seq;
+    desc_->dtype = d.dtype;
+    ph->reframe = true;
+    ph->progs.resize(1);
+    if (d.dtype & kChunkClose) {
+      closed_ = true;
+      Step s;
+      s.in = c;
+      ph->progs[0].steps.push_back(s);  // reads the marker's descriptor
+      return ternSuccess;
+    }
+    const long long v = static_cast<long long>(d.seq);
+    const size_t total = s_->shape.total;
+    if (v != fillVersion_ && off_ != 0)
+      return malformed(d, "began before version " + std::to_string(fillVersion_) + " was complete");
+    fillVersion_ = v;
+    const bool last = off_ + d.count == total;
+    if (d.count == 0 || off_ + d.count > total || last != ((d.dtype & kChunkLast) != 0))
+      return malformed(d, "does not fit the stream's " + std::to_string(total) + " bytes at offset " +
+                              std::to_string(off_));
+    char* dst = s_->recv.bufs[s_->recv.fill].data() + off_;
+    ph->progs[0].addTransfer(c, nullptr, nullptr, dst, d.count);
+    (void)x;
+    off_ += d.count;
+    landed_ = last;
+    return ternSuccess;
+  }
+
+  ternResult_t malformed(const OpDesc& d, const std::string& why) {
+    return setError(ternRemoteError, "rank " + std::to_string(s_->rank) + " received " + describe(d) +
+                                         " from rank " + std::to_string(s_->peer) + " that " + why +
+                                         ": the stream is out of step");
+  }
+
+  // The version in the fill buffer is complete: it becomes the ready one
+  // (a ready one nobody polled is superseded; its buffer is filled next).
+  void publish() {
+    RecvSide& rs = s_->recv;
+    {
+      std::lock_guard<std::mutex> lk(rs.mu);
+      std::swap(rs.fill, rs.ready);
+      rs.readyVersion = fillVersion_;
+    }
+    rs.arrived.notify_all();
+    TERN_LOG(Trace, "weight stream %d: version %lld arrived", s_->id, fillVersion_);
+    off_ = 0;
+    landed_ = false;
+  }
+
+  std::shared_ptr<StreamState> s_;
+  OpDesc* desc_;
+  long long fillVersion_ = -1;
+  size_t off_ = 0;       // bytes of fillVersion_ received
+  bool landed_ = false;  // the last phase completed fillVersion_
+  bool closed_ = false;  // the sender's close marker was read
+};
+
+}  // namespace
+
+const OpKindInfo& weightStreamKind() {
+  (void)registered;
+  return kKind;
+}
+
+OpPtr makeStreamOp(Executor& engine, const std::shared_ptr<StreamState>& s, int rank) {
+  OpPtr op = engine.newOperation();
+  op->level = s->level;
+  op->collective = false;
+  op->unordered = true;
+  op->standing = !s->isSender();  // the receiver drains whatever arrives, while open
+  OpDesc& d = op->desc;
+  d.magic = kDescMagic;
+  d.kind = weightStreamKind().id;
+  d.level = static_cast<uint8_t>(s->level);
+  d.root = s->id;
+  d.rank = rank;
+  if (s->isSender()) op->task = std::make_unique<SendTask>(s, &d);
+  else op->task = std::make_unique<RecvTask>(s, &d);
+  return op;
+}
+
+}  // namespace tern
