@@ -75,7 +75,7 @@ void Trace::completed(const Operation& op) {
     return;
   }
   // peer: p2p's other rank (desc.root), -1 for collectives without a root.
-  done_.push_back(Event{opKindName(op.desc.kind), bytesOf(op), op.desc.seq, op.level,
+  done_.push_back(Event{opKind(op.desc.kind).name, bytesOf(op), op.desc.seq, op.level,
                         op.desc.root, static_cast<int>(op.result), issue, start, end});
 }
 

@@ -17,9 +17,10 @@ from .cost import Cost
 from .data import Batches
 from .events import EventLog
 from .links import CONTROL_LEVEL, Link, at_level
+from .migration import Migrator, plan_partitions
 from .model import even_partition, make_layers, partition_bounds, state_dict
 from .replan import FIELDS, Replanner
-from .schedule import FORWARD, kfkb_order
+from .schedule import BACKWARD, FORWARD, kfkb_order
 from .stage import Stage
 
 PROBE_SMALL = 8            # bytes: latency
@@ -33,16 +34,36 @@ class StageRuntime:
         torch.manual_seed(cfg.seed)
         self.cfg, self.comm, self.rank, self.p = cfg, comm, rank, cfg.stages
         self.partition = list(cfg.partition or even_partition(cfg.layers, cfg.stages))
+        # Every stage knows every batch's partition (migrations come from the run's
+        # config); a migration's own two stages also move the layers (migration.py).
+        self.partitions = plan_partitions(self.partition, cfg.migrate, cfg.iterations)
         first, end = partition_bounds(self.partition)[rank]
         self.log = EventLog(rank)
         self.stage = Stage(rank, self.p, make_layers(range(first, end), cfg.layers, cfg.width, cfg.seed), cfg, self.log)
         self.data = Batches(cfg.data, cfg.batch, cfg.width, cfg.seed)
-        self.up = Link(comm, rank - 1, self.log, "send_grad", "recv_act") if rank > 0 else None
-        self.down = Link(comm, rank + 1, self.log, "send_act", "recv_grad") if rank + 1 < self.p else None
+        self.up = self._link(rank - 1) if rank > 0 else None
+        self.down = self._link(rank + 1) if rank + 1 < self.p else None
+        if cfg.migrate and cfg.schedule != "flush":
+            raise ValueError("live migration runs under --schedule flush here (async is not built yet).")
+        self.migrator = Migrator(self, cfg.migrate)
         self.replanner = Replanner(cfg) if rank == 0 else None
         self.plan_by_iter, self.predicted_ms, self.partition_by_iter = [], [], []
         self.starts, self.ends, self.losses = [], [], []
         self.cost = self._calibrate() if cfg.schedule == "flush" else None
+
+    def _link(self, peer):
+        return Link(self.comm, peer, self.log, *(("send_grad", "recv_act") if peer < self.rank
+                                                   else ("send_act", "recv_grad")))
+
+    def replace_link(self, peer):
+        """A migration's completion: the pair's connection is replaced by a new one."""
+        old = self.up if peer < self.rank else self.down
+        old.drain()
+        old.close()
+        if peer < self.rank:
+            self.up = self._link(peer)
+        else:
+            self.down = self._link(peer)
 
     def _calibrate(self):
         """{"fwd"|"bwd": Cost} from one micro-batch of 1 sample and one of the whole batch."""
@@ -59,6 +80,7 @@ class StageRuntime:
             else:
                 self._run_async()
         finally:
+            self.migrator.close()
             for link in (self.up, self.down):
                 if link:
                     link.close()
@@ -69,6 +91,8 @@ class StageRuntime:
             m, k = self.cfg.sweep[0]
         for it in range(self.cfg.iterations):
             self._set_emulation(it)
+            self.partition = list(self.partitions[it])
+            self.migrator.begin_batch(it)
             self.plan_by_iter.append([m, k])
             self.predicted_ms.append(predicted)
             self.partition_by_iter.append(list(self.partition))
@@ -82,8 +106,13 @@ class StageRuntime:
         size = self.cfg.batch // m
         self.stage.loss_sum = 0.0
         start = time.monotonic()
-        for kind, i in kfkb_order(m, k, self.p, self.rank):
+        order = kfkb_order(m, k, self.p, self.rank)
+        for kind, i in order:
             sl = slice(i * size, (i + 1) * size)
+            if (kind, i) == (FORWARD, 0):
+                self.migrator.before_forward(it)
+            elif (kind, i) == (BACKWARD, 0):
+                self.migrator.before_backward(it)
             if kind == FORWARD:
                 self._forward((it, i), it, i, x[sl], y[sl], size)
             else:
@@ -93,6 +122,7 @@ class StageRuntime:
                 link.drain()  # the batch's transfers are part of its time
         end = time.monotonic()
         self.stage.step(it)
+        self.migrator.after_step(it)
         self.starts.append(start)
         self.ends.append(end)
         self.losses.append(self.stage.loss_sum if self.stage.last else None)
@@ -225,7 +255,8 @@ class StageRuntime:
                 "partition_by_iter": self.partition_by_iter,
                 "weight_versions_ok": self.stage.weight_versions_ok(),
                 "version_checks": len(self.stage.version_checks),
-                "decisions": self.replanner.decisions if self.replanner else []}
+                "decisions": self.replanner.decisions if self.replanner else [],
+                "migrations": self.migrator.done}
 
     def save(self, directory):
         torch.save(state_dict(self.stage.layers), os.path.join(directory, f"stage{self.rank}.pt"))
