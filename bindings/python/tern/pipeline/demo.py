@@ -17,6 +17,7 @@ from .config import Config
 from .data import load
 from .launch import run
 from .migration import plan_partitions
+from .migration_async import async_switch_batch, check_async
 from .model import even_partition
 
 
@@ -72,7 +73,7 @@ def parser():
     p.add_argument("--no-stash", action="store_true", help="async without weight stashing (to see the check fail)")
     p.add_argument("--migrate", action="append", default=[], metavar="ITER:FROM:TO:NLAYERS", type=_migration,
                    help="live migration: at batch ITER, stage FROM starts moving NLAYERS layers to its neighbour "
-                        "TO (flush; repeatable; pairs migrating at once must be disjoint)")
+                        "TO, training on (repeatable; pairs migrating at once must be disjoint)")
     p.add_argument("--timeout", type=float, default=60.0, help="tern's timeout in seconds (a dead stage)")
     return p
 
@@ -120,10 +121,11 @@ def config_of(args, p):
             p.error(f"--emulate-link {it}:{gbps} needs an iteration >= 0 and a rate >= 0 Gbit/s.")
     if not args.replan_threshold > 0:
         p.error(f"--replan-threshold must be a positive fraction, not {args.replan_threshold}.")
-    if args.migrate and args.schedule != "flush":
-        p.error("--migrate runs under --schedule flush here (live migration under async is not built yet).")
     try:
-        plan_partitions(partition or even_partition(args.layers, args.stages), args.migrate, args.iterations)
+        if args.schedule == "async":
+            check_async(args.migrate, m, args.stages, args.iterations)
+        plan_partitions(partition or even_partition(args.layers, args.stages), args.migrate, args.iterations,
+                        *([async_switch_batch(m)] if args.schedule == "async" else []))
     except ValueError as e:
         p.error(str(e))
     features = None

@@ -52,16 +52,10 @@ def switch_batch(k, src, dst):
     return k + 1 if src < dst else k + 2
 
 
-def moving_layers(partition, src, dst, n):
-    """Global indices of the n layers that move from src to dst."""
-    first = sum(partition[:src])
-    end = first + partition[src]
-    return list(range(end - n, end)) if dst > src else list(range(first, first + n))
-
-
-def plan_partitions(initial, migrations, iterations):
-    """The partition of every batch for migrations [[k, from, to, n], ...];
-    ValueError with a sentence when one cannot run as asked."""
+def plan_partitions(initial, migrations, iterations, switch_batch=switch_batch):
+    """The partition of every batch for migrations [[k, from, to, n], ...]
+    (a batch's partition: that of its first forward); ValueError with a
+    sentence when one cannot run as asked."""
     busy = {}  # stage -> the batch its current migration completes
     partition, out = list(initial), []
     pending = sorted(migrations, key=lambda m: m[0])
@@ -101,97 +95,87 @@ class Migration:
         self.switch = switch_batch(k, src, dst)
         self.msg_on_forward = src < dst  # step 1: before the forward (FROM before TO) or the backward
         self.layers, self.indices, self.link, self.stream, self.arrays = None, [], None, None, None
+        self.installed = None  # TO: the last version installed (async keeps its own updates on top)
 
     def record(self):
         return {"from": self.src, "to": self.dst, "layers": self.indices,
                 "message_iter": self.k, "done_iter": self.switch}
 
 
-class Migrator:
-    """A stage's migrations: the runtime calls the hooks at its points of a batch."""
+class Steps:
+    """The protocol's steps on one stage, whatever the schedule: the subclass
+    calls them at the schedule's points.  `at` is (iteration, micro) for the
+    event log, plus extras (`n`, the async micro-batch number)."""
 
-    def __init__(self, runtime, migrations):
-        self.rt = runtime
-        self.todo = [Migration(k, src, dst, n, runtime.rank) for k, src, dst, n in migrations
-                     if runtime.rank in (src, dst)]
+    def __init__(self, runtime, migrations, make, eager_open):
+        self.rt, self.eager_open = runtime, eager_open
+        self.todo = [make(*mig, runtime.rank) for mig in migrations if runtime.rank in mig[1:3]]
         self.active, self.done = [], []
 
-    # ---- hooks ----
+    def message(self, m, at):
+        """Steps 1-2: FROM sends the message; TO receives it, instantiates the
+        layers; both open the weight stream (a handshake).  Under flush both
+        ends meet at the same point of their batch; under async FROM opens at
+        its first push instead, since TO reaches the message after work it
+        needs from FROM."""
+        rt = self.rt
+        self.todo.remove(m)
+        m.link = Link(rt.comm, m.peer, rt.log, "mig_msg", "mig_msg", level=MIGRATION_LEVEL)
+        if m.outgoing:
+            # Moving right: the stage's last layers; moving left: its first ones.
+            m.layers = rt.stage.layers[-m.n:] if m.dst > m.src else rt.stage.layers[:m.n]
+            m.link.send(_tensor([m.k, m.n, m.layers[0].index]), at[0], at[1])
+        else:
+            k, n, first = (int(v) for v in m.link.recv((3,), at[0], at[1]).numpy())
+            if (k, n) != (m.k, m.n):
+                raise RuntimeError(f"stage {rt.rank}: migration message ({k}, {n}) from stage {m.peer} is not "
+                                   f"the expected ({m.k}, {m.n}).")
+            start = time.monotonic()
+            m.layers = make_layers(range(first, first + n), rt.cfg.layers, rt.cfg.width, rt.cfg.seed)
+            rt.log.add(*at[:2], "mig_prepare", start, time.monotonic(), peer=m.peer,
+                       layers=list(range(first, first + n)), **at[2])
+        m.indices = [layer.index for layer in m.layers]
+        m.arrays = [p.detach().numpy() for layer in m.layers for p in (layer.weight, layer.bias)]
+        if self.eager_open or not m.outgoing:
+            self._open(m)
+        self.active.append(m)
 
-    def before_forward(self, it):
-        """First forward of batch `it`: step 1 (FROM before TO) and FROM's pushes."""
-        self._messages(it, on_forward=True)
-        for m in self.active:
-            if m.outgoing and it == m.k:  # the message's own batch; later forwards: after_step
-                self._push(m, it)
+    def _open(self, m):
+        m.stream = self.rt.comm.weight_stream(m.peer, m.src, m.arrays, priority=STREAM_LEVEL)
+        _fault(self.rt.rank)
 
-    def before_backward(self, it):
-        """First backward of batch `it`: step 1 when FROM stands after TO."""
-        self._messages(it, on_forward=False)
-
-    def after_step(self, it):
-        """After batch `it`'s optimizer step: FROM pushes what its next forward
-        uses as soon as it exists (a push waits for nobody), TO installs it."""
-        for m in self.active:
-            if m.k <= it < m.switch:
-                if m.outgoing:
-                    self._push(m, it + 1)
-                else:
-                    self._install(m, it)
-
-    def begin_batch(self, it):
-        """Step 4 for migrations that complete at this batch (before anything of it runs)."""
-        for m in [m for m in self.active if m.switch == it]:
-            self._complete(m, it)
-
-    # ---- steps ----
-
-    def _messages(self, it, on_forward):
-        for m in [m for m in self.todo if m.k == it and m.msg_on_forward == on_forward]:
-            self.todo.remove(m)
-            rt = self.rt
-            m.link = Link(rt.comm, m.peer, rt.log, "mig_msg", "mig_msg", level=MIGRATION_LEVEL)
-            if m.outgoing:
-                m.layers = [layer for layer in rt.stage.layers
-                            if layer.index in moving_layers(rt.partition, m.src, m.dst, m.n)]
-                m.link.send(_tensor([m.k, m.n, m.layers[0].index]), it, -1)
-            else:
-                k, n, first = (int(v) for v in m.link.recv((3,), it, -1).numpy())
-                if (k, n) != (m.k, m.n):
-                    raise RuntimeError(f"stage {rt.rank}: migration message ({k}, {n}) from stage {m.peer} is not "
-                                       f"the expected ({m.k}, {m.n}).")
-                start = time.monotonic()
-                m.layers = make_layers(range(first, first + n), rt.cfg.layers, rt.cfg.width, rt.cfg.seed)
-                rt.log.add(it, -1, "mig_prepare", start, time.monotonic(), peer=m.peer,
-                           layers=list(range(first, first + n)))
-            m.indices = [layer.index for layer in m.layers]
-            m.arrays = [p.detach().numpy() for layer in m.layers for p in (layer.weight, layer.bias)]
-            m.stream = rt.comm.weight_stream(m.peer, m.src, m.arrays, priority=STREAM_LEVEL)
-            self.active.append(m)
-            _fault(rt.rank)
-
-    def _push(self, m, forward):
+    def push(self, m, version, at):
+        """Step 3, FROM: the moving layers' live weights as `version` (returns at once)."""
+        if m.stream is None:
+            self._open(m)
         start = time.monotonic()
-        m.stream.push(m.arrays, self.rt.stage.version)
-        self.rt.log.add(forward, -1, "mig_push", start, time.monotonic(), peer=m.peer,
-                        version=self.rt.stage.version, layers=m.indices)
+        m.stream.push(m.arrays, version)
+        self.rt.log.add(*at[:2], "mig_push", start, time.monotonic(), peer=m.peer, version=version,
+                        layers=m.indices, **at[2])
 
-    def _install(self, m, backward):
-        """After backward `backward` (and its step): the weights FROM's forward
-        backward+1 uses, version backward+1 (blocking at most tern's timeout)."""
+    def install(self, m, version, at, keep_own):
+        """Step 3, TO: waits (at most tern's timeout) for `version` or newer and
+        installs it.  With keep_own, the updates TO applied itself since the
+        last install (its backwards of micro-batches on the new partition) are
+        kept on top: each gradient is applied once, at FROM or at TO."""
         start = time.monotonic()
-        got = m.stream.wait(m.arrays, backward + 1)
-        self.rt.log.add(backward, -1, "mig_install", start, time.monotonic(), peer=m.peer, version=got,
-                        layers=m.indices)
+        own = [a - b for a, b in zip(m.arrays, m.installed)] if keep_own and m.installed else None
+        got = m.stream.wait(m.arrays, version)
+        m.installed = [a.copy() for a in m.arrays] if keep_own else None
+        if own:
+            for a, d in zip(m.arrays, own):
+                a += d
+        self.rt.log.add(*at[:2], "mig_install", start, time.monotonic(), peer=m.peer, version=got,
+                        layers=m.indices, **at[2])
 
-    def _complete(self, m, it):
+    def complete(self, m, at, switch_layers=True):
+        """Step 4: FROM frees the moved layers, TO has them, the stream and the
+        migration connection close, the pair's connection is replaced."""
         rt, start, moved = self.rt, time.monotonic(), m.indices
         if m.outgoing:
             rt.stage.layers = [layer for layer in rt.stage.layers if layer.index not in moved]  # freed
-        elif m.peer < rt.rank:
-            rt.stage.layers = m.layers + rt.stage.layers
-        else:
-            rt.stage.layers = rt.stage.layers + m.layers
+        elif switch_layers:
+            rt.stage.layers = m.layers + rt.stage.layers if m.peer < rt.rank else rt.stage.layers + m.layers
         m.stream.close()
         m.link.drain()
         m.link.close()
@@ -199,14 +183,49 @@ class Migrator:
         self.active.remove(m)
         if m.outgoing:
             self.done.append(m.record())
-        m.stream, m.link, m.arrays, m.layers = None, None, None, None  # the moved tensors are freed
-        rt.log.add(it, -1, "mig_switch", start, time.monotonic(), peer=m.peer, layers=moved,
-                   outgoing=m.outgoing)
+        m.stream, m.link, m.arrays, m.layers, m.installed = None, None, None, None, None  # the moved tensors go
+        rt.log.add(*at[:2], "mig_switch", start, time.monotonic(), peer=m.peer, layers=moved,
+                   outgoing=m.outgoing, **at[2])
 
     def close(self):
         for m in self.active:
             if m.link:
                 m.link.close()
+
+
+class Migrator(Steps):
+    """A stage's migrations under flush: the runtime calls the hooks at its points of a batch."""
+
+    def __init__(self, runtime, migrations):
+        super().__init__(runtime, migrations, Migration, eager_open=True)
+
+    def before_forward(self, it):
+        """First forward of batch `it`: step 1 (FROM before TO) and FROM's push before it."""
+        for m in [m for m in self.todo if m.k == it and m.msg_on_forward]:
+            self.message(m, (it, -1, {}))
+            if m.outgoing:  # the message's own batch; later forwards: after_step
+                self.push(m, self.rt.stage.version, (it, -1, {}))
+
+    def before_backward(self, it):
+        """First backward of batch `it`: step 1 when FROM stands after TO."""
+        for m in [m for m in self.todo if m.k == it and not m.msg_on_forward]:
+            self.message(m, (it, -1, {}))
+
+    def after_step(self, it):
+        """After batch `it`'s optimizer step: FROM pushes what its next forward
+        uses as soon as it exists (a push waits for nobody), TO installs it
+        (version = optimizer steps = the next batch's number)."""
+        for m in self.active:
+            if m.k <= it < m.switch:
+                if m.outgoing:
+                    self.push(m, self.rt.stage.version, (it + 1, -1, {}))
+                else:
+                    self.install(m, it + 1, (it, -1, {}), keep_own=False)
+
+    def begin_batch(self, it):
+        """Step 4 for migrations that complete at this batch (before anything of it runs)."""
+        for m in [m for m in self.active if m.switch == it]:
+            self.complete(m, (it, -1, {}))
 
 
 def _fault(rank):

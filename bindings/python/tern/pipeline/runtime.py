@@ -18,6 +18,7 @@ from .data import Batches
 from .events import EventLog
 from .links import CONTROL_LEVEL, Link, at_level
 from .migration import Migrator, plan_partitions
+from .migration_async import AsyncMigrator, async_switch_batch
 from .model import even_partition, make_layers, partition_bounds, state_dict
 from .replan import FIELDS, Replanner
 from .schedule import BACKWARD, FORWARD, kfkb_order
@@ -36,16 +37,15 @@ class StageRuntime:
         self.partition = list(cfg.partition or even_partition(cfg.layers, cfg.stages))
         # Every stage knows every batch's partition (migrations come from the run's
         # config); a migration's own two stages also move the layers (migration.py).
-        self.partitions = plan_partitions(self.partition, cfg.migrate, cfg.iterations)
+        self.partitions = plan_partitions(self.partition, cfg.migrate, cfg.iterations,
+                                          *([async_switch_batch(cfg.microbatches)] if cfg.schedule == "async" else []))
         first, end = partition_bounds(self.partition)[rank]
         self.log = EventLog(rank)
         self.stage = Stage(rank, self.p, make_layers(range(first, end), cfg.layers, cfg.width, cfg.seed), cfg, self.log)
         self.data = Batches(cfg.data, cfg.batch, cfg.width, cfg.seed)
         self.up = self._link(rank - 1) if rank > 0 else None
         self.down = self._link(rank + 1) if rank + 1 < self.p else None
-        if cfg.migrate and cfg.schedule != "flush":
-            raise ValueError("live migration runs under --schedule flush here (async is not built yet).")
-        self.migrator = Migrator(self, cfg.migrate)
+        self.migrator = (Migrator if cfg.schedule == "flush" else AsyncMigrator)(self, cfg.migrate)
         self.replanner = Replanner(cfg) if rank == 0 else None
         self.plan_by_iter, self.predicted_ms, self.partition_by_iter = [], [], []
         self.starts, self.ends, self.losses = [], [], []
@@ -139,12 +139,16 @@ class StageRuntime:
             if it not in batches:  # this stage's first op of batch `it`
                 self._set_emulation(it)
                 batches[it] = self.data.get(it)
+                self.partition = list(self.partitions[it])
             x, y = batches[it]
             sl = slice(i * size, (i + 1) * size)
             if kind == FORWARD:
-                self._forward(n, it, i, x[sl], y[sl], size)
+                self.migrator.before_forward(n, it, i)
+                self._forward(n, it, i, x[sl], y[sl], size, self.migrator.layers_for(n))
             else:
+                self.migrator.before_backward(n, it, i)
                 self._backward(n, it, i, size)
+                self.migrator.after_backward(n, it, i)
                 if i == m - 1:  # the batch's last backward at this stage
                     self.starts.append(self.ends[-1] if self.ends else start)
                     self.ends.append(time.monotonic())
@@ -152,15 +156,15 @@ class StageRuntime:
                     self.stage.loss_sum = 0.0
                     self.plan_by_iter.append([m, 1])
                     self.predicted_ms.append(None)
-                    self.partition_by_iter.append(list(self.partition))
+                    self.partition_by_iter.append(list(self.partitions[it]))
                     batches.pop(it - 1, None)
         for link in (self.up, self.down):
             if link:
                 link.drain()
 
-    def _forward(self, key, it, i, x, y, size):
+    def _forward(self, key, it, i, x, y, size, layers=None):
         inp = x if self.up is None else self.up.recv((size, self.cfg.width), it, i)
-        out = self.stage.forward(key, it, i, inp, y if self.stage.last else None)
+        out = self.stage.forward(key, it, i, inp, y if self.stage.last else None, layers)
         if self.down is not None:
             self.down.send(out, it, i)
 
