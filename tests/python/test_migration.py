@@ -135,12 +135,14 @@ def test_two_disjoint_pairs_at_once(tmp_path, reference):
         check_timing(tmp_path, *m)
 
 
-def test_a_peer_dying_mid_migration_is_an_error_on_every_stage(tmp_path, monkeypatch):
+@pytest.mark.parametrize("schedule", ["flush", "async"])
+def test_a_peer_dying_mid_migration_is_an_error_on_every_stage(tmp_path, monkeypatch, schedule):
     """Stage 0 (the receiver) dies right after opening the weight stream:
     stage 1 (pushing) and stage 2 (not in the migration) fail on their own,
     within the timeout, nobody hangs or is killed."""
     monkeypatch.setenv("TERN_MIGRATION_FAULT", "0")
-    cfg = Config(stages=3, layers=6, migrate=[[1, 1, 0, 1]], timeout=10, **dict(BASE, iterations=6))
+    cfg = Config(stages=3, layers=6, migrate=[[1, 1, 0, 1]], timeout=10,
+                 **dict(BASE, iterations=6, schedule=schedule))
     t0 = time.monotonic()
     with pytest.raises(RuntimeError) as err:
         run(cfg, str(tmp_path))
