@@ -40,7 +40,7 @@ migration at a time (checked by `plan_partitions`).
 import os
 import time
 
-from .links import Link
+from .links import Link, at_level
 from .model import make_layers
 
 MIGRATION_LEVEL = 1  # the migration message: control, ahead of the activations (level 2)
@@ -111,6 +111,9 @@ class Steps:
         self.rt, self.eager_open = runtime, eager_open
         self.todo = [make(*mig, runtime.rank) for mig in migrations if runtime.rank in mig[1:3]]
         self.active, self.done = [], []
+        if runtime.comm is not None:
+            for peer in sorted({m.peer for m in self.todo}):
+                warm_levels(runtime.comm, runtime.rank, peer)
 
     def message(self, m, at):
         """Steps 1-2: FROM sends the message; TO receives it, instantiates the
@@ -226,6 +229,19 @@ class Migrator(Steps):
         """Step 4 for migrations that complete at this batch (before anything of it runs)."""
         for m in [m for m in self.active if m.switch == it]:
             self.complete(m, (it, -1, {}))
+
+
+def warm_levels(comm, rank, peer):
+    """Connects the migration's two levels to `peer` at start: tern opens a
+    level's connection on its first use, which costs tens of ms (a socket or
+    shm ring and its handshake) that would otherwise land inside the
+    migration's batches.  One float each way, the lower rank sending first."""
+    import numpy as np
+    buf = np.zeros(1, np.float32)
+    for level in (MIGRATION_LEVEL, STREAM_LEVEL):
+        with at_level(level):
+            for sending in ((True, False) if rank < peer else (False, True)):
+                (comm.send if sending else comm.recv)(buf, peer)
 
 
 def _fault(rank):
