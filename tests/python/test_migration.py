@@ -12,6 +12,8 @@ and live layer migration (seed 000)"), both schedules:
   partition, backwards on their forward's), every backward on its forward's
   weight version, no micro-batch dropped or repeated, the micro-batch
   offsets of the protocol;
+- --rebalance: a layer moved off a slowed stage, decided and logged with
+  the planner's predicted gain, bitwise equal to the run without it;
 - the demo CLI and its refusals.
 """
 import json
@@ -171,6 +173,7 @@ def test_demo_cli_migrates(tmp_path):
     (["--migrate", "2:2:1:1"], "after the last of --iterations 3"),
     (["--migrate", "0:1:2:1", "--migrate", "0:1:0:1"], "pairs migrating at once must be disjoint"),
     (["--migrate", "1:0:1"], "must look like ITER:FROM:TO:NLAYERS"),
+    (["--rebalance", "--schedule", "async", "--microbatches", "4"], "only --schedule flush has"),
     (["--migrate", "0:0:1:1", "--schedule", "async", "--microbatches", "4"], "under async it spans micro-batches -1..3"),
 ])
 def test_bad_migrations_are_refused_with_a_sentence(flags, sentence, capsys, tmp_path):
@@ -249,3 +252,23 @@ def test_async_two_disjoint_pairs_at_once(tmp_path):
     for mig in migs:
         check_async_run(tmp_path, rep, 4, 4, 4, mig)
     assert rep["partition_by_iter"] == [[2, 2, 2, 2]] * 2 + [[1, 3, 3, 1]] * 2
+
+
+# ---- --rebalance ----
+
+def test_rebalance_moves_a_layer_off_the_slowed_stage(tmp_path):
+    """Stage 1 slowed 4x: the planner's model predicts a gain for moving one
+    of its layers to a neighbour, the move is made live (and logged with the
+    prediction), and the run's weights stay bitwise those of the same run
+    without rebalancing."""
+    cfg = dict(BASE, width=512, iterations=8, slow={"1": 4.0})
+    rep = run(Config(stages=3, layers=6, rebalance=True, rebalance_threshold=0.05, **cfg), str(tmp_path / "re"))
+    moves = [e for e in rep["rebalance"] if e["action"] == "move"]
+    assert moves, rep["rebalance"]
+    assert all(e["predicted_gain"] > 1.05 and e["best_move"][0] == 1 for e in moves)
+    assert len(rep["rebalance"]) == 7  # every boundary evaluated and logged, moves and holds
+    (mig,) = rep["migrations"]
+    assert mig["from"] == 1 and mig["to"] in (0, 2) and mig["message_iter"] == moves[0]["iteration"] + 1
+    assert rep["partition_by_iter"][-1][1] == 1
+    run(Config(stages=3, layers=6, **cfg), str(tmp_path / "plain"))
+    assert_bitwise(tmp_path / "re", tmp_path / "plain")

@@ -74,6 +74,10 @@ def parser():
     p.add_argument("--migrate", action="append", default=[], metavar="ITER:FROM:TO:NLAYERS", type=_migration,
                    help="live migration: at batch ITER, stage FROM starts moving NLAYERS layers to its neighbour "
                         "TO, training on (repeatable; pairs migrating at once must be disjoint)")
+    p.add_argument("--rebalance", action="store_true",
+                   help="move layers off a slowed stage to a neighbour when the planner's model predicts a gain (flush)")
+    p.add_argument("--rebalance-threshold", type=float, default=0.15,
+                   help="the predicted gain a move needs (default 0.15: 15%%)")
     p.add_argument("--timeout", type=float, default=60.0, help="tern's timeout in seconds (a dead stage)")
     return p
 
@@ -121,6 +125,8 @@ def config_of(args, p):
             p.error(f"--emulate-link {it}:{gbps} needs an iteration >= 0 and a rate >= 0 Gbit/s.")
     if not args.replan_threshold > 0:
         p.error(f"--replan-threshold must be a positive fraction, not {args.replan_threshold}.")
+    if args.rebalance and args.schedule != "flush":
+        p.error("--rebalance decides at batch boundaries, which only --schedule flush has.")
     try:
         if args.schedule == "async":
             check_async(args.migrate, m, args.stages, args.iterations)
@@ -141,6 +147,7 @@ def config_of(args, p):
                   data=args.data, partition=partition, slow=slow, stash=not args.no_stash,
                   emulate=[list(e) for e in args.emulate_link], replan_threshold=args.replan_threshold,
                   memory_bytes=args.memory_mb * 2**20, timeout=args.timeout, migrate=args.migrate,
+                  rebalance=args.rebalance, rebalance_threshold=args.rebalance_threshold,
                   transport="" if args.transport == "auto" else args.transport)
 
 

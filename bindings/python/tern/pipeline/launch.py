@@ -98,5 +98,6 @@ def _report(cfg, summaries):
             "version_checks": sum(s["version_checks"] for s in summaries),
             "loss": tail["losses"],
             "decisions": head["decisions"],
+            "rebalance": head["rebalance"],
             "schedule": cfg.schedule, "stages": cfg.stages, "layers": cfg.layers, "width": cfg.width,
             "batch": cfg.batch}

@@ -107,13 +107,23 @@ class Steps:
     calls them at the schedule's points.  `at` is (iteration, micro) for the
     event log, plus extras (`n`, the async micro-batch number)."""
 
-    def __init__(self, runtime, migrations, make, eager_open):
-        self.rt, self.eager_open = runtime, eager_open
+    def __init__(self, runtime, migrations, make, eager_open, neighbours=False):
+        """neighbours: connect the migration levels to both neighbours (a
+        policy may start a migration with either later)."""
+        self.rt, self.eager_open, self.make = runtime, eager_open, make
         self.todo = [make(*mig, runtime.rank) for mig in migrations if runtime.rank in mig[1:3]]
         self.active, self.done = [], []
+        peers = {m.peer for m in self.todo}
+        if neighbours:
+            peers |= {p for p in (runtime.rank - 1, runtime.rank + 1) if 0 <= p < runtime.p}
         if runtime.comm is not None:
-            for peer in sorted({m.peer for m in self.todo}):
+            for peer in sorted(peers):
                 warm_levels(runtime.comm, runtime.rank, peer)
+
+    def add(self, mig):
+        """A migration decided during the run (--rebalance), before its message batch."""
+        if self.rt.rank in mig[1:3]:
+            self.todo.append(self.make(*mig, self.rt.rank))
 
     def message(self, m, at):
         """Steps 1-2: FROM sends the message; TO receives it, instantiates the
@@ -200,7 +210,7 @@ class Migrator(Steps):
     """A stage's migrations under flush: the runtime calls the hooks at its points of a batch."""
 
     def __init__(self, runtime, migrations):
-        super().__init__(runtime, migrations, Migration, eager_open=True)
+        super().__init__(runtime, migrations, Migration, eager_open=True, neighbours=runtime.cfg.rebalance)
 
     def before_forward(self, it):
         """First forward of batch `it`: step 1 (FROM before TO) and FROM's push before it."""

@@ -17,9 +17,10 @@ from .cost import Cost
 from .data import Batches
 from .events import EventLog
 from .links import CONTROL_LEVEL, Link, at_level
-from .migration import Migrator, plan_partitions
+from .migration import Migrator, plan_partitions, switch_batch
 from .migration_async import AsyncMigrator, async_switch_batch
 from .model import even_partition, make_layers, partition_bounds, state_dict
+from .rebalance import Rebalancer
 from .replan import FIELDS, Replanner
 from .schedule import BACKWARD, FORWARD, kfkb_order
 from .stage import Stage
@@ -35,6 +36,7 @@ class StageRuntime:
         torch.manual_seed(cfg.seed)
         self.cfg, self.comm, self.rank, self.p = cfg, comm, rank, cfg.stages
         self.partition = list(cfg.partition or even_partition(cfg.layers, cfg.stages))
+        self.initial, self.migrations = list(self.partition), [list(m) for m in cfg.migrate]
         # Every stage knows every batch's partition (migrations come from the run's
         # config); a migration's own two stages also move the layers (migration.py).
         self.partitions = plan_partitions(self.partition, cfg.migrate, cfg.iterations,
@@ -47,6 +49,7 @@ class StageRuntime:
         self.down = self._link(rank + 1) if rank + 1 < self.p else None
         self.migrator = (Migrator if cfg.schedule == "flush" else AsyncMigrator)(self, cfg.migrate)
         self.replanner = Replanner(cfg) if rank == 0 else None
+        self.rebalancer = Rebalancer(self.replanner, cfg.rebalance_threshold) if rank == 0 and cfg.rebalance else None
         self.plan_by_iter, self.predicted_ms, self.partition_by_iter = [], [], []
         self.starts, self.ends, self.losses = [], [], []
         self.cost = self._calibrate() if cfg.schedule == "flush" else None
@@ -193,15 +196,31 @@ class StageRuntime:
         start = time.monotonic()
         row = self._measure(it, m)
         rows = self._gather(row)
-        decision = np.zeros(3, np.float64)
+        decision = np.array([0, 0, 0, -1, -1, 0], np.float64)  # m, K, predicted ms; a layer move: from, to, n
         forced = self.cfg.sweep[(it + 1) % len(self.cfg.sweep)] if self.cfg.sweep else None
         if self.rank == 0:
-            decision[:] = self.replanner.decide(it, self.partition, rows, (m, k), forced)
+            decision[:3] = self.replanner.decide(it, self.partition, rows, (m, k), forced)
+            if self.rebalancer:
+                move = self.rebalancer.decide(it, self.partition, rows, m, k, self._idle(it))
+                if move:
+                    decision[3:] = move + (1,)
         if self.comm is not None:
             with at_level(CONTROL_LEVEL):
                 self.comm.broadcast(decision, root=0)
+        if decision[3] >= 0:
+            self._add_migration([it + 1, int(decision[3]), int(decision[4]), int(decision[5])])
         self.log.add(it, -1, "plan", start, time.monotonic(), m=int(decision[0]), k=int(decision[1]))
         return int(decision[0]), int(decision[1]), float(decision[2])
+
+    def _idle(self, it):
+        """No migration in progress, and one started now would complete in the run."""
+        return (all(switch_batch(k, s, d) <= it for k, s, d, _ in self.migrations)
+                and it + 3 < self.cfg.iterations)
+
+    def _add_migration(self, mig):
+        self.migrations.append(mig)
+        self.partitions = plan_partitions(self.initial, self.migrations, self.cfg.iterations)
+        self.migrator.add(mig)
 
     def _measure(self, it, m):
         """This stage's row: compute (the fixed part calibrated, the per-sample
@@ -260,7 +279,8 @@ class StageRuntime:
                 "weight_versions_ok": self.stage.weight_versions_ok(),
                 "version_checks": len(self.stage.version_checks),
                 "decisions": self.replanner.decisions if self.replanner else [],
-                "migrations": self.migrator.done}
+                "migrations": self.migrator.done,
+                "rebalance": self.rebalancer.log if self.rebalancer else []}
 
     def save(self, directory):
         torch.save(state_dict(self.stage.layers), os.path.join(directory, f"stage{self.rank}.pt"))
