@@ -26,8 +26,8 @@ import pytest
 import torch
 
 from tern.pipeline import Config, run
-from tern.pipeline import demo
 from tern.pipeline.migration import switch_batch
+from test_pipeline import test_bad_flags_are_refused_with_a_sentence as refused  # the demo's flag check
 
 BASE = dict(width=64, batch=32, iterations=5, lr=0.1, seed=3, schedule="flush", microbatches=4, k=1)
 
@@ -177,16 +177,7 @@ def test_demo_cli_migrates(tmp_path):
     (["--migrate", "0:0:1:1", "--schedule", "async", "--microbatches", "4"], "under async it spans micro-batches -1..3"),
 ])
 def test_bad_migrations_are_refused_with_a_sentence(flags, sentence, capsys, tmp_path):
-    base = {"--stages": "3", "--layers": "6", "--iterations": "3", "--schedule": "flush", "--seed": "1",
-            "--save": str(tmp_path), "--report": str(tmp_path / "r.json")}
-    argv = []
-    for key, value in base.items():
-        if key not in flags:
-            argv += [key, value]
-    with pytest.raises(SystemExit) as exit_info:
-        demo.main(argv + flags)
-    assert exit_info.value.code == 2
-    assert sentence in capsys.readouterr().err
+    refused(flags + ["--iterations", "3"], sentence, capsys, tmp_path)
 
 
 # ---- async (PipeDream 1F1B with weight stashing) ----

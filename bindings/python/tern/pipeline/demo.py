@@ -168,7 +168,7 @@ def main(argv=None):
           f"final loss {report['loss'][-1]}")
     for m in report["migrations"]:
         print(f"migration: layers {m['layers']} stage {m['from']} -> {m['to']}, message at batch {m['message_iter']}, "
-              f"new partition from batch {m['done_iter']}")
+              f"completed at batch {m['done_iter']}")
     return 0
 
 
