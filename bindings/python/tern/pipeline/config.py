@@ -30,6 +30,9 @@ class Config:
     sweep: list = None               # [[m, K], ...]: run these in turn, one batch each (perf: every candidate measured)
     netns: list = None               # a network namespace per stage (perf: emulated hosts); stages meet at root
     root: str = ""                   # TERN_ROOT (host:port) when netns is given
+    rebalance: bool = False          # move layers off slowed stages (flush), decided with the planner's model
+    rebalance_threshold: float = 0.15  # the predicted gain a move needs
+    migrate: list = dataclasses.field(default_factory=list)  # [[iteration, from, to, nlayers]]: live migrations (flush)
     progress: str = ""               # a file stage 0 rewrites with each finished batch's number (perf scripts)
 
     def slow_factor(self, stage):

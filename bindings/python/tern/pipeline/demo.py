@@ -16,6 +16,9 @@ import sys
 from .config import Config
 from .data import load
 from .launch import run
+from .migration import plan_partitions
+from .migration_async import async_switch_batch, check_async
+from .model import even_partition
 
 
 def _pair(text, shape, kinds):
@@ -26,6 +29,17 @@ def _pair(text, shape, kinds):
     except ValueError:
         raise argparse.ArgumentTypeError(f"must look like {shape} ({kinds[0].__name__}:{kinds[1].__name__}), "
                                          f"not {text!r}.") from None
+
+
+def _migration(text):
+    """ITER:FROM:TO:NLAYERS as four ints; argparse prints the sentence on failure."""
+    try:
+        values = [int(v) for v in text.split(":")]
+        if len(values) == 4:
+            return values
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"must look like ITER:FROM:TO:NLAYERS (four integers), not {text!r}.")
 
 
 def parser():
@@ -57,6 +71,13 @@ def parser():
                    help="re-plan when a link's bandwidth moves by more than this fraction (default 0.3)")
     p.add_argument("--memory-mb", type=float, default=0, help="memory per stage for the planner's max_k (default: RAM)")
     p.add_argument("--no-stash", action="store_true", help="async without weight stashing (to see the check fail)")
+    p.add_argument("--migrate", action="append", default=[], metavar="ITER:FROM:TO:NLAYERS", type=_migration,
+                   help="live migration: at batch ITER, stage FROM starts moving NLAYERS layers to its neighbour "
+                        "TO, training on (repeatable; pairs migrating at once must be disjoint)")
+    p.add_argument("--rebalance", action="store_true",
+                   help="move layers off a slowed stage to a neighbour when the planner's model predicts a gain (flush)")
+    p.add_argument("--rebalance-threshold", type=float, default=0.15,
+                   help="the predicted gain a move needs (default 0.15: 15%%)")
     p.add_argument("--timeout", type=float, default=60.0, help="tern's timeout in seconds (a dead stage)")
     return p
 
@@ -104,6 +125,15 @@ def config_of(args, p):
             p.error(f"--emulate-link {it}:{gbps} needs an iteration >= 0 and a rate >= 0 Gbit/s.")
     if not args.replan_threshold > 0:
         p.error(f"--replan-threshold must be a positive fraction, not {args.replan_threshold}.")
+    if args.rebalance and args.schedule != "flush":
+        p.error("--rebalance decides at batch boundaries, which only --schedule flush has.")
+    try:
+        if args.schedule == "async":
+            check_async(args.migrate, m, args.stages, args.iterations)
+        plan_partitions(partition or even_partition(args.layers, args.stages), args.migrate, args.iterations,
+                        *([async_switch_batch(m)] if args.schedule == "async" else []))
+    except ValueError as e:
+        p.error(str(e))
     features = None
     try:
         features = load(args.data)[0].shape[1]
@@ -116,7 +146,8 @@ def config_of(args, p):
                   schedule=args.schedule, microbatches=m, k=k, plan=args.plan, lr=args.lr, seed=args.seed,
                   data=args.data, partition=partition, slow=slow, stash=not args.no_stash,
                   emulate=[list(e) for e in args.emulate_link], replan_threshold=args.replan_threshold,
-                  memory_bytes=args.memory_mb * 2**20, timeout=args.timeout,
+                  memory_bytes=args.memory_mb * 2**20, timeout=args.timeout, migrate=args.migrate,
+                  rebalance=args.rebalance, rebalance_threshold=args.rebalance_threshold,
                   transport="" if args.transport == "auto" else args.transport)
 
 
@@ -135,6 +166,9 @@ def main(argv=None):
     print(f"{cfg.schedule} {cfg.stages} stages: {len(ms)} batches, median {ms[len(ms) // 2]:.1f} ms, "
           f"plan {report['plan_by_iter'][-1]}, weight_versions_ok {report['weight_versions_ok']}, "
           f"final loss {report['loss'][-1]}")
+    for m in report["migrations"]:
+        print(f"migration: layers {m['layers']} stage {m['from']} -> {m['to']}, message at batch {m['message_iter']}, "
+              f"completed at batch {m['done_iter']}")
     return 0
 
 

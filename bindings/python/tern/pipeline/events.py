@@ -7,7 +7,10 @@ import json
 import threading
 import time
 
-KINDS = ("fwd", "bwd", "send_act", "send_grad", "recv_act", "recv_grad", "opt", "probe", "plan")
+KINDS = ("fwd", "bwd", "send_act", "send_grad", "recv_act", "recv_grad", "opt", "probe", "plan",
+         # live layer migration (migration.py): message, receiver's layers made, weights pushed /
+         # installed, partition switched (FROM frees, TO adds, connections replaced)
+         "mig_msg", "mig_prepare", "mig_push", "mig_install", "mig_switch")
 
 
 class EventLog:

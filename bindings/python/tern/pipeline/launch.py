@@ -92,10 +92,12 @@ def _report(cfg, summaries):
             "partition_by_iter": head["partition_by_iter"],
             "plan_by_iter": head["plan_by_iter"],
             "predicted_ms": head["predicted_ms"],
-            "migrations": [],
+            "migrations": sorted((m for s in summaries for m in s["migrations"]),
+                                 key=lambda m: (m["message_iter"], m["from"])),
             "weight_versions_ok": all(s["weight_versions_ok"] for s in summaries),
             "version_checks": sum(s["version_checks"] for s in summaries),
             "loss": tail["losses"],
             "decisions": head["decisions"],
+            "rebalance": head["rebalance"],
             "schedule": cfg.schedule, "stages": cfg.stages, "layers": cfg.layers, "width": cfg.width,
             "batch": cfg.batch}

@@ -17,9 +17,12 @@ from .cost import Cost
 from .data import Batches
 from .events import EventLog
 from .links import CONTROL_LEVEL, Link, at_level
+from .migration import Migrator, plan_partitions, switch_batch
+from .migration_async import AsyncMigrator, async_switch_batch
 from .model import even_partition, make_layers, partition_bounds, state_dict
+from .rebalance import Rebalancer
 from .replan import FIELDS, Replanner
-from .schedule import FORWARD, kfkb_order
+from .schedule import BACKWARD, FORWARD, kfkb_order
 from .stage import Stage
 
 PROBE_SMALL = 8            # bytes: latency
@@ -33,16 +36,37 @@ class StageRuntime:
         torch.manual_seed(cfg.seed)
         self.cfg, self.comm, self.rank, self.p = cfg, comm, rank, cfg.stages
         self.partition = list(cfg.partition or even_partition(cfg.layers, cfg.stages))
+        self.initial, self.migrations = list(self.partition), [list(m) for m in cfg.migrate]
+        # Every stage knows every batch's partition (migrations come from the run's
+        # config); a migration's own two stages also move the layers (migration.py).
+        self.partitions = plan_partitions(self.partition, cfg.migrate, cfg.iterations,
+                                          *([async_switch_batch(cfg.microbatches)] if cfg.schedule == "async" else []))
         first, end = partition_bounds(self.partition)[rank]
         self.log = EventLog(rank)
         self.stage = Stage(rank, self.p, make_layers(range(first, end), cfg.layers, cfg.width, cfg.seed), cfg, self.log)
         self.data = Batches(cfg.data, cfg.batch, cfg.width, cfg.seed)
-        self.up = Link(comm, rank - 1, self.log, "send_grad", "recv_act") if rank > 0 else None
-        self.down = Link(comm, rank + 1, self.log, "send_act", "recv_grad") if rank + 1 < self.p else None
+        self.up = self._link(rank - 1) if rank > 0 else None
+        self.down = self._link(rank + 1) if rank + 1 < self.p else None
+        self.migrator = (Migrator if cfg.schedule == "flush" else AsyncMigrator)(self, cfg.migrate)
         self.replanner = Replanner(cfg) if rank == 0 else None
+        self.rebalancer = Rebalancer(self.replanner, cfg.rebalance_threshold) if rank == 0 and cfg.rebalance else None
         self.plan_by_iter, self.predicted_ms, self.partition_by_iter = [], [], []
         self.starts, self.ends, self.losses = [], [], []
         self.cost = self._calibrate() if cfg.schedule == "flush" else None
+
+    def _link(self, peer):
+        return Link(self.comm, peer, self.log, *(("send_grad", "recv_act") if peer < self.rank
+                                                   else ("send_act", "recv_grad")))
+
+    def replace_link(self, peer):
+        """A migration's completion: the pair's connection is replaced by a new one."""
+        old = self.up if peer < self.rank else self.down
+        old.drain()
+        old.close()
+        if peer < self.rank:
+            self.up = self._link(peer)
+        else:
+            self.down = self._link(peer)
 
     def _calibrate(self):
         """{"fwd"|"bwd": Cost} from one micro-batch of 1 sample and one of the whole batch."""
@@ -59,6 +83,7 @@ class StageRuntime:
             else:
                 self._run_async()
         finally:
+            self.migrator.close()
             for link in (self.up, self.down):
                 if link:
                     link.close()
@@ -69,6 +94,8 @@ class StageRuntime:
             m, k = self.cfg.sweep[0]
         for it in range(self.cfg.iterations):
             self._set_emulation(it)
+            self.partition = list(self.partitions[it])
+            self.migrator.begin_batch(it)
             self.plan_by_iter.append([m, k])
             self.predicted_ms.append(predicted)
             self.partition_by_iter.append(list(self.partition))
@@ -82,8 +109,13 @@ class StageRuntime:
         size = self.cfg.batch // m
         self.stage.loss_sum = 0.0
         start = time.monotonic()
-        for kind, i in kfkb_order(m, k, self.p, self.rank):
+        order = kfkb_order(m, k, self.p, self.rank)
+        for kind, i in order:
             sl = slice(i * size, (i + 1) * size)
+            if (kind, i) == (FORWARD, 0):
+                self.migrator.before_forward(it)
+            elif (kind, i) == (BACKWARD, 0):
+                self.migrator.before_backward(it)
             if kind == FORWARD:
                 self._forward((it, i), it, i, x[sl], y[sl], size)
             else:
@@ -93,6 +125,7 @@ class StageRuntime:
                 link.drain()  # the batch's transfers are part of its time
         end = time.monotonic()
         self.stage.step(it)
+        self.migrator.after_step(it)
         self.starts.append(start)
         self.ends.append(end)
         self.losses.append(self.stage.loss_sum if self.stage.last else None)
@@ -109,12 +142,16 @@ class StageRuntime:
             if it not in batches:  # this stage's first op of batch `it`
                 self._set_emulation(it)
                 batches[it] = self.data.get(it)
+                self.partition = list(self.partitions[it])
             x, y = batches[it]
             sl = slice(i * size, (i + 1) * size)
             if kind == FORWARD:
-                self._forward(n, it, i, x[sl], y[sl], size)
+                self.migrator.before_forward(n, it, i)
+                self._forward(n, it, i, x[sl], y[sl], size, self.migrator.layers_for(n))
             else:
+                self.migrator.before_backward(n, it, i)
                 self._backward(n, it, i, size)
+                self.migrator.after_backward(n, it, i)
                 if i == m - 1:  # the batch's last backward at this stage
                     self.starts.append(self.ends[-1] if self.ends else start)
                     self.ends.append(time.monotonic())
@@ -122,15 +159,15 @@ class StageRuntime:
                     self.stage.loss_sum = 0.0
                     self.plan_by_iter.append([m, 1])
                     self.predicted_ms.append(None)
-                    self.partition_by_iter.append(list(self.partition))
+                    self.partition_by_iter.append(list(self.partitions[it]))
                     batches.pop(it - 1, None)
         for link in (self.up, self.down):
             if link:
                 link.drain()
 
-    def _forward(self, key, it, i, x, y, size):
+    def _forward(self, key, it, i, x, y, size, layers=None):
         inp = x if self.up is None else self.up.recv((size, self.cfg.width), it, i)
-        out = self.stage.forward(key, it, i, inp, y if self.stage.last else None)
+        out = self.stage.forward(key, it, i, inp, y if self.stage.last else None, layers)
         if self.down is not None:
             self.down.send(out, it, i)
 
@@ -159,15 +196,31 @@ class StageRuntime:
         start = time.monotonic()
         row = self._measure(it, m)
         rows = self._gather(row)
-        decision = np.zeros(3, np.float64)
+        decision = np.array([0, 0, 0, -1, -1, 0], np.float64)  # m, K, predicted ms; a layer move: from, to, n
         forced = self.cfg.sweep[(it + 1) % len(self.cfg.sweep)] if self.cfg.sweep else None
         if self.rank == 0:
-            decision[:] = self.replanner.decide(it, self.partition, rows, (m, k), forced)
+            decision[:3] = self.replanner.decide(it, self.partition, rows, (m, k), forced)
+            if self.rebalancer:
+                move = self.rebalancer.decide(it, self.partition, rows, m, k, self._idle(it))
+                if move:
+                    decision[3:] = move + (1,)
         if self.comm is not None:
             with at_level(CONTROL_LEVEL):
                 self.comm.broadcast(decision, root=0)
+        if decision[3] >= 0:
+            self._add_migration([it + 1, int(decision[3]), int(decision[4]), int(decision[5])])
         self.log.add(it, -1, "plan", start, time.monotonic(), m=int(decision[0]), k=int(decision[1]))
         return int(decision[0]), int(decision[1]), float(decision[2])
+
+    def _idle(self, it):
+        """No migration in progress, and one started now would complete in the run."""
+        return (all(switch_batch(k, s, d) <= it for k, s, d, _ in self.migrations)
+                and it + 3 < self.cfg.iterations)
+
+    def _add_migration(self, mig):
+        self.migrations.append(mig)
+        self.partitions = plan_partitions(self.initial, self.migrations, self.cfg.iterations)
+        self.migrator.add(mig)
 
     def _measure(self, it, m):
         """This stage's row: compute (the fixed part calibrated, the per-sample
@@ -225,7 +278,9 @@ class StageRuntime:
                 "partition_by_iter": self.partition_by_iter,
                 "weight_versions_ok": self.stage.weight_versions_ok(),
                 "version_checks": len(self.stage.version_checks),
-                "decisions": self.replanner.decisions if self.replanner else []}
+                "decisions": self.replanner.decisions if self.replanner else [],
+                "migrations": self.migrator.done,
+                "rebalance": self.rebalancer.log if self.rebalancer else []}
 
     def save(self, directory):
         torch.save(state_dict(self.stage.layers), os.path.join(directory, f"stage{self.rank}.pt"))

@@ -28,10 +28,11 @@ from .model import loss_of
 
 
 class Weights:
-    """A set of weight tensors with the version they hold."""
+    """A set of weight tensors with the version they hold, for these layers
+    (a live migration changes which layers a micro-batch runs through)."""
 
-    def __init__(self, version, tensors):
-        self.version, self.tensors = version, tensors
+    def __init__(self, version, tensors, layers):
+        self.version, self.tensors, self.layers = version, tensors, layers
 
     def checksum(self):
         with torch.no_grad():
@@ -48,16 +49,17 @@ class Stage:
         self.loss_sum = 0.0
         self.slow = cfg.slow_factor(index)
 
-    def params(self):
-        return [p for layer in self.layers for p in (layer.weight, layer.bias)]
+    def params(self, layers=None):
+        return [p for layer in (self.layers if layers is None else layers) for p in (layer.weight, layer.bias)]
 
     # ---- forward / backward ----
 
-    def forward(self, key, iteration, micro, x, labels=None):
-        """Runs the stage on micro-batch x; returns what goes to the next stage
-        (None at the last stage, whose output is the loss)."""
+    def forward(self, key, iteration, micro, x, labels=None, layers=None):
+        """Runs the stage (or `layers`, during a live migration) on micro-batch
+        x; returns what goes to the next stage (None at the last stage, whose
+        output is the loss)."""
         start = time.monotonic()
-        weights = self._forward_weights()
+        weights = self._forward_weights(self.layers if layers is None else layers)
         x = x.detach().requires_grad_(not self.first)
         out = self._run(x, weights)
         if self.last:
@@ -66,7 +68,8 @@ class Stage:
         checksum = weights.checksum() if self.cfg.schedule == "async" else None
         self.inflight[key] = (x, out, weights, weights.version, checksum, labels)
         self._slow_down(start)
-        self.log.add(iteration, micro, "fwd", start, time.monotonic(), version=weights.version, samples=len(x))
+        self.log.add(iteration, micro, "fwd", start, time.monotonic(), version=weights.version, samples=len(x),
+                     layers=[layer.index for layer in weights.layers])
         return None if self.last else out.detach()
 
     def backward(self, key, iteration, micro, grad=None):
@@ -75,7 +78,7 @@ class Stage:
         start = time.monotonic()
         x, out, weights, fwd_version, checksum, labels = self.inflight.pop(key)
         if self.cfg.schedule == "async" and not self.cfg.stash:
-            weights = self._snapshot()  # no stashing: whatever is live now
+            weights = self._snapshot(weights.layers)  # no stashing: whatever is live now
             x = x.detach().requires_grad_(not self.first)
             out = self._run(x, weights)
             if self.last:
@@ -87,7 +90,7 @@ class Stage:
             self._apply(weights)
         self._slow_down(start)
         self.log.add(iteration, micro, "bwd", start, time.monotonic(), version=weights.version,
-                     forward_version=fwd_version, samples=len(x))
+                     forward_version=fwd_version, samples=len(x), layers=[layer.index for layer in weights.layers])
         return None if self.first else x.grad
 
     def step(self, iteration):
@@ -108,7 +111,7 @@ class Stage:
         fastest of `repeats` (on a shared host other work only ever adds
         time), on a throw-away copy of the weights (nothing logged, nothing
         updated), stretched by --slow-stage like the real ops."""
-        weights = self._snapshot()
+        weights = self._snapshot(self.layers)
         fwd, bwd = [], []
         for _ in range(repeats + 1):  # the first is a warm-up
             x = torch.zeros(size, self.cfg.width, requires_grad=not self.first)
@@ -123,25 +126,25 @@ class Stage:
 
     # ---- helpers ----
 
-    def _forward_weights(self):
+    def _forward_weights(self, layers):
         if self.cfg.schedule == "async":
-            return self._snapshot()
-        return Weights(self.version, self.params())
+            return self._snapshot(layers)
+        return Weights(self.version, self.params(layers), layers)
 
-    def _snapshot(self):
+    def _snapshot(self, layers):
         """A stashed copy of the live weights (leaves that collect their own gradients)."""
-        return Weights(self.version, [p.detach().clone().requires_grad_() for p in self.params()])
+        return Weights(self.version, [p.detach().clone().requires_grad_() for p in self.params(layers)], layers)
 
     def _run(self, x, weights):
         t = weights.tensors
-        for j, layer in enumerate(self.layers):
+        for j, layer in enumerate(weights.layers):
             x = layer(x, t[2 * j], t[2 * j + 1])
         return x
 
     def _apply(self, weights):
         """Async: the backward's gradient, computed at the stashed version, updates the live weights."""
         with torch.no_grad():
-            for p, w in zip(self.params(), weights.tensors):
+            for p, w in zip(self.params(weights.layers), weights.tensors):
                 p.add_(w.grad, alpha=-self.cfg.lr)
         self.version += 1
 

@@ -1,0 +1,265 @@
+"""Live layer migration in tern.pipeline (DESIGN.md, "Weight streaming (card)
+and live layer migration (seed 000)"), both schedules:
+
+- final weights bitwise equal to the same run without migration, both
+  directions (the outgoing stage before or after the receiver), 1 and 2
+  layers, 3 stages; two disjoint pairs at once with 4 stages;
+- the protocol's timing rules, from the stages' event logs: the message at
+  batch k before the forward (or backward), the pushes before each forward,
+  the installs after each backward, the switch at k+1 / k+2;
+- a peer dying mid-migration: an error on every stage within the timeout;
+- async PipeDream 1F1B: alternating computation (forwards on the new
+  partition, backwards on their forward's), every backward on its forward's
+  weight version, no micro-batch dropped or repeated, the micro-batch
+  offsets of the protocol;
+- --rebalance: a layer moved off a slowed stage, decided and logged with
+  the planner's predicted gain, bitwise equal to the run without it;
+- the demo CLI and its refusals.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tern.pipeline import Config, run
+from tern.pipeline.migration import switch_batch
+from test_pipeline import test_bad_flags_are_refused_with_a_sentence as refused  # the demo's flag check
+
+BASE = dict(width=64, batch=32, iterations=5, lr=0.1, seed=3, schedule="flush", microbatches=4, k=1)
+
+
+def final(directory):
+    return torch.load(os.path.join(directory, "final.pt"))
+
+
+def events(directory, stage):
+    with open(os.path.join(directory, f"events-stage{stage}.json")) as f:
+        return json.load(f)
+
+
+def assert_bitwise(got_dir, want_dir):
+    got, want = final(got_dir), final(want_dir)
+    assert list(got) == list(want)
+    for name in want:
+        assert torch.equal(got[name], want[name]), f"{name} differs from the run without migration"
+
+
+def check_timing(out, k, src, dst, n):
+    """Every step of migration (k, src, dst, n) at the batch and the point of
+    it that the protocol names, on both stages' own clocks (one host clock)."""
+    o, r = events(out, src), events(out, dst)
+    switch = switch_batch(k, src, dst)
+
+    def of(evs, kind, it):
+        return [e for e in evs if e["kind"] == kind and e["iteration"] == it]
+
+    def first(evs, kind, it):
+        return min(e["start"] for e in of(evs, kind, it))
+
+    def last(evs, kind, it):
+        return max(e["end"] for e in of(evs, kind, it))
+
+    op = "fwd" if src < dst else "bwd"  # step 1: before the next forward (FROM before TO) or backward
+    (sent,) = [e for e in o if e["kind"] == "mig_msg"]
+    (got,) = [e for e in r if e["kind"] == "mig_msg"]
+    assert sent["iteration"] == got["iteration"] == k
+    assert sent["start"] > last(o, "opt", k - 1) if k > 0 else True
+    if src > dst:  # sent at the first backward of k: the batch's first forward had begun
+        assert sent["start"] > first(o, "fwd", k)
+    assert got["end"] <= first(r, op, k)
+    (prep,) = [e for e in r if e["kind"] == "mig_prepare"]
+    assert prep["iteration"] == k and prep["end"] <= first(r, op, k) and len(prep["layers"]) == n
+    # Step 3: pushed before each forward from the message on, installed after each backward.
+    pushes = [e for e in o if e["kind"] == "mig_push"]
+    assert [e["iteration"] for e in pushes] == list(range(k if src < dst else k + 1, switch + 1))
+    for e in pushes:
+        assert e["version"] == e["iteration"] and e["end"] <= first(o, "fwd", e["iteration"])
+        if e["iteration"] > k:
+            assert e["start"] >= last(o, "opt", e["iteration"] - 1)
+    installs = [e for e in r if e["kind"] == "mig_install"]
+    assert [e["iteration"] for e in installs] == list(range(k, switch))
+    for e in installs:
+        b = e["iteration"]
+        assert e["version"] == b + 1
+        assert e["start"] >= last(r, "bwd", b) and e["start"] >= last(r, "opt", b)
+        assert e["end"] <= first(r, "fwd", b + 1)
+    # Step 4: both switch at the start of batch `switch`, after the last batch on the old partition.
+    for evs in (o, r):
+        (sw,) = [e for e in evs if e["kind"] == "mig_switch"]
+        assert sw["iteration"] == switch and len(sw["layers"]) == n
+        assert sw["start"] >= last(evs, "opt", switch - 1) and sw["end"] <= first(evs, "fwd", switch)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The same runs without migration, by (stages, layers)."""
+    refs = {}
+
+    def get(stages, layers, partition):
+        key = (stages, layers, tuple(partition))
+        if key not in refs:
+            out = tmp_path_factory.mktemp(f"ref{stages}")
+            refs[key] = (out, run(Config(stages=stages, layers=layers, partition=partition, **BASE), str(out)))
+        return refs[key]
+    return get
+
+
+@pytest.mark.parametrize("mig,partitions", [
+    ((1, 1, 2, 1), [[2, 3, 2]] * 2 + [[2, 2, 3]] * 3),   # outgoing before the receiver, 1 layer
+    ((1, 1, 0, 2), [[2, 3, 2]] * 3 + [[4, 1, 2]] * 2),   # outgoing after the receiver, 2 layers
+    ((0, 2, 1, 1), [[2, 3, 2]] * 2 + [[2, 4, 1]] * 3),   # from the last stage, at the first batch
+])
+def test_flush_migration_is_bitwise_and_on_time(tmp_path, reference, mig, partitions):
+    ref_dir, ref = reference(3, 7, [2, 3, 2])
+    k, src, dst, n = mig
+    rep = run(Config(stages=3, layers=7, partition=[2, 3, 2], migrate=[list(mig)], **BASE), str(tmp_path))
+    assert rep["partition_by_iter"] == partitions
+    moved = list(range(2 + 3 - n, 5)) if dst > src else (list(range(2, 2 + n)) if src == 1 else [5])
+    assert rep["migrations"] == [{"from": src, "to": dst, "layers": moved, "message_iter": k,
+                                  "done_iter": switch_batch(k, src, dst)}]
+    assert_bitwise(tmp_path, ref_dir)
+    assert rep["loss"] == ref["loss"]
+    check_timing(tmp_path, k, src, dst, n)
+
+
+def test_two_disjoint_pairs_at_once(tmp_path, reference):
+    ref_dir, _ = reference(4, 8, [2, 2, 2, 2])
+    migs = [[1, 0, 1, 1], [1, 3, 2, 1]]
+    rep = run(Config(stages=4, layers=8, partition=[2, 2, 2, 2], migrate=migs, **BASE), str(tmp_path))
+    assert rep["partition_by_iter"] == [[2, 2, 2, 2]] * 2 + [[1, 3, 2, 2]] + [[1, 3, 3, 1]] * 2
+    assert [(m["from"], m["to"], m["layers"]) for m in rep["migrations"]] == [(0, 1, [1]), (3, 2, [6])]
+    assert_bitwise(tmp_path, ref_dir)
+    for m in migs:
+        check_timing(tmp_path, *m)
+
+
+@pytest.mark.parametrize("schedule", ["flush", "async"])
+def test_a_peer_dying_mid_migration_is_an_error_on_every_stage(tmp_path, monkeypatch, schedule):
+    """Stage 0 (the receiver) dies right after opening the weight stream:
+    stage 1 (pushing) and stage 2 (not in the migration) fail on their own,
+    within the timeout, nobody hangs or is killed."""
+    monkeypatch.setenv("TERN_MIGRATION_FAULT", "0")
+    cfg = Config(stages=3, layers=6, migrate=[[1, 1, 0, 1]], timeout=10,
+                 **dict(BASE, iterations=6, schedule=schedule))
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError) as err:
+        run(cfg, str(tmp_path))
+    assert time.monotonic() - t0 < 45
+    msg = str(err.value)
+    assert "stage 0 exited with status 3" in msg and "stage 1 exited" in msg and "stage 2 exited" in msg, msg
+    assert "killed" not in msg
+
+
+def test_demo_cli_migrates(tmp_path):
+    report = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "tern.pipeline.demo", "--stages", "3", "--layers", "6", "--iterations", "4",
+           "--schedule", "flush", "--microbatches", "4", "--seed", "2", "--batch", "32",
+           "--migrate", "1:0:1:1", "--save", str(tmp_path / "out"), "--report", str(report)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    rep = json.loads(report.read_text())
+    assert rep["migrations"] == [{"from": 0, "to": 1, "layers": [1], "message_iter": 1, "done_iter": 2}]
+    assert rep["partition_by_iter"] == [[2, 2, 2]] * 2 + [[1, 3, 2]] * 2
+    assert "migration: layers [1] stage 0 -> 1" in done.stdout
+
+
+@pytest.mark.parametrize("flags,sentence", [
+    (["--migrate", "1:0:2:1"], "FROM and TO must be adjacent"),
+    (["--migrate", "1:0:1:2"], "must keep at least one"),
+    (["--migrate", "2:2:1:1"], "after the last of --iterations 3"),
+    (["--migrate", "0:1:2:1", "--migrate", "0:1:0:1"], "pairs migrating at once must be disjoint"),
+    (["--migrate", "1:0:1"], "must look like ITER:FROM:TO:NLAYERS"),
+    (["--rebalance", "--schedule", "async", "--microbatches", "4"], "only --schedule flush has"),
+    (["--migrate", "0:0:1:1", "--schedule", "async", "--microbatches", "4"], "under async it spans micro-batches -1..3"),
+])
+def test_bad_migrations_are_refused_with_a_sentence(flags, sentence, capsys, tmp_path):
+    refused(flags + ["--iterations", "3"], sentence, capsys, tmp_path)
+
+
+# ---- async (PipeDream 1F1B with weight stashing) ----
+
+def check_async_run(out, rep, stages, m, iterations, mig):
+    """Alternating computation and the protocol's micro-batch offsets, from the event logs."""
+    it, src, dst, n = mig
+    k, d = it * m, stages - max(src, dst)
+    switch = k + 1 if src < dst else k + 2
+    total = iterations * m
+    logs = {s: events(out, s) for s in range(stages)}
+
+    def num(e):
+        return e["iteration"] * m + e["micro"]
+
+    for s, evs in logs.items():
+        fwd = {num(e): e for e in evs if e["kind"] == "fwd"}
+        bwd = {num(e): e for e in evs if e["kind"] == "bwd"}
+        # No micro-batch dropped or repeated: each forward and backward once, at every stage.
+        assert sorted(num(e) for e in evs if e["kind"] == "fwd") == list(range(total))
+        assert sorted(num(e) for e in evs if e["kind"] == "bwd") == list(range(total))
+        for j in range(total):
+            # Every backward ran through the layers (and weights) of its own forward.
+            assert bwd[j]["layers"] == fwd[j]["layers"] and bwd[j]["forward_version"] == fwd[j]["version"]
+        if s in (src, dst):
+            old, new = fwd[0]["layers"], fwd[total - 1]["layers"]
+            assert len(new) - len(old) == (n if s == dst else -n)
+            assert all(fwd[j]["layers"] == (old if j < switch else new) for j in range(total)), s
+    o, r = logs[src], logs[dst]
+    fo = {num(e): e for e in o if e["kind"] == "fwd"}
+    fr = {num(e): e for e in r if e["kind"] == "fwd"}
+    br = {num(e): e for e in r if e["kind"] == "bwd"}
+    (got,) = [e for e in r if e["kind"] == "mig_msg"]
+    assert num(got) == k + 1 - d and got["end"] <= br[k + 1 - d]["start"]
+    pushes = [e for e in o if e["kind"] == "mig_push"]
+    assert [e["n"] for e in pushes] == [e["version"] for e in pushes] == list(range(k + 1, k + 2 + d))
+    assert all(e["end"] <= fo[e["n"]]["start"] for e in pushes)
+    installs = [e for e in r if e["kind"] == "mig_install"]
+    assert [e["n"] for e in installs] == list(range(k + 1 - d, k + 2))
+    for e in installs:
+        assert e["version"] >= e["n"] + d and e["start"] >= br[e["n"]]["end"]
+        nxt = min(j for j in fr if fr[j]["start"] >= br[e["n"]]["end"])
+        assert e["end"] <= fr[nxt]["start"] and nxt >= switch
+    assert rep["weight_versions_ok"] is True
+    assert rep["version_checks"] == stages * total
+
+
+@pytest.mark.parametrize("mig", [(1, 1, 2, 1), (1, 1, 0, 2)])
+def test_async_migration_keeps_weight_versions(tmp_path, mig):
+    cfg = dict(BASE, schedule="async", iterations=4)
+    rep = run(Config(stages=3, layers=7, partition=[2, 3, 2], migrate=[list(mig)], **cfg), str(tmp_path))
+    check_async_run(tmp_path, rep, 3, 4, 4, mig)
+    assert sorted(final(tmp_path)) == sorted(f"layers.{i}.{p}" for i in range(7) for p in ("weight", "bias"))
+    assert all(loss == loss for loss in rep["loss"])  # finite: nothing torn
+    (m,) = rep["migrations"]
+    assert (m["from"], m["to"], m["message_iter"]) == mig[1:3] + (1,) and len(m["layers"]) == mig[3]
+
+
+def test_async_two_disjoint_pairs_at_once(tmp_path):
+    migs = [[1, 0, 1, 1], [1, 3, 2, 1]]
+    cfg = dict(BASE, schedule="async", iterations=4)
+    rep = run(Config(stages=4, layers=8, partition=[2, 2, 2, 2], migrate=migs, **cfg), str(tmp_path))
+    for mig in migs:
+        check_async_run(tmp_path, rep, 4, 4, 4, mig)
+    assert rep["partition_by_iter"] == [[2, 2, 2, 2]] * 2 + [[1, 3, 3, 1]] * 2
+
+
+# ---- --rebalance ----
+
+def test_rebalance_moves_a_layer_off_the_slowed_stage(tmp_path):
+    """Stage 1 slowed 4x: the planner's model predicts a gain for moving one
+    of its layers to a neighbour, the move is made live (and logged with the
+    prediction), and the run's weights stay bitwise those of the same run
+    without rebalancing."""
+    cfg = dict(BASE, width=512, iterations=8, slow={"1": 4.0})
+    rep = run(Config(stages=3, layers=6, rebalance=True, rebalance_threshold=0.05, **cfg), str(tmp_path / "re"))
+    moves = [e for e in rep["rebalance"] if e["action"] == "move"]
+    assert moves, rep["rebalance"]
+    assert all(e["predicted_gain"] > 1.05 and e["best_move"][0] == 1 for e in moves)
+    assert len(rep["rebalance"]) == 7  # every boundary evaluated and logged, moves and holds
+    (mig,) = rep["migrations"]
+    assert mig["from"] == 1 and mig["to"] in (0, 2) and mig["message_iter"] == moves[0]["iteration"] + 1
+    assert rep["partition_by_iter"][-1][1] == 1
+    run(Config(stages=3, layers=6, **cfg), str(tmp_path / "plain"))
+    assert_bitwise(tmp_path / "re", tmp_path / "plain")
