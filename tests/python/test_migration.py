@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
