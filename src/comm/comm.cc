@@ -130,11 +130,12 @@ void orderRing(Comm& c) {
 // level was pre-faulted at init, whether used or not).
 ternResult_t setupTransports(Comm& c, Mesh& m) {
   const Deadline d = m.d;
-  TERN_CHECK(makeTransports(c.cfg, hostHasActiveRdma(), &c.transports));
+  const bool rdma = hostHasActiveRdma();
+  TERN_CHECK(makeTransports(c.cfg, rdma, &c.transports));
   if (c.cfg.transport == "auto")
     TERN_LOG(Info, "across hosts: %s (TERN_NET=%s, %s)",
-             autoUsesUcx(c.cfg.net, ucxAvailable(), hostHasActiveRdma()) ? "ucx" : "tcp",
-             c.cfg.net.c_str(), hostHasActiveRdma() ? "an active RDMA port" : "no active RDMA port");
+             autoUsesUcx(c.cfg.net, ucxAvailable(), rdma) ? "ucx" : "tcp", c.cfg.net.c_str(),
+             rdma ? "an active RDMA port" : "no active RDMA port");
   for (auto& lv : c.conns) lv.resize(c.nranks);
   for (int p = 0; p < c.nranks; ++p) {
     PeerFacts f{c.rank, p, c.peers[p].hostHash == c.peers[c.rank].hostHash};
@@ -153,7 +154,7 @@ ternResult_t setupTransports(Comm& c, Mesh& m) {
     for (int level = 0; level < kLevels; ++level) {
       std::unique_ptr<Conn>& conn = c.conns[level][p];
       ConnSetup s{c.rank, p, p == c.rank ? -1 : c.meshFd[p], m.dataFd[level][p], level,
-                  true, &c.cfg, d, flowMarkOf(c.cfg, level)};
+                  &c.cfg, d, flowMarkOf(c.cfg, level)};
       TERN_CHECK(t->connect(s, &conn));
       if (tcp) m.dataFd[level][p] = -1;  // the connection owns it now
       conn->peer = p;

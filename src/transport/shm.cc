@@ -1,10 +1,10 @@
 // Shared-memory transport for ranks on one host.  Each direction is one
-// POSIX shm segment holding a Fifo, created (and pre-faulted) by its reader;
+// POSIX shm segment holding a Fifo, created by its reader;
 // the writer maps it after learning its name over the authenticated mesh
 // socket.  Names are unlinked as soon as both sides have mapped them, so a
 // crash never leaves anything behind in /dev/shm.  Each priority level has
-// its own pair of segments; those of levels not yet used are mapped without
-// being faulted in (activate() does it on first use).  Data crosses with one
+// its own pair of segments, mapped without being faulted in: activate()
+// does that on the connection's first use.  Data crosses with one
 // copy per hop (the sender writes into the reader's fifo; the reader reduces
 // or copies straight out of it).
 //
@@ -41,7 +41,7 @@ struct Segment {
   }
 };
 
-ternResult_t mapSegment(const char* name, size_t bytes, bool create, bool populate, Segment* seg) {
+ternResult_t mapSegment(const char* name, size_t bytes, bool create, Segment* seg) {
   int fd = shm_open(name, create ? (O_CREAT | O_EXCL | O_RDWR) : O_RDWR, 0600);
   if (fd < 0) return setSysError(std::string("shm_open(") + name + ") failed");
   if (create && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
@@ -51,8 +51,7 @@ ternResult_t mapSegment(const char* name, size_t bytes, bool create, bool popula
     shm_unlink(name);
     return r;
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0),
-                 fd, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) {
     if (create) shm_unlink(name);
@@ -185,8 +184,7 @@ ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
   snprintf(mine.name, sizeof mine.name, "/tern-%d-%d-%d-%d-%016llx", (int)getpid(), s.rank, s.peer,
            s.level, (unsigned long long)nonce);
   mine.bytes = bytes;
-  c->touched_ = !s.lazy;
-  TERN_CHECK(mapSegment(mine.name, bytes, true, !s.lazy, &c->recvSeg));
+  TERN_CHECK(mapSegment(mine.name, bytes, true, &c->recvSeg));
   c->recv_.attach(c->recvSeg.mem, s.cfg->fifoBytes, true);
 
   // Exchange names; each side maps the other's segment, then acknowledges.
@@ -198,7 +196,7 @@ ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
     r = setError(ternInvalidUsage, "ranks " + std::to_string(s.rank) + " and " +
                                        std::to_string(s.peer) +
                                        " disagree on TERN_BUFFSIZE; set it the same everywhere");
-  if (r == ternSuccess) r = mapSegment(theirs.name, bytes, false, !s.lazy, &c->sendSeg);
+  if (r == ternSuccess) r = mapSegment(theirs.name, bytes, false, &c->sendSeg);
   // The acknowledgement says whether we could read the peer's memory.
   char ack = static_cast<char>(1 | (r == ternSuccess && mine.directMin > 0 && probePeer(theirs) ? 2 : 0)), peerAck = 0;
   if (r == ternSuccess) r = sendAll(s.meshFd, &ack, 1, s.deadline);

@@ -118,7 +118,6 @@ ternResult_t makeTcpConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
   // with the caller, which closes it.
   TERN_CHECK(markSocket(s.dataFd, s.mark.dscp, s.mark.soPriority));
   auto c = std::make_unique<TcpConn>(s.dataFd, s.peer, s.cfg->fifoBytes);
-  if (!s.lazy) TERN_CHECK(c->activate());
   TERN_LOG(Trace, "tcp connection to rank %d at level %d (flow class %d, DSCP %d)", s.peer,
            s.level, s.mark.flowClass, s.mark.dscp);
   *out = std::move(c);

@@ -44,9 +44,9 @@ class Conn {
   virtual int pollFd() const { return -1; }
   // Whether progress() must be called to move bytes (tcp, ucx; not shm).
   virtual bool needsProgress() const { return pollFd() >= 0; }
-  // Called before the first byte moves.  Connections of priority levels a
-  // job never uses cost no memory: their staging buffers are allocated and
-  // pre-faulted here, once, on first use.
+  // Called before the first byte moves.  Connections (levels, peers) a job
+  // never uses cost no memory: every connection's staging buffers are
+  // allocated and pre-faulted here, once, on first use.
   virtual ternResult_t activate() { return ternSuccess; }
 
   // Single copy (shm between processes that may read each other's memory).
@@ -108,7 +108,6 @@ struct ConnSetup {
   int meshFd;          // authenticated control socket to the peer (setup exchanges)
   int dataFd;          // tcp: the level's own authenticated socket (taken over)
   int level;           // priority level this connection carries
-  bool lazy;           // allocate / pre-fault buffers in activate(), not now
   const Config* cfg;
   Deadline deadline;
   FlowMark mark{};     // tcp marks its socket with it

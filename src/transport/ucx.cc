@@ -295,7 +295,6 @@ ternResult_t makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared>* shared,
   auto c = std::make_unique<UcxConn>(*shared, s.cfg->fifoBytes);
   c->peer = s.peer;
   TERN_CHECK(c->connect(s));
-  if (!s.lazy) TERN_CHECK(c->activate());
   TERN_LOG(Trace, "ucx connection to rank %d at level %d", s.peer, s.level);
   *out = std::move(c);
   return ternSuccess;
