@@ -164,8 +164,8 @@ TEST_P(WeightStream, VersionsArriveWholeAndIncreasing) {
 
 // A level-7 send the receiver takes only later holds the stream to it, so
 // the versions pushed meanwhile cannot start to move: each supersedes the
-// one before, and the receiver sees at most the first (if it started before
-// the send took the stream) and the last.
+// one before, and the receiver sees at most two: the one the stream's thread
+// had taken up behind the send, and the last.
 int supersedeBody(RankCtx& ctx) {
   Pair p(ctx, 20000, 7);
   if (!p.ws) return failf(ctx, "open: %s", ternGetLastError(p.comm));
@@ -178,7 +178,13 @@ int supersedeBody(RankCtx& ctx) {
     ternGroupStart();
     ternSend(msg.data(), msg.size(), ternUint32, 1, comm, nullptr);
     ternGroupEndAsync(&req);
-    usleep(100000);  // the send has taken the stream
+    // Push only once the send is moving: a fixed sleep was not enough on a
+    // loaded host (CI saw version 2 go before the send had started).
+    ternCommStats_t st{};
+    for (auto t0 = Clock::now(); st.bytesSent < (64u << 10); usleep(2000)) {
+      if (since(t0) > 30) return failf(ctx, "the send never started: %llu bytes", st.bytesSent);
+      ternCommGetStats(comm, &st);
+    }
     for (long long v = 0; v <= kLast; ++v) {
       t.fill(v);
       if (ternWeightStreamPush(ws, t.in(), v) != ternSuccess)
@@ -195,7 +201,9 @@ int supersedeBody(RankCtx& ctx) {
       return failf(ctx, "recv: %s", ternGetLastError(comm));
     std::vector<long long> seen;
     if (receiveUntil(ctx, ws, t, kLast, &seen)) return 1;
-    if (seen.size() > 2 || (seen.size() == 2 && seen[0] != 0))
+    // Which version was first taken up behind the send depends on when the
+    // stream's thread ran (CI saw 2 on a loaded host); that only one was, is the point.
+    if (seen.size() > 2)
       return failf(ctx, "saw %zu versions (first %lld): superseded ones arrived", seen.size(), seen[0]);
   }
   return closeAndDestroy(ctx, ws, comm);
