@@ -10,12 +10,32 @@ std::string envString(const char* name, const std::string& dflt) {
   return (v && *v) ? std::string(v) : dflt;
 }
 
-long long envInt(const char* name, long long dflt) {
+// A malformed number is remembered (the first one, in *malformed) so the
+// communicator can refuse it with a sentence instead of silently running on
+// the default the user did not ask for.
+static void noteMalformed(const char* name, const char* v, const char* what, std::string* malformed) {
+  if (malformed && malformed->empty())
+    *malformed = std::string(name) + "=\"" + v + "\" is not " + what;
+}
+
+long long envInt(const char* name, long long dflt, std::string* malformed) {
   const char* v = getenv(name);
   if (!v || !*v) return dflt;
   char* end = nullptr;
   long long x = strtoll(v, &end, 0);
-  return (end && *end == '\0') ? x : dflt;
+  if (end && *end == '\0') return x;
+  noteMalformed(name, v, "an integer", malformed);
+  return dflt;
+}
+
+double envDouble(const char* name, double dflt, std::string* malformed) {
+  const char* v = getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  double x = strtod(v, &end);
+  if (end && *end == '\0') return x;
+  noteMalformed(name, v, "a number", malformed);
+  return dflt;
 }
 
 bool envSet(const char* name) {
@@ -27,34 +47,33 @@ static size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 Config readConfig() {
   Config c;
-  const char* t = getenv("TERN_TIMEOUT");
-  c.timeoutSec = (t && *t) ? atof(t) : 300.0;
+  std::string* bad = &c.malformedEnv;
+  c.timeoutSec = envDouble("TERN_TIMEOUT", 300.0, bad);
   if (c.timeoutSec <= 0) c.timeoutSec = 300.0;
   // A rank answers a handshake in milliseconds; a connection that takes
   // longer is a stranger (or a peer too loaded to matter) and is dropped.
-  const char* h = getenv("TERN_HANDSHAKE_TIMEOUT");
-  c.handshakeSec = (h && *h) ? atof(h) : 5.0;
+  c.handshakeSec = envDouble("TERN_HANDSHAKE_TIMEOUT", 5.0, bad);
   if (c.handshakeSec <= 0) c.handshakeSec = 5.0;
-  c.priorityHoldSec = std::max<long long>(envInt("TERN_PRIORITY_HOLD_US", 2000), 0) * 1e-6;
+  c.priorityHoldSec = std::max<long long>(envInt("TERN_PRIORITY_HOLD_US", 2000, bad), 0) * 1e-6;
   // The fifo must hold a few chunks so every ring step can be posted at once.
-  c.chunkBytes = roundUp(std::max<long long>(envInt("TERN_CHUNKSIZE", 512 << 10), 64), 64);
-  c.fifoBytes = roundUp(std::max<long long>(envInt("TERN_BUFFSIZE", 4 << 20), 4096), 4096);
+  c.chunkBytes = roundUp(std::max<long long>(envInt("TERN_CHUNKSIZE", 512 << 10, bad), 64), 64);
+  c.fifoBytes = roundUp(std::max<long long>(envInt("TERN_BUFFSIZE", 4 << 20, bad), 4096), 4096);
   if (c.fifoBytes < 4 * c.chunkBytes) c.fifoBytes = roundUp(4 * c.chunkBytes, 4096);
-  c.smallBytes = static_cast<size_t>(envInt("TERN_SMALL_THRESHOLD", 32 << 10));
+  c.smallBytes = static_cast<size_t>(envInt("TERN_SMALL_THRESHOLD", 32 << 10, bad));
   if (c.smallBytes > c.fifoBytes / 4) c.smallBytes = c.fifoBytes / 4;
   // Off unless asked: on the 2-core test host single copy measured the same
   // as the fifo's two pipelined copies (perf/RESULTS.md, 2026-11-24), so
   // nothing here proves it pays.  Where set, smaller transfers stay in the
   // fifo (a system call per slice costs more than copying a small message).
-  c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 0), 0));
+  c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 0, bad), 0));
   c.transport = envString("TERN_TRANSPORT", "auto");
   c.net = envString("TERN_NET", "auto");
   c.ifname = envString("TERN_SOCKET_IFNAME", "");
   c.topoXml = envString("TERN_TOPO_XML", "");
   c.topoDump = envString("TERN_TOPO_DUMP", "");
   c.pinMode = envString("TERN_PIN_PROGRESS", "auto");
-  c.gpu = static_cast<int>(envInt("TERN_GPU", -1));
-  c.flowClasses = static_cast<int>(envInt("TERN_FLOW_CLASSES", 3));
+  c.gpu = static_cast<int>(envInt("TERN_GPU", -1, bad));
+  c.flowClasses = static_cast<int>(envInt("TERN_FLOW_CLASSES", 3, bad));
   // Checked and turned into dscp[] with the config struct (comm/config.cc):
   // its count must match the flow classes, which the struct may change.
   c.dscpList = envString("TERN_FLOW_DSCP", "");

@@ -9,7 +9,10 @@
 namespace tern {
 
 std::string envString(const char* name, const std::string& dflt);
-long long envInt(const char* name, long long dflt);
+// Unset or empty: dflt.  Malformed: dflt, and the first such variable is
+// described in *malformed (when given) for the caller to refuse.
+long long envInt(const char* name, long long dflt, std::string* malformed = nullptr);
+double envDouble(const char* name, double dflt, std::string* malformed = nullptr);
 bool envSet(const char* name);
 
 struct Config {
@@ -33,6 +36,7 @@ struct Config {
   int dscp[8];             // DSCP per flow class, resolved by comm/config.cc
   std::string dscpList;    // TERN_FLOW_DSCP as given ("46,18,8"; empty: defaults)
   ternTernaryConfig_t ternary{};  // TERN_TERNARY_*, resolved in comm/config.cc
+  std::string malformedEnv;  // the first malformed number read ("TERN_X=\"abc\" is not ...")
 };
 
 // Reads the environment once per call (comms made later see new values).

@@ -36,14 +36,13 @@ ternResult_t copySized(const ternConfig_t* user, ternConfig_t* out) {
 
 }  // namespace
 
-ternTernaryConfig_t ternaryConfigFromEnv() {
+ternTernaryConfig_t ternaryConfigFromEnv(std::string* malformed) {
   ternTernaryConfig_t c;
-  c.seed = static_cast<unsigned long long>(envInt("TERN_TERNARY_SEED", 0x7465726e));
-  c.blockSize = static_cast<int>(envInt("TERN_TERNARY_BLOCK", 256));  // docs/TERNARY.md: why 256
-  const char* clip = getenv("TERN_TERNARY_CLIP");
-  c.clip = clip && *clip ? static_cast<float>(atof(clip)) : 0.0f;
-  c.errorFeedback = static_cast<int>(envInt("TERN_TERNARY_EF", 0));
-  c.minBytes = static_cast<size_t>(envInt("TERN_TERNARY_MIN_BYTES", 64 << 10));
+  c.seed = static_cast<unsigned long long>(envInt("TERN_TERNARY_SEED", 0x7465726e, malformed));
+  c.blockSize = static_cast<int>(envInt("TERN_TERNARY_BLOCK", 256, malformed));  // docs/TERNARY.md: why 256
+  c.clip = static_cast<float>(envDouble("TERN_TERNARY_CLIP", 0.0, malformed));
+  c.errorFeedback = static_cast<int>(envInt("TERN_TERNARY_EF", 0, malformed));
+  c.minBytes = static_cast<size_t>(envInt("TERN_TERNARY_MIN_BYTES", 64 << 10, malformed));
   return c;
 }
 
@@ -181,7 +180,8 @@ ternResult_t resolveFlows(const ternConfig_t* u, Config* cfg) {
 ternResult_t resolveConfig(const ternConfig_t* user, int nranks, Config* cfg) {
   size_t q = ternaryFifoQuantum(nranks);
   cfg->fifoBytes = (cfg->fifoBytes + q - 1) / q * q;
-  cfg->ternary = ternaryConfigFromEnv();
+  cfg->ternary = ternaryConfigFromEnv(&cfg->malformedEnv);
+  if (!cfg->malformedEnv.empty()) return setError(ternInvalidArgument, cfg->malformedEnv);
   if (const char* why = ternaryConfigProblem(cfg->ternary))
     return setError(ternInvalidArgument, std::string("TERN_TERNARY_*: ") + why);
   if (!user) return resolveFlows(nullptr, cfg);

@@ -16,10 +16,12 @@ namespace tern {
 // width used with `nranks` ranks divides it.  An older, smaller struct is
 // accepted (the fields it lacks stay unset); a bad magic, a size too small
 // to hold the header or a value out of range is ternInvalidArgument with a
-// sentence naming the field or variable.
+// sentence naming the field or variable; so is a malformed number in any
+// TERN_* variable (Config::malformedEnv).
 ternResult_t resolveConfig(const ternConfig_t* user, int nranks, Config* cfg);
-// Ternary defaults, overridden by TERN_TERNARY_SEED / _BLOCK / _CLIP / _EF / _MIN_BYTES.
-ternTernaryConfig_t ternaryConfigFromEnv();
+// Ternary defaults, overridden by TERN_TERNARY_SEED / _BLOCK / _CLIP / _EF / _MIN_BYTES;
+// the first malformed one is described in *malformed.
+ternTernaryConfig_t ternaryConfigFromEnv(std::string* malformed);
 // nullptr when valid, else why not.
 const char* ternaryConfigProblem(const ternTernaryConfig_t& cfg);
 // The flow class (0 = most urgent) a priority level travels in.

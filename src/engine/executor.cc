@@ -376,6 +376,7 @@ bool Executor::round() {
     list.erase(std::remove_if(list.begin(), list.end(), [](const OpPtr& o) { return o->done.load(); }),
                list.end());
     if (moved || pumped) {  // serve the most urgent levels again first
+      ++busyRounds_;
       if (moved && anyActiveBelow(&list)) heldUntil_ = Clock::now() + hold_;
       return true;
     }
@@ -527,11 +528,14 @@ uint64_t Executor::nextRecvSeq(const Operation& op) {
 // operations that waited longer than TERN_TIMEOUT.
 ternResult_t Executor::checkIdle(Clock::time_point now) {
   TERN_CHECK(host_.checkHealth());
-  // Checks come every 20 ms of idleness; a longer gap means rounds moved in
-  // between (other operations, or more urgent levels this one was held
-  // behind): nobody's idle time runs across it.
-  const bool watched = now - lastCheck_ < std::chrono::milliseconds(200);
-  lastCheck_ = now;
+  // Checks come only in idle rounds: rounds that moved since the last one
+  // (other operations, or more urgent levels this one was held behind) mean
+  // nobody was watched meanwhile, so nobody's idle time runs across them.
+  // A gap with no round moved is idle time, however long: on a loaded host
+  // a thread descheduled for 200 ms between checks once reset every clock,
+  // and a 2 s timeout never fired.
+  const bool watched = busyRounds_ == busyRoundsSeen_;
+  busyRoundsSeen_ = busyRounds_;
   for (auto& list : active_)
     for (size_t i = 0; i < list.size(); ++i) {
       Operation& op = *list[i];

@@ -134,7 +134,8 @@ class Executor {
   std::vector<uint64_t> recvSeq_[kLevels];  // receives started, per level and peer
   int lastSource_ = 0;                      // where the next any-source pick starts
   Clock::time_point nextHealth_{};
-  Clock::time_point lastCheck_{};  // checkIdle's last look
+  uint64_t busyRounds_ = 0;      // rounds that moved something (round())
+  uint64_t busyRoundsSeen_ = 0;  // busyRounds_ at checkIdle's last look
   Clock::time_point heldUntil_{};  // less urgent levels wait until then (round())
   Clock::time_point lastListenMove_{};  // listen(): when a standing operation last moved
   std::thread thread_;
