@@ -47,6 +47,8 @@ Config readConfig() {
   // nothing here proves it pays.  Where set, smaller transfers stay in the
   // fifo (a system call per slice costs more than copying a small message).
   c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 0), 0));
+  // Small operations over shm cross in flagged cache lines (transport/ll.h).
+  c.llBytes = static_cast<size_t>(std::min<long long>(std::max<long long>(envInt("TERN_LL_BYTES", 4096), 0), 32 << 10));
   c.transport = envString("TERN_TRANSPORT", "auto");
   c.net = envString("TERN_NET", "auto");
   c.ifname = envString("TERN_SOCKET_IFNAME", "");

@@ -332,12 +332,35 @@ ternResult_t checkBlockedOnGone(const Phase& ph, int rank, const char* what) {
     const Step& s = p.steps[p.cur];
     const char* ip;
     size_t unit = s.codec ? s.inUnit : s.reduce ? ternTypeSize(ph.red.dt) : 1;
-    bool starved = s.in && s.in->gone && s.in->recvAvail(&ip) < std::max<size_t>(unit, 1);
-    Conn* dead = starved ? s.in : (s.out && s.out->gone) ? s.out : nullptr;
+    bool starved = s.in && s.in->peerGone() && s.in->recvAvail(&ip) < std::max<size_t>(unit, 1);
+    Conn* dead = starved ? s.in : (s.out && s.out->peerGone()) ? s.out : nullptr;
     if (dead)
       return setError(ternRemoteError, "rank " + std::to_string(rank) + " needs rank " +
                                            std::to_string(dead->peer) + " in " + what +
                                            ", but that rank exited or failed");
+  }
+  return ternSuccess;
+}
+
+// A peer whose operation took the other stream of the pair (a connection
+// and its small sibling, Conn::small) disagrees on the operation's size:
+// its descriptor waits at the head of that stream while we wait for ours.
+// Every earlier operation that read either stream has completed (issue
+// order), so a descriptor there is the peer's next operation.
+ternResult_t checkOtherStream(const Operation& op, const Phase& ph) {
+  for (const Program& p : ph.progs) {
+    if (p.done() || !p.started) continue;
+    Conn* in = p.steps[p.cur].in;
+    if (!in || p.in.desc == 0) continue;  // not waiting for a descriptor
+    Conn* other = in->owner ? in->owner : in->small(0);
+    OpDesc d;
+    if (!other || other->reader || !peekDesc(other, &d) || opKind(d.kind).interleaved) continue;
+    std::string why = descMismatch(op.desc, d);
+    if (why.empty())
+      why = "rank " + std::to_string(d.rank) + " sent its " + describe(d) + " over " + other->name() +
+            " but rank " + std::to_string(op.desc.rank) + " expects it over " + in->name() +
+            ": the ranks disagree on TERN_LL_BYTES; set it the same everywhere";
+    return setError(ternInvalidUsage, why);
   }
   return ternSuccess;
 }

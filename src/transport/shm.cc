@@ -27,6 +27,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "transport/fifo.h"
+#include "transport/ll.h"
 #include "transport/transport.h"
 
 namespace tern {
@@ -77,7 +78,15 @@ struct DirectWord {
   std::atomic<uint32_t> abandoned;
 };
 
-size_t segmentBytes(size_t fifoBytes) { return fifoFootprint(fifoBytes) + sizeof(DirectWord); }
+// A segment: the fifo, the small operations' LL ring (transport/ll.h), the
+// direct word.
+size_t segmentBytes(size_t fifoBytes) {
+  return fifoFootprint(fifoBytes) + llFootprint() + sizeof(DirectWord);
+}
+
+void* llRing(const Segment& seg, size_t fifoBytes) {
+  return static_cast<char*>(seg.mem) + fifoFootprint(fifoBytes);
+}
 
 DirectWord* directWord(const Segment& seg) {
   return reinterpret_cast<DirectWord*>(static_cast<char*>(seg.mem) + seg.bytes - sizeof(DirectWord));
@@ -101,6 +110,8 @@ bool readPeer(pid_t pid, void* dst, uint64_t addr, size_t n) {
 class ShmConn : public Conn {
  public:
   const char* name() const override { return "shm"; }
+  Conn* small(uint64_t opBytes) override { return ll_.limit() && opBytes <= ll_.limit() ? &ll_ : nullptr; }
+  LlConn ll_;
   size_t directMin() const override { return directMin_; }
   ternResult_t directRead(void* dst, uint64_t addr, size_t n) override {
     if (readPeer(peerPid_, dst, addr, n)) return ternSuccess;
@@ -159,6 +170,7 @@ struct NameMsg {
   // The single-copy probe: read `probe` at probeAddr in process pid.
   int64_t pid;
   uint64_t probeAddr, probe[2], directMin;
+  uint64_t llBytes;  // TERN_LL_BYTES: both ends use the smaller
 };
 
 // Whether this process may read the peer's memory (see the file comment).
@@ -177,6 +189,7 @@ ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
   NameMsg mine{};
   mine.pid = getpid();
   mine.directMin = s.cfg->shmDirectBytes;
+  mine.llBytes = s.cfg->llBytes;
   randomBytes(mine.probe, sizeof mine.probe);
   mine.probeAddr = reinterpret_cast<uintptr_t>(&mine.probe);  // read by the peer before it acks
   uint64_t nonce;
@@ -208,6 +221,10 @@ ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
     c->peerPid_ = static_cast<pid_t>(theirs.pid);
   }
   c->send_.attach(c->sendSeg.mem, s.cfg->fifoBytes, false);
+  c->peer = s.peer;
+  c->flowClass = s.mark.flowClass;
+  c->ll_.attach(c.get(), llRing(c->recvSeg, s.cfg->fifoBytes), llRing(c->sendSeg, s.cfg->fifoBytes),
+                std::min<uint64_t>(mine.llBytes, theirs.llBytes));
   TERN_LOG(Trace, "shm connection to rank %d at level %d (%zu-byte fifos, single copy %s)", s.peer,
            s.level, s.cfg->fifoBytes, c->directMin_ ? "on" : "off");
   *out = std::move(c);

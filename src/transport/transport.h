@@ -63,6 +63,17 @@ class Conn {
   // Receiver: n more bytes were read.  Sender: bytes read so far in total.
   virtual void directAck(size_t n) { (void)n; }
   virtual uint64_t directAcked() const { return 0; }
+  // The low-latency sibling stream to the same peer at the same level
+  // (transport/ll.h) for an operation of `opBytes` (both ends agree on the
+  // limit), or nullptr: the operation stays on this one.
+  virtual Conn* small(uint64_t opBytes) {
+    (void)opBytes;
+    return nullptr;
+  }
+  // A sibling's connection (nullptr: this is one): its liveness is ours.
+  Conn* owner = nullptr;
+  bool peerGone() const { return gone || (owner && owner->gone); }
+
   // Sender: this rank failed, so buffers it posted may change from now on.
   // Receiver: whether the sender said so (what was read may be invalid).
   virtual void directAbandon() {}
