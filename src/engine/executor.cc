@@ -88,6 +88,7 @@ void Executor::ring() {
 OpPtr Executor::newOperation() { return pool_->get(); }
 
 void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
+  if (admitForCaller(ops, wake)) return;
   int standing = 0;
   {
     std::lock_guard<std::mutex> lk(m_);
@@ -104,6 +105,22 @@ void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
   // progress thread for it would cost a futile context switch.
   if (wake || standing > 0) workCv_.notify_all();
   ring();  // a driver asleep in poll() admits it now
+}
+
+// A blocking call's one operation on an idle engine: the caller takes the
+// drive token now and admits it straight into the active lists, so neither
+// submit nor the first round takes the pending list's lock; wait() finds
+// the token held for it (heldFor_) and drives at once.  Only for callers
+// that wait right away (`wake` false: api/group.cc's blocking path).
+bool Executor::admitForCaller(const std::vector<OpPtr>& ops, bool wake) {
+  if (wake || ops.size() != 1 || ops[0]->standing || !drive_.try_lock()) return false;
+  admit();  // anything submitted before it goes first (issue order)
+  const OpPtr& op = ops[0];
+  op->stamp = stamp();
+  outstanding_.fetch_add(1);
+  active_[op->level].push_back(op);
+  heldFor_.store(op.get(), std::memory_order_relaxed);
+  return true;
 }
 
 // Completions are frequent and usually nobody sleeps on them (the caller
@@ -145,6 +162,11 @@ void Executor::sleepUntil(Pred ready) {
 ternResult_t Executor::wait(Operation& op, std::string* error) {
   // seq_cst: sleepUntil's side of the handshake in complete().
   auto done = [&] { return op.done.load(); };
+  // submit() took the token for this operation (admitForCaller): drive.
+  if (heldFor_.load(std::memory_order_relaxed) == &op) {
+    heldFor_.store(nullptr, std::memory_order_relaxed);
+    if (!driveHeld(&op)) std::this_thread::yield();  // handed over: let the urgent caller in
+  }
   while (!done()) {
     bool got = drive_.try_lock();
     if (!got) {
