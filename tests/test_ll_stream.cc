@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <thread>
@@ -34,6 +35,7 @@ size_t writeSome(LlConn& w, size_t n) {
   size_t k = std::min(w.sendSpace(&p), n);
   for (size_t i = 0; i < k; ++i) p[i] = static_cast<char>(byteAt(w.sendPos() + i));
   w.sendCommit(k);
+  w.flush();
   return k;
 }
 
@@ -63,6 +65,26 @@ TEST(LlStream, BytesArriveInOrderAcrossWrapsAndPartialLines) {
   EXPECT_EQ(x.owner.bytesRecv.load(), total);
   const char* p;
   EXPECT_EQ(x.b.recvAvail(&p), 0u);  // nothing more than was sent
+}
+
+// A descriptor and its payload, committed one after the other, reach the
+// reader together: nothing is visible before the flush.
+TEST(LlStream, CommitsBecomeVisibleAtTheFlush) {
+  Pair x;
+  char* p;
+  const char* q;
+  ASSERT_GE(x.a.sendSpace(&p), 32u);
+  memset(p, 7, 32);
+  x.a.sendCommit(32);
+  ASSERT_GE(x.a.sendSpace(&p), 8u);
+  memset(p, 9, 8);
+  x.a.sendCommit(8);
+  EXPECT_EQ(x.a.sendPos(), 40u);
+  EXPECT_EQ(x.b.recvAvail(&q), 0u);
+  x.a.flush();
+  ASSERT_EQ(x.b.recvAvail(&q), 40u);
+  EXPECT_EQ(q[0], 7);
+  EXPECT_EQ(q[39], 9);
 }
 
 TEST(LlStream, WriterStopsWhenTheRingIsFullAndGoesOnOnceRead) {

@@ -297,8 +297,10 @@ bool peekDesc(Conn* in, OpDesc* d) {
   return pad == 0 && peekRecord(in, d) && d->magic == kDescMagic;
 }
 
-ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,
-                     bool* moved) {
+namespace {
+
+ternResult_t advanceSteps(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,
+                          bool* moved) {
   size_t spent = 0;
   while (p.cur < p.steps.size()) {
     const Step& s = p.steps[p.cur];
@@ -324,6 +326,19 @@ ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks
     p.started = false;
   }
   return ternSuccess;
+}
+
+}  // namespace
+
+// What the steps wrote becomes visible when the program stops (Conn::flush):
+// the steps it went through are those from `first` to where it stands.
+ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,
+                     bool* moved) {
+  const size_t first = p.cur;
+  ternResult_t r = advanceSteps(op, p, red, nranks, budget, moved);
+  for (size_t i = first; i <= p.cur && i < p.steps.size(); ++i)
+    if (p.steps[i].out) p.steps[i].out->flush();
+  return r;
 }
 
 ternResult_t checkBlockedOnGone(const Phase& ph, int rank, const char* what) {

@@ -20,31 +20,39 @@ void LlConn::attach(Conn* owner, void* mine, void* theirs, size_t limit) {
 
 // The reader's `freed` is read only when the ring looks too full for a
 // whole private buffer: a small message never waits on that cache line.
+// Bytes committed but not yet flushed sit at the front of the buffer.
 size_t LlConn::sendSpace(char** p) {
+  const uint64_t staged = sent_ - flushed_;
   uint64_t room = (freedSeen_ + kLlLines) * kLlLineData - sent_;
   if (room < kLlStage) {
     freedSeen_ = tx_->freed.load(std::memory_order_acquire);
     room = (freedSeen_ + kLlLines) * kLlLineData - sent_;
   }
-  *p = outStage_;
-  return static_cast<size_t>(std::min<uint64_t>(room, kLlStage));
+  *p = outStage_ + staged;
+  return static_cast<size_t>(std::min<uint64_t>(room, kLlStage - staged));
+}
+
+void LlConn::sendCommit(size_t n) {
+  sent_ += n;
+  owner->countSent(n);
 }
 
 // Each line's data, then its flag (release): a reader that sees the flag
-// sees the bytes.  A line left partly filled is extended later with a new
-// flag; the reader has copied only the bytes the old flag covered.
-void LlConn::sendCommit(size_t n) {
-  owner->countSent(n);
+// sees the bytes.  What one advance() committed (descriptor and payload)
+// goes at once, so a small message is one line the reader misses on once.
+// A line left partly filled is extended later with a new flag; the reader
+// has copied only the bytes the old flag covered.
+void LlConn::flush() {
   const char* src = outStage_;
-  while (n > 0) {
-    const uint64_t line = sent_ / kLlLineData;
-    const size_t off = sent_ % kLlLineData, k = std::min(kLlLineData - off, n);
+  while (flushed_ < sent_) {
+    const uint64_t line = flushed_ / kLlLineData;
+    const size_t off = flushed_ % kLlLineData;
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(kLlLineData - off, sent_ - flushed_));
     LlLine& l = tx_->lines[line % kLlLines];
     memcpy(l.data + off, src, k);
     l.flag.store(flagOf(line, off + k), std::memory_order_release);
-    sent_ += k;
+    flushed_ += k;
     src += k;
-    n -= k;
   }
 }
 

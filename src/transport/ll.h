@@ -11,7 +11,7 @@
 // operation's steps onto it when the operation is small (see
 // Executor::useSmall).  The reader gathers valid bytes into a private
 // buffer (recvAvail's contiguous view); the writer's sendSpace is a private
-// buffer that sendCommit spreads over lines.  Lines gathered are returned
+// buffer that flush() (after each advance of a program) spreads over lines.  Lines gathered are returned
 // to the writer through one counter the writer reads only when it believes
 // the ring full.  No allocation, syscall or lock on the path.
 #pragma once
@@ -54,6 +54,7 @@ class LlConn : public Conn {
   void sendCommit(size_t n) override;
   size_t recvAvail(const char** p) override;
   void recvConsume(size_t n) override;
+  void flush() override;
   uint64_t sendPos() const override { return sent_; }
   uint64_t recvPos() const override { return consumed_; }
   size_t limit() const { return limit_; }
@@ -64,6 +65,7 @@ class LlConn : public Conn {
   LlRing* tx_ = nullptr;
   size_t limit_ = 0;
   uint64_t sent_ = 0;        // bytes committed (stream position)
+  uint64_t flushed_ = 0;     // bytes written to the lines
   uint64_t freedSeen_ = 0;   // the reader's `freed` as last read
   uint64_t gathered_ = 0;    // bytes copied out of the ring
   uint64_t consumed_ = 0;    // bytes released by the engine

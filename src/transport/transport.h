@@ -24,6 +24,10 @@ class Conn {
   // Send side: contiguous free space (may be 0), then commit what was written.
   virtual size_t sendSpace(char** p) = 0;
   virtual void sendCommit(size_t n) = 0;
+  // Makes what was committed visible to the peer (the LL stream gathers a
+  // message's commits into one store per line; others publish on commit).
+  // The engine calls it whenever it stops writing (advance's return).
+  virtual void flush() {}
   // Receive side: contiguous received bytes (may be 0), then release them.
   virtual size_t recvAvail(const char** p) = 0;
   virtual void recvConsume(size_t n) = 0;
