@@ -184,7 +184,10 @@ bool probePeer(const NameMsg& theirs) {
 }  // namespace
 
 ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
-  auto c = std::make_unique<ShmConn>();
+  // Default-initialised, not value-initialised: the LL stream's private
+  // buffers (32 KiB per connection and level) stay untouched, so cost no
+  // memory, until the connection carries a small operation.
+  std::unique_ptr<ShmConn> c(new ShmConn);
   size_t bytes = segmentBytes(s.cfg->fifoBytes);
   NameMsg mine{};
   mine.pid = getpid();
