@@ -47,18 +47,18 @@ bool directCandidate(const Step& s) {
 
 // Where this step's message starts on a stream at `pos`: the operation's
 // first use of a stream is preceded by its descriptor.
-void lay(Lead& l, uint64_t pos, bool greetedAlready, const Step& s, uint32_t unit) {
+void lay(Lead& l, const Conn* c, uint64_t pos, bool greetedAlready, const Step& s, uint32_t unit) {
   const bool direct = directCandidate(s);
   l.desc = greetedAlready ? 0 : sizeof(OpDesc);
-  l.skip = alignUp(pos, (l.desc || direct) ? 32 : s.codec ? 16 : 8);
+  l.skip = alignUp(pos, l.desc ? c->recordAlign() : direct ? 32 : s.codec ? 16 : 8);
   pos += l.skip + l.desc;
   l.hdr = direct ? sizeof(DirectHeader) : s.codec ? sizeof(StepHeader) : 0;
   l.skip2 = direct ? 0 : s.codec ? alignUp(pos + l.hdr, unit) : alignUp(pos, 8);
 }
 
 void layout(Operation& op, Program& p, const Step& s) {
-  if (s.in) lay(p.in, s.in->recvPos(), op.greetedInFrom(s.in), s, s.inUnit);
-  if (s.out) lay(p.out, s.out->sendPos(), op.greetedOutTo(s.out), s, s.outUnit);
+  if (s.in) lay(p.in, s.in, s.in->recvPos(), op.greetedInFrom(s.in), s, s.inUnit);
+  if (s.out) lay(p.out, s.out, s.out->sendPos(), op.greetedOutTo(s.out), s, s.outUnit);
   p.started = true;
   p.directNow = false;
 }
@@ -218,7 +218,7 @@ ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
   // under us, so align from where the stream is now.
   const bool between = !s.in || i.desc == 0 || !s.in->reader || s.in->reader == &op;
   if (s.in && between) {
-    if (i.desc) i.skip = alignUp(s.in->recvPos(), sizeof(OpDesc));
+    if (i.desc) i.skip = alignUp(s.in->recvPos(), s.in->recordAlign());
     skipIn(s.in, &i.skip);
     if (i.skip == 0) TERN_CHECK(readDesc(op, s.in, &i.desc));
     if (i.skip + i.desc == 0)
@@ -292,7 +292,7 @@ void letGo(Operation& op) {
 }
 
 bool peekDesc(Conn* in, OpDesc* d) {
-  size_t pad = alignUp(in->recvPos(), sizeof(OpDesc));
+  size_t pad = alignUp(in->recvPos(), in->recordAlign());
   skipIn(in, &pad);
   return pad == 0 && peekRecord(in, d) && d->magic == kDescMagic;
 }

@@ -7,6 +7,7 @@ namespace tern {
 
 namespace {
 constexpr uint64_t flagOf(uint64_t line, size_t valid) { return (line + 1) << 6 | valid; }
+constexpr uint64_t linesFor(uint64_t bytes) { return (bytes + kLlLineData - 1) / kLlLineData; }
 }  // namespace
 
 void LlConn::attach(Conn* owner, void* mine, void* theirs, size_t limit) {
@@ -18,18 +19,23 @@ void LlConn::attach(Conn* owner, void* mine, void* theirs, size_t limit) {
   limit_ = limit;
 }
 
-// The reader's `freed` is read only when the ring looks too full for a
-// whole private buffer: a small message never waits on that cache line.
-// Bytes committed but not yet flushed sit at the front of the buffer.
+// Bytes the writer may still stage: what fits in the lines the reader has
+// returned, less what is staged already.  The reader's `freed` is read only
+// when that looks short of a whole private buffer: a small message never
+// waits on that cache line.
 size_t LlConn::sendSpace(char** p) {
   const uint64_t staged = sent_ - flushed_;
-  uint64_t room = (freedSeen_ + kLlLines) * kLlLineData - sent_;
-  if (room < kLlStage) {
+  auto room = [&] {
+    const uint64_t lines = freedSeen_ + kLlLines - nextLine_;
+    return lines * kLlLineData > staged ? lines * kLlLineData - staged : 0;
+  };
+  uint64_t r = room();
+  if (r < kLlStage) {
     freedSeen_ = tx_->freed.load(std::memory_order_acquire);
-    room = (freedSeen_ + kLlLines) * kLlLineData - sent_;
+    r = room();
   }
   *p = outStage_ + staged;
-  return static_cast<size_t>(std::min<uint64_t>(room, kLlStage - staged));
+  return static_cast<size_t>(std::min<uint64_t>(r, kLlStage - staged));
 }
 
 void LlConn::sendCommit(size_t n) {
@@ -37,28 +43,38 @@ void LlConn::sendCommit(size_t n) {
   owner->countSent(n);
 }
 
-// Each line's data, then its flag (release): a reader that sees the flag
-// sees the bytes.  What one advance() committed (descriptor and payload)
-// goes at once, so a small message is one line the reader misses on once.
-// A line left partly filled is extended later with a new flag; the reader
-// has copied only the bytes the old flag covered.
+// What the engine committed since the last flush (a step's descriptor and
+// payload) goes into fresh lines, each written once: data, then its flag
+// (release).  The first line's flag goes last: a reader that sees it sees
+// the whole flush (release/acquire; on x86 stores simply become visible in
+// order), so it copies the following lines without waiting on each, and
+// their cache misses overlap like a plain copy's instead of queueing one
+// behind another.  A line is never extended later (a partly filled one is
+// simply shorter), so the reader never reads a line being written.
 void LlConn::flush() {
-  const char* src = outStage_;
+  if (flushed_ == sent_) return;
+  const uint64_t first = nextLine_;
+  const size_t k0 = static_cast<size_t>(std::min<uint64_t>(kLlLineData, sent_ - flushed_));
+  const char* src = outStage_ + k0;
+  flushed_ += k0;
+  ++nextLine_;
   while (flushed_ < sent_) {
-    const uint64_t line = flushed_ / kLlLineData;
-    const size_t off = flushed_ % kLlLineData;
-    const size_t k = static_cast<size_t>(std::min<uint64_t>(kLlLineData - off, sent_ - flushed_));
-    LlLine& l = tx_->lines[line % kLlLines];
-    memcpy(l.data + off, src, k);
-    l.flag.store(flagOf(line, off + k), std::memory_order_release);
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(kLlLineData, sent_ - flushed_));
+    LlLine& l = tx_->lines[nextLine_ % kLlLines];
+    memcpy(l.data, src, k);
+    l.flag.store(flagOf(nextLine_, k), std::memory_order_release);
+    ++nextLine_;
     flushed_ += k;
     src += k;
   }
+  LlLine& l = tx_->lines[first % kLlLines];
+  memcpy(l.data, outStage_, k0);
+  l.flag.store(flagOf(first, k0), std::memory_order_release);
 }
 
-// Copies what the flags say has arrived into the private buffer (kept
-// 64-byte aligned to the stream, so payload stays aligned for reductions),
-// then tells the writer how many lines it may reuse.
+// Copies whole lines that have arrived into the private buffer (kept 64-byte
+// aligned to the stream, so payload stays aligned for reductions), then
+// tells the writer how many lines it may reuse.
 void LlConn::gather() {
   if (consumed_ == gathered_) stageBase_ = consumed_ & ~uint64_t(63);
   if (gathered_ - stageBase_ + kLlLineData > kLlStage && consumed_ - stageBase_ >= 64) {
@@ -66,20 +82,21 @@ void LlConn::gather() {
     memmove(inStage_ + (consumed_ - base), inStage_ + (consumed_ - stageBase_), gathered_ - consumed_);
     stageBase_ = base;
   }
-  const uint64_t before = gathered_ / kLlLineData;
+  const uint64_t before = readLine_;
+  // Once a flush's first line is here, the rest of it is too: fetch them
+  // all at once.
+  if ((rx_->lines[readLine_ % kLlLines].flag.load(std::memory_order_acquire) >> 6) == readLine_ + 1)
+    for (uint64_t k = 1; k <= 8; ++k) __builtin_prefetch(&rx_->lines[(readLine_ + k) % kLlLines]);
   for (;;) {
-    const uint64_t line = gathered_ / kLlLineData;
-    const size_t off = gathered_ % kLlLineData;
-    const LlLine& l = rx_->lines[line % kLlLines];
+    const LlLine& l = rx_->lines[readLine_ % kLlLines];
     const uint64_t f = l.flag.load(std::memory_order_acquire);
-    const size_t valid = f & 63, room = kLlStage - (gathered_ - stageBase_);
-    if ((f >> 6) != line + 1 || valid <= off || room == 0) break;
-    const size_t k = std::min(valid - off, room);
-    memcpy(inStage_ + (gathered_ - stageBase_), l.data + off, k);
-    gathered_ += k;
-    if (off + k < kLlLineData) break;  // the line is not complete yet
+    const size_t valid = f & 63;
+    if ((f >> 6) != readLine_ + 1 || valid > kLlStage - (gathered_ - stageBase_)) break;
+    memcpy(inStage_ + (gathered_ - stageBase_), l.data, valid);
+    gathered_ += valid;
+    ++readLine_;
   }
-  if (gathered_ / kLlLineData != before) rx_->freed.store(gathered_ / kLlLineData, std::memory_order_release);
+  if (readLine_ != before) rx_->freed.store(readLine_, std::memory_order_release);
 }
 
 size_t LlConn::recvAvail(const char** p) {

@@ -1,6 +1,7 @@
 // The low-latency (LL) stream of a shared-memory connection: small
 // operations' bytes cross in 64-byte lines whose last 8 bytes are a flag
-// (the line's number and how many of its 56 data bytes are valid), so the
+// (the line's number and how many of its 56 data bytes are valid; each
+// flush starts a fresh line and writes every line once), so the
 // reader's one cache miss on the flag brings the data with it and no head,
 // tail or separate flag word is written per message (NCCL's LL128 idea, with
 // x86-TSO / release-acquire ordering standing in for 128-byte stores).
@@ -37,7 +38,7 @@ static_assert(sizeof(LlLine) == 64, "an LL line is one cache line");
 // reader has gathered (written by the reader, read by the writer).
 struct LlRing {
   LlLine lines[kLlLines];
-  alignas(64) std::atomic<uint64_t> freed;
+  alignas(64) std::atomic<uint64_t> freed;  // lines gathered so far
 };
 
 // Bytes of shared memory one direction needs (zeroed memory is an empty ring).
@@ -55,6 +56,7 @@ class LlConn : public Conn {
   size_t recvAvail(const char** p) override;
   void recvConsume(size_t n) override;
   void flush() override;
+  size_t recordAlign() const override { return 8; }
   uint64_t sendPos() const override { return sent_; }
   uint64_t recvPos() const override { return consumed_; }
   size_t limit() const { return limit_; }
@@ -66,7 +68,9 @@ class LlConn : public Conn {
   size_t limit_ = 0;
   uint64_t sent_ = 0;        // bytes committed (stream position)
   uint64_t flushed_ = 0;     // bytes written to the lines
+  uint64_t nextLine_ = 0;    // the next line the writer fills
   uint64_t freedSeen_ = 0;   // the reader's `freed` as last read
+  uint64_t readLine_ = 0;    // the next line the reader gathers
   uint64_t gathered_ = 0;    // bytes copied out of the ring
   uint64_t consumed_ = 0;    // bytes released by the engine
   uint64_t stageBase_ = 0;   // stream position of inStage_[0]
