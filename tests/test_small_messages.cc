@@ -1,5 +1,5 @@
-// Small operations over shm (up to TERN_LL_BYTES, 4096 by default) take the
-// LL stream (src/transport/ll.h) instead of the fifo.  Real processes: every
+// Small operations over shm (up to TERN_LL_BYTES, 24 by default: one line)
+// take the LL stream (src/transport/ll.h) instead of the fifo.  Real processes: every
 // collective and send/recv right at 2-4 ranks for every datatype and op at
 // counts on and around the limit, small and large operations in flight
 // together (the two streams keep their order), an urgent small operation
@@ -22,11 +22,13 @@ using namespace terntest;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kLimit = 4096;  // TERN_LL_BYTES's default
+// TERN_LL_BYTES of this run (each rank is a process of its own): the
+// default (one line), or a limit of many lines with three datatypes.
+size_t limit = 24;
 
 // Counts whose bytes are just under, at and just over the limit, and one element.
 std::vector<size_t> edgeCounts(size_t esz) {
-  const size_t n = kLimit / esz;
+  const size_t n = limit / esz;
   return {1, n - 1, n, n + 1};
 }
 
@@ -50,6 +52,7 @@ int everyCollectiveBody(RankCtx& ctx) {
   Checker c{ctx, ctx.comm()};
   for (int t = 0; t < ternNumTypes; ++t) {
     auto dt = static_cast<ternDataType_t>(t);
+    if (limit > 24 && dt != ternInt8 && dt != ternFloat32 && dt != ternFloat64) continue;
     for (size_t count : edgeCounts(ternTypeSize(dt)))
       for (bool inplace : {false, true}) {
         for (int o = 0; o < ternNumOps; ++o) {
@@ -70,10 +73,16 @@ int everyCollectiveBody(RankCtx& ctx) {
 
 class SmallMessages : public ::testing::TestWithParam<int> {};
 
-TEST_P(SmallMessages, EveryCollectiveRightOnAndAroundTheLimit) {
-  expectAllRanksOk(runRanks(GetParam(), transportEnv("shm", {{"TERN_TIMEOUT", "60"}}),
+void runEveryCollective(int nranks, size_t l) {
+  limit = l;
+  expectAllRanksOk(runRanks(nranks,
+                            transportEnv("shm", {{"TERN_TIMEOUT", "60"}, {"TERN_LL_BYTES", std::to_string(l)}}),
                             everyCollectiveBody, 1, 300));
 }
+
+TEST_P(SmallMessages, EveryCollectiveRightOnAndAroundTheLimit) { runEveryCollective(GetParam(), 24); }
+
+TEST_P(SmallMessages, ManyLineMessagesRightOnAndAroundALargerLimit) { runEveryCollective(GetParam(), 4096); }
 
 // x[i] = (rank + i % 1000) * scale: the sum over ranks is exact.
 void fill(std::vector<float>& x, int rank, float scale) {
@@ -93,7 +102,7 @@ bool sumIsRight(const std::vector<float>& x, int nranks, float scale) {
 int mixedBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm();
   const int n = ctx.nranks, r = ctx.rank;
-  const size_t sizes[] = {5, 300000, 1024, 1025, 7, 65536, 1000};
+  const size_t sizes[] = {5, 300000, 6, 7, 1, 65536, 1000};  // <= 6 floats: the LL stream
   std::vector<std::vector<float>> ar, out, in;
   for (size_t k = 0; k < std::size(sizes); ++k) {
     ar.emplace_back(sizes[k]);
@@ -128,7 +137,7 @@ TEST_P(SmallMessages, SmallAndLargeInFlightTogether) {
 // issued after it, must finish while the bulk one is still running.
 int overtakeBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm();
-  std::vector<float> bulk(16 << 20), urgent(256);  // 64 MiB and 1 KiB
+  std::vector<float> bulk(16 << 20), urgent(4);  // 64 MiB and 16 bytes
   fill(bulk, ctx.rank, 1.0f);
   fill(urgent, ctx.rank, 2.0f);
   ternBarrier(comm);
@@ -157,8 +166,8 @@ TEST_P(SmallMessages, UrgentSmallOperationOvertakesBulk) {
 INSTANTIATE_TEST_SUITE_P(Shm, SmallMessages, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
-// One rank's operation is just over the limit (fifo), the others' at it (LL
-// stream): each waits on a different stream, and the descriptor waiting on
+// One rank's operation is just over the limit (24 bytes: fifo), the others'
+// at it (LL stream): each waits on a different stream, and the descriptor waiting on
 // the other one names both calls.
 struct AcrossTheLimit {
   const char* name;
@@ -169,16 +178,16 @@ struct AcrossTheLimit {
 const AcrossTheLimit kAcross[] = {
     {"allreduce",
      [](ternComm_t c, int r, int n, std::vector<float>& x) {
-       return ternAllReduce(x.data(), x.data(), r == n - 1 ? 1025 : 1024, ternFloat32, ternSum, c, nullptr);
+       return ternAllReduce(x.data(), x.data(), r == n - 1 ? 7 : 6, ternFloat32, ternSum, c, nullptr);
      },
-     "allreduce of 1025 float32"},
+     "allreduce of 7 float32"},
     {"send/recv",
      [](ternComm_t c, int r, int n, std::vector<float>& x) {
-       if (r == 0) return ternSend(x.data(), 1024, ternFloat32, n - 1, c, nullptr);
-       if (r == n - 1) return ternRecv(x.data(), 2048, ternFloat32, 0, c, nullptr);
+       if (r == 0) return ternSend(x.data(), 6, ternFloat32, n - 1, c, nullptr);
+       if (r == n - 1) return ternRecv(x.data(), 12, ternFloat32, 0, c, nullptr);
        return ternSuccess;
      },
-     "recv of 2048 float32"},
+     "recv of 12 float32"},
 };
 
 TEST(SmallMessagesMismatch, SizesAcrossTheLimitAreInvalidUsageNamingBothCalls) {
@@ -226,7 +235,7 @@ TEST(SmallMessagesFaults, DeadPeerDuringASmallAllReduceIsAnError) {
   Signal go;
   auto body = [&](RankCtx& ctx) {
     ternComm_t comm = ctx.comm();
-    std::vector<float> x(64, 1.0f);
+    std::vector<float> x(4, 1.0f);  // 16 bytes: the LL stream
     for (int k = 0; k < 10; ++k)
       if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr) != ternSuccess)
         return failf(ctx, "warm-up failed");
@@ -253,7 +262,7 @@ TEST(SmallMessagesFaults, StalledPeerTimesOutWithoutBurningACore) {
   Signal done;
   auto body = [&](RankCtx& ctx) {
     ternComm_t comm = ctx.comm();
-    std::vector<float> x(64, 1.0f);
+    std::vector<float> x(4, 1.0f);  // 16 bytes: the LL stream
     if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr) != ternSuccess)
       return failf(ctx, "warm-up failed");
     if (ctx.rank == 1) {

@@ -6,7 +6,12 @@
 namespace tern {
 
 namespace {
-constexpr uint64_t flagOf(uint64_t line, size_t valid) { return (line + 1) << 6 | valid; }
+// A flag: the line's number + 1, the lines in its flush (first line only,
+// at most 63; 0 on the others) and its valid bytes.
+constexpr uint64_t flagOf(uint64_t line, size_t valid, uint64_t lines = 0) {
+  return (line + 1) << 12 | std::min<uint64_t>(lines, 63) << 6 | valid;
+}
+constexpr uint64_t lineOf(uint64_t flag) { return (flag >> 12) - 1; }
 constexpr uint64_t linesFor(uint64_t bytes) { return (bytes + kLlLineData - 1) / kLlLineData; }
 }  // namespace
 
@@ -69,7 +74,7 @@ void LlConn::flush() {
   }
   LlLine& l = tx_->lines[first % kLlLines];
   memcpy(l.data, outStage_, k0);
-  l.flag.store(flagOf(first, k0), std::memory_order_release);
+  l.flag.store(flagOf(first, k0, nextLine_ - first), std::memory_order_release);
 }
 
 // Copies whole lines that have arrived into the private buffer (kept 64-byte
@@ -84,14 +89,16 @@ void LlConn::gather() {
   }
   const uint64_t before = readLine_;
   // Once a flush's first line is here, the rest of it is too: fetch them
-  // all at once.
-  if ((rx_->lines[readLine_ % kLlLines].flag.load(std::memory_order_acquire) >> 6) == readLine_ + 1)
-    for (uint64_t k = 1; k <= 8; ++k) __builtin_prefetch(&rx_->lines[(readLine_ + k) % kLlLines]);
+  // all at once (its flag says how many there are).
+  const uint64_t f0 = rx_->lines[readLine_ % kLlLines].flag.load(std::memory_order_acquire);
+  if (f0 && lineOf(f0) == readLine_)
+    for (uint64_t k = 1; k < std::min<uint64_t>(f0 >> 6 & 63, 9); ++k)
+      __builtin_prefetch(&rx_->lines[(readLine_ + k) % kLlLines]);
   for (;;) {
     const LlLine& l = rx_->lines[readLine_ % kLlLines];
     const uint64_t f = l.flag.load(std::memory_order_acquire);
     const size_t valid = f & 63;
-    if ((f >> 6) != readLine_ + 1 || valid > kLlStage - (gathered_ - stageBase_)) break;
+    if (!f || lineOf(f) != readLine_ || valid > kLlStage - (gathered_ - stageBase_)) break;
     memcpy(inStage_ + (gathered_ - stageBase_), l.data, valid);
     gathered_ += valid;
     ++readLine_;

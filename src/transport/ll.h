@@ -30,7 +30,7 @@ constexpr size_t kLlStage = 16 << 10;  // private buffer per side
 
 struct alignas(64) LlLine {
   char data[kLlLineData];
-  std::atomic<uint64_t> flag;  // (line number + 1) << 6 | valid bytes; 0: never written
+  std::atomic<uint64_t> flag;  // line number + 1, lines in its flush, valid bytes (ll.cc); 0: never written
 };
 static_assert(sizeof(LlLine) == 64, "an LL line is one cache line");
 
