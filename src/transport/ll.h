@@ -6,13 +6,14 @@
 // tail or separate flag word is written per message (NCCL's LL128 idea, with
 // x86-TSO / release-acquire ordering standing in for 128-byte stores).
 //
-// It is a Conn like any other (the engine's descriptor, padding and
-// reduce-out-of-the-receive-buffer machinery run on it unchanged), the small
-// sibling of its shm connection (Conn::small()): the executor moves an
-// operation's steps onto it when the operation is small (see
-// Executor::useSmall).  The reader gathers valid bytes into a private
-// buffer (recvAvail's contiguous view); the writer's sendSpace is a private
-// buffer that flush() (after each advance of a program) spreads over lines.  Lines gathered are returned
+// It is a Conn like any other (the engine's descriptor and
+// reduce-out-of-the-receive-buffer machinery run on it unchanged; records
+// are 8-aligned, so no padding crosses), the small sibling of its shm
+// connection (Conn::small): the executor moves an operation's steps onto it
+// when the operation is small (takeSmallChannels in engine/executor.cc).
+// The reader gathers whole lines into a private buffer (recvAvail's
+// contiguous view); the writer's sendSpace is a private buffer that flush()
+// (when advance() stops) spreads over lines.  Lines gathered are returned
 // to the writer through one counter the writer reads only when it believes
 // the ring full.  No allocation, syscall or lock on the path.
 #pragma once
