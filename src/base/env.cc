@@ -68,6 +68,12 @@ Config readConfig() {
   c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 0, bad), 0));
   c.transport = envString("TERN_TRANSPORT", "auto");
   c.net = envString("TERN_NET", "auto");
+  // Small operations over shm cross in flagged cache lines (transport/ll.h).
+  // 24: a descriptor and its payload fill one line.  Messages of two lines
+  // and more measured slower than the fifo on the 2-core test host
+  // (perf/RESULTS.md, 2026-11-25): the fifo's one head word and a plain copy
+  // beat a flag per line there.
+  c.llBytes = static_cast<size_t>(std::min<long long>(std::max<long long>(envInt("TERN_LL_BYTES", 24), 0), 32 << 10));
   c.ifname = envString("TERN_SOCKET_IFNAME", "");
   c.topoXml = envString("TERN_TOPO_XML", "");
   c.topoDump = envString("TERN_TOPO_DUMP", "");

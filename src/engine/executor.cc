@@ -25,6 +25,36 @@ namespace {
 constexpr size_t kBudgetAlone = 512 << 10;
 constexpr size_t kBudgetYielding = 16 << 10;
 
+// Payload bytes that decide whether an operation is small: the same on
+// every rank that issued it (descriptor fields only).
+uint64_t opBytes(const Operation& op) {
+  return op.desc.count * ternTypeSize(static_cast<ternDataType_t>(op.desc.dtype));
+}
+
+// Small operations move on their connections' low-latency siblings
+// (Conn::small, transport/ll.h).  Every rank decides from its descriptor and
+// the limit both ends of the connection agreed on, so both ends of a stream
+// pick the same sibling; interleaved kinds (weight streams) keep the fifo,
+// whose message boundaries they share with others.
+Conn* channel(const Operation& op, Conn* c) {
+  if (!c || op.unordered || opKind(op.desc.kind).interleaved) return c;
+  Conn* ll = c->small(opBytes(op));
+  return ll ? ll : c;
+}
+
+// Moves a phase's steps onto the small siblings.  Framed codec phases (the
+// ternary allreduce's) stay where they are: both ends see the same plan.
+void takeSmallChannels(Operation& op) {
+  for (const Program& p : op.phase.progs)
+    for (const Step& s : p.steps)
+      if (s.codec) return;
+  for (Program& p : op.phase.progs)
+    for (Step& s : p.steps) {
+      s.in = channel(op, s.in);
+      s.out = channel(op, s.out);
+    }
+}
+
 }  // namespace
 
 Executor::Executor(EngineHost& host, int rank, double timeoutSec, double holdSec)
@@ -58,6 +88,7 @@ void Executor::ring() {
 OpPtr Executor::newOperation() { return pool_->get(); }
 
 void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
+  if (admitForCaller(ops, wake)) return;
   int standing = 0;
   {
     std::lock_guard<std::mutex> lk(m_);
@@ -74,6 +105,22 @@ void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
   // progress thread for it would cost a futile context switch.
   if (wake || standing > 0) workCv_.notify_all();
   ring();  // a driver asleep in poll() admits it now
+}
+
+// A blocking call's one operation on an idle engine: the caller takes the
+// drive token now and admits it straight into the active lists, so neither
+// submit nor the first round takes the pending list's lock; wait() finds
+// the token held for it (heldFor_) and drives at once.  Only for callers
+// that wait right away (`wake` false: api/group.cc's blocking path).
+bool Executor::admitForCaller(const std::vector<OpPtr>& ops, bool wake) {
+  if (wake || ops.size() != 1 || ops[0]->standing || !drive_.try_lock()) return false;
+  admit();  // anything submitted before it goes first (issue order)
+  const OpPtr& op = ops[0];
+  op->stamp = stamp();
+  outstanding_.fetch_add(1);
+  active_[op->level].push_back(op);
+  heldFor_.store(op.get(), std::memory_order_relaxed);
+  return true;
 }
 
 // Completions are frequent and usually nobody sleeps on them (the caller
@@ -115,6 +162,11 @@ void Executor::sleepUntil(Pred ready) {
 ternResult_t Executor::wait(Operation& op, std::string* error) {
   // seq_cst: sleepUntil's side of the handshake in complete().
   auto done = [&] { return op.done.load(); };
+  // submit() took the token for this operation (admitForCaller): drive.
+  if (heldFor_.load(std::memory_order_relaxed) == &op) {
+    heldFor_.store(nullptr, std::memory_order_relaxed);
+    if (!driveHeld(&op)) std::this_thread::yield();  // handed over: let the urgent caller in
+  }
   while (!done()) {
     bool got = drive_.try_lock();
     if (!got) {
@@ -323,16 +375,21 @@ ternResult_t Executor::bindSource(const std::vector<OpPtr>& list, size_t i, bool
           return !e->send && e->peer == q; }))
       continue;
     Conn* c = op.ctx.conn(q);
-    if (c->reader) continue;  // in the middle of another's message (a weight stream's chunk)
     TERN_CHECK(c->activate());
     if (c->needsProgress()) {
       bool m = false;
       TERN_CHECK(c->progress(&m));
       op.pumps.push_back(c);  // idleWait polls them
     }
-    OpDesc d;
-    // The kind a receive meets (its kind's peerKind), addressed to us.
-    if (!peekDesc(c, &d) || d.kind != opKind(op.desc.kind).peerKind || d.root != rank_) continue;
+    // The kind a receive meets (its kind's peerKind), addressed to us, on
+    // the stream or its small sibling (the send's size chose).  A stream in
+    // the middle of another's message (a weight stream's chunk) is skipped.
+    auto sendToUs = [&](Conn* k) {
+      OpDesc d;
+      return k && !k->reader && peekDesc(k, &d) && d.kind == opKind(op.desc.kind).peerKind &&
+             d.root == rank_;
+    };
+    if (!sendToUs(c->small(0)) && !sendToUs(c)) continue;
     op.peer = lastSource_ = q;
     op.desc.root = q;
     op.task->bindPeer(q);
@@ -406,6 +463,7 @@ ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
       *finished = true;
       return ternSuccess;
     }
+    takeSmallChannels(op);
     op.pumps.clear();
     bool any = false;
     for (Program& p : op.phase.progs) {
@@ -430,6 +488,8 @@ bool Executor::greetNeighbours(Operation& op) {
   op.greetedNeighbours = true;
   Conn *to = nullptr, *from = nullptr;
   op.task->greeting(op.ctx, &to, &from);
+  to = channel(op, to);
+  from = channel(op, from);
   const bool out = to && !op.greetedOutTo(to), in = from && !op.greetedInFrom(from);
   if (!out && !in) return false;
   // A program of its own (the phase holds at most the empty one resetPhase
@@ -541,6 +601,7 @@ ternResult_t Executor::checkIdle(Clock::time_point now) {
       Operation& op = *list[i];
       if ((!op.begun && !op.unbound()) || !runnable(list, i) || op.phase.listening) continue;
       if (op.begun) TERN_CHECK(checkBlockedOnGone(op.phase, rank_, op.phase.what));
+      if (op.begun) TERN_CHECK(checkOtherStream(op, op.phase));
       if (op.moves != op.movesSeen || !watched) {  // moved since the last check: idle from now
         op.movesSeen = op.moves;
         op.idleSince = now;

@@ -75,6 +75,7 @@ class Executor {
   void setTrace(Trace* t) { trace_ = t; }
 
  private:
+  bool admitForCaller(const std::vector<OpPtr>& ops, bool wake);
   void loop();
   bool driveUntil(const Operation* op);   // false: it handed the token over
   bool shouldHandOver(const Operation* op) const;
@@ -124,6 +125,9 @@ class Executor {
   // caller's thread then runs the rounds itself, so its operation does not
   // wait for a wake-up on a busy CPU.
   std::atomic<int> wantLevel_{kLevels};
+  // The operation whose blocking caller took the token in submit() and
+  // drives it in wait() (admitForCaller); written by the token's holder.
+  std::atomic<const Operation*> heldFor_{nullptr};
   // The driver's doorbell: while it sleeps in poll() waiting on its peers
   // (polling_), a new operation or a caller asking for the token rings it,
   // so neither waits out the poll's millisecond.

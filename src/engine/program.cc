@@ -47,18 +47,18 @@ bool directCandidate(const Step& s) {
 
 // Where this step's message starts on a stream at `pos`: the operation's
 // first use of a stream is preceded by its descriptor.
-void lay(Lead& l, uint64_t pos, bool greetedAlready, const Step& s, uint32_t unit) {
+void lay(Lead& l, const Conn* c, uint64_t pos, bool greetedAlready, const Step& s, uint32_t unit) {
   const bool direct = directCandidate(s);
   l.desc = greetedAlready ? 0 : sizeof(OpDesc);
-  l.skip = alignUp(pos, (l.desc || direct) ? 32 : s.codec ? 16 : 8);
+  l.skip = alignUp(pos, l.desc ? c->recordAlign() : direct ? 32 : s.codec ? 16 : 8);
   pos += l.skip + l.desc;
   l.hdr = direct ? sizeof(DirectHeader) : s.codec ? sizeof(StepHeader) : 0;
   l.skip2 = direct ? 0 : s.codec ? alignUp(pos + l.hdr, unit) : alignUp(pos, 8);
 }
 
 void layout(Operation& op, Program& p, const Step& s) {
-  if (s.in) lay(p.in, s.in->recvPos(), op.greetedInFrom(s.in), s, s.inUnit);
-  if (s.out) lay(p.out, s.out->sendPos(), op.greetedOutTo(s.out), s, s.outUnit);
+  if (s.in) lay(p.in, s.in, s.in->recvPos(), op.greetedInFrom(s.in), s, s.inUnit);
+  if (s.out) lay(p.out, s.out, s.out->sendPos(), op.greetedOutTo(s.out), s, s.outUnit);
   p.started = true;
   p.directNow = false;
 }
@@ -218,7 +218,7 @@ ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
   // under us, so align from where the stream is now.
   const bool between = !s.in || i.desc == 0 || !s.in->reader || s.in->reader == &op;
   if (s.in && between) {
-    if (i.desc) i.skip = alignUp(s.in->recvPos(), sizeof(OpDesc));
+    if (i.desc) i.skip = alignUp(s.in->recvPos(), s.in->recordAlign());
     skipIn(s.in, &i.skip);
     if (i.skip == 0) TERN_CHECK(readDesc(op, s.in, &i.desc));
     if (i.skip + i.desc == 0)
@@ -292,13 +292,15 @@ void letGo(Operation& op) {
 }
 
 bool peekDesc(Conn* in, OpDesc* d) {
-  size_t pad = alignUp(in->recvPos(), sizeof(OpDesc));
+  size_t pad = alignUp(in->recvPos(), in->recordAlign());
   skipIn(in, &pad);
   return pad == 0 && peekRecord(in, d) && d->magic == kDescMagic;
 }
 
-ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,
-                     bool* moved) {
+namespace {
+
+ternResult_t advanceSteps(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,
+                          bool* moved) {
   size_t spent = 0;
   while (p.cur < p.steps.size()) {
     const Step& s = p.steps[p.cur];
@@ -326,18 +328,54 @@ ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks
   return ternSuccess;
 }
 
+}  // namespace
+
+// What the steps wrote becomes visible when the program stops (Conn::flush):
+// the steps it went through are those from `first` to where it stands.
+ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,
+                     bool* moved) {
+  const size_t first = p.cur;
+  ternResult_t r = advanceSteps(op, p, red, nranks, budget, moved);
+  for (size_t i = first; i <= p.cur && i < p.steps.size(); ++i)
+    if (p.steps[i].out) p.steps[i].out->flush();
+  return r;
+}
+
 ternResult_t checkBlockedOnGone(const Phase& ph, int rank, const char* what) {
   for (const Program& p : ph.progs) {
     if (p.done()) continue;
     const Step& s = p.steps[p.cur];
     const char* ip;
     size_t unit = s.codec ? s.inUnit : s.reduce ? ternTypeSize(ph.red.dt) : 1;
-    bool starved = s.in && s.in->gone && s.in->recvAvail(&ip) < std::max<size_t>(unit, 1);
-    Conn* dead = starved ? s.in : (s.out && s.out->gone) ? s.out : nullptr;
+    bool starved = s.in && s.in->peerGone() && s.in->recvAvail(&ip) < std::max<size_t>(unit, 1);
+    Conn* dead = starved ? s.in : (s.out && s.out->peerGone()) ? s.out : nullptr;
     if (dead)
       return setError(ternRemoteError, "rank " + std::to_string(rank) + " needs rank " +
                                            std::to_string(dead->peer) + " in " + what +
                                            ", but that rank exited or failed");
+  }
+  return ternSuccess;
+}
+
+// A peer whose operation took the other stream of the pair (a connection
+// and its small sibling, Conn::small) disagrees on the operation's size:
+// its descriptor waits at the head of that stream while we wait for ours.
+// Every earlier operation that read either stream has completed (issue
+// order), so a descriptor there is the peer's next operation.
+ternResult_t checkOtherStream(const Operation& op, const Phase& ph) {
+  for (const Program& p : ph.progs) {
+    if (p.done() || !p.started) continue;
+    Conn* in = p.steps[p.cur].in;
+    if (!in || p.in.desc == 0) continue;  // not waiting for a descriptor
+    Conn* other = in->owner ? in->owner : in->small(0);
+    OpDesc d;
+    if (!other || other->reader || !peekDesc(other, &d) || opKind(d.kind).interleaved) continue;
+    std::string why = descMismatch(op.desc, d);
+    if (why.empty())
+      why = "rank " + std::to_string(d.rank) + " sent its " + describe(d) + " over " + other->name() +
+            " but rank " + std::to_string(op.desc.rank) + " expects it over " + in->name() +
+            ": the ranks disagree on TERN_LL_BYTES; set it the same everywhere";
+    return setError(ternInvalidUsage, why);
   }
   return ternSuccess;
 }

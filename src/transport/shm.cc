@@ -27,6 +27,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "transport/fifo.h"
+#include "transport/ll.h"
 #include "transport/transport.h"
 
 namespace tern {
@@ -77,7 +78,15 @@ struct DirectWord {
   std::atomic<uint32_t> abandoned;
 };
 
-size_t segmentBytes(size_t fifoBytes) { return fifoFootprint(fifoBytes) + sizeof(DirectWord); }
+// A segment: the fifo, the small operations' LL ring (transport/ll.h), the
+// direct word.
+size_t segmentBytes(size_t fifoBytes) {
+  return fifoFootprint(fifoBytes) + llFootprint() + sizeof(DirectWord);
+}
+
+void* llRing(const Segment& seg, size_t fifoBytes) {
+  return static_cast<char*>(seg.mem) + fifoFootprint(fifoBytes);
+}
 
 DirectWord* directWord(const Segment& seg) {
   return reinterpret_cast<DirectWord*>(static_cast<char*>(seg.mem) + seg.bytes - sizeof(DirectWord));
@@ -101,6 +110,8 @@ bool readPeer(pid_t pid, void* dst, uint64_t addr, size_t n) {
 class ShmConn : public Conn {
  public:
   const char* name() const override { return "shm"; }
+  Conn* small(uint64_t opBytes) override { return ll_.limit() && opBytes <= ll_.limit() ? &ll_ : nullptr; }
+  LlConn ll_;
   size_t directMin() const override { return directMin_; }
   ternResult_t directRead(void* dst, uint64_t addr, size_t n) override {
     if (readPeer(peerPid_, dst, addr, n)) return ternSuccess;
@@ -141,7 +152,20 @@ class ShmConn : public Conn {
     send_.produce(n);
     countSent(n);
   }
-  size_t recvAvail(const char** p) override { return recv_.readable(p); }
+  // Bytes that just arrived are fetched all at once: a small message's few
+  // lines then miss together instead of one by one in the reduction loop.
+  size_t recvAvail(const char** p) override {
+    size_t n = recv_.readable(p);
+    const uint64_t end = recv_.consumed() + n;
+    if (end > fetched_) {
+      const uint64_t from = std::max(fetched_, recv_.consumed());
+      const char* q = *p + (from - recv_.consumed());
+      for (uint64_t k = 0; k < std::min<uint64_t>(end - from, 4096); k += 64) __builtin_prefetch(q + k);
+      fetched_ = end;
+    }
+    return n;
+  }
+  uint64_t fetched_ = 0;  // stream position up to which recvAvail prefetched
   uint64_t sendPos() const override { return send_.produced(); }
   uint64_t recvPos() const override { return recv_.consumed(); }
   void recvConsume(size_t n) override {
@@ -159,6 +183,7 @@ struct NameMsg {
   // The single-copy probe: read `probe` at probeAddr in process pid.
   int64_t pid;
   uint64_t probeAddr, probe[2], directMin;
+  uint64_t llBytes;  // TERN_LL_BYTES: both ends use the smaller
 };
 
 // Whether this process may read the peer's memory (see the file comment).
@@ -172,11 +197,15 @@ bool probePeer(const NameMsg& theirs) {
 }  // namespace
 
 ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
-  auto c = std::make_unique<ShmConn>();
+  // Default-initialised, not value-initialised: the LL stream's private
+  // buffers (32 KiB per connection and level) stay untouched, so cost no
+  // memory, until the connection carries a small operation.
+  std::unique_ptr<ShmConn> c(new ShmConn);
   size_t bytes = segmentBytes(s.cfg->fifoBytes);
   NameMsg mine{};
   mine.pid = getpid();
   mine.directMin = s.cfg->shmDirectBytes;
+  mine.llBytes = s.cfg->llBytes;
   randomBytes(mine.probe, sizeof mine.probe);
   mine.probeAddr = reinterpret_cast<uintptr_t>(&mine.probe);  // read by the peer before it acks
   uint64_t nonce;
@@ -208,6 +237,10 @@ ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
     c->peerPid_ = static_cast<pid_t>(theirs.pid);
   }
   c->send_.attach(c->sendSeg.mem, s.cfg->fifoBytes, false);
+  c->peer = s.peer;
+  c->flowClass = s.mark.flowClass;
+  c->ll_.attach(c.get(), llRing(c->recvSeg, s.cfg->fifoBytes), llRing(c->sendSeg, s.cfg->fifoBytes),
+                std::min<uint64_t>(mine.llBytes, theirs.llBytes));
   TERN_LOG(Trace, "shm connection to rank %d at level %d (%zu-byte fifos, single copy %s)", s.peer,
            s.level, s.cfg->fifoBytes, c->directMin_ ? "on" : "off");
   *out = std::move(c);

@@ -24,6 +24,14 @@ class Conn {
   // Send side: contiguous free space (may be 0), then commit what was written.
   virtual size_t sendSpace(char** p) = 0;
   virtual void sendCommit(size_t n) = 0;
+  // Where a message's descriptor starts on the stream (a multiple of this):
+  // 32 keeps it from straddling a fifo's wrap point; the LL stream gathers
+  // into a private buffer and needs only 8 (no padding to send).
+  virtual size_t recordAlign() const { return 32; }
+  // Makes what was committed visible to the peer (the LL stream gathers a
+  // message's commits into one store per line; others publish on commit).
+  // The engine calls it whenever it stops writing (advance's return).
+  virtual void flush() {}
   // Receive side: contiguous received bytes (may be 0), then release them.
   virtual size_t recvAvail(const char** p) = 0;
   virtual void recvConsume(size_t n) = 0;
@@ -63,6 +71,17 @@ class Conn {
   // Receiver: n more bytes were read.  Sender: bytes read so far in total.
   virtual void directAck(size_t n) { (void)n; }
   virtual uint64_t directAcked() const { return 0; }
+  // The low-latency sibling stream to the same peer at the same level
+  // (transport/ll.h) for an operation of `opBytes` (both ends agree on the
+  // limit), or nullptr: the operation stays on this one.
+  virtual Conn* small(uint64_t opBytes) {
+    (void)opBytes;
+    return nullptr;
+  }
+  // A sibling's connection (nullptr: this is one): its liveness is ours.
+  Conn* owner = nullptr;
+  bool peerGone() const { return gone || (owner && owner->gone); }
+
   // Sender: this rank failed, so buffers it posted may change from now on.
   // Receiver: whether the sender said so (what was read may be invalid).
   virtual void directAbandon() {}

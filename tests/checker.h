@@ -1,0 +1,130 @@
+// Checks every collective's result against values every datatype holds
+// exactly (perf/harness/values.h); shared by the collective suites
+// (test_collectives, test_small_messages).
+#pragma once
+#include <cmath>
+#include <vector>
+
+#include "harness.h"
+#include "values.h"
+
+namespace terntest {
+
+using namespace ternperf;
+
+struct Checker {
+  RankCtx& ctx;
+  ternComm_t comm;
+  int failures = 0;
+
+  bool report(const char* coll, ternDataType_t dt, ternRedOp_t op, size_t count, bool inplace,
+              int root, size_t bad, size_t firstBad, double got, double want) {
+    if (bad == 0) return true;
+    failf(ctx, "%s %s/%s count=%zu %s root=%d: %zu wrong, first at %zu: got %g want %g", coll,
+          typeName(dt), opName(op), count, inplace ? "in-place" : "out-of-place", root, bad,
+          firstBad, got, want);
+    ++failures;
+    return false;
+  }
+
+  bool ok(ternResult_t r, const char* coll) {
+    if (r == ternSuccess) return true;
+    failf(ctx, "%s returned %s: %s", coll, ternGetErrorString(r), ternGetLastError(comm));
+    ++failures;
+    return false;
+  }
+
+  void allReduce(ternDataType_t dt, ternRedOp_t op, size_t count, bool inplace) {
+    size_t esz = ternTypeSize(dt);
+    std::vector<char> send(count * esz + 1), recv(count * esz + 1);
+    char* s = inplace ? recv.data() : send.data();
+    for (size_t i = 0; i < count; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, op, count));
+    if (!ok(ternAllReduce(s, recv.data(), count, dt, op, comm, nullptr), "ternAllReduce")) return;
+    size_t bad = 0, first = 0;
+    double got = 0, want = 0;
+    for (size_t i = 0; i < count; ++i) {
+      double w = expectedReduction(dt, op, ctx.nranks,
+                                   [&](int r) { return inputValue(r, i, dt, op, count); });
+      double g = load(dt, recv.data(), i);
+      if (g != w && bad++ == 0) first = i, got = g, want = w;
+    }
+    report("allreduce", dt, op, count, inplace, -1, bad, first, got, want);
+  }
+
+  void reduce(ternDataType_t dt, ternRedOp_t op, size_t count, bool inplace, int root) {
+    size_t esz = ternTypeSize(dt);
+    std::vector<char> send(count * esz + 1), recv(count * esz + 1, 0x5a);
+    char* s = inplace ? recv.data() : send.data();
+    for (size_t i = 0; i < count; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, op, root));
+    std::vector<char> before = recv;
+    if (!ok(ternReduce(s, recv.data(), count, dt, op, root, comm, nullptr), "ternReduce")) return;
+    size_t bad = 0, first = 0;
+    double got = 0, want = 0;
+    for (size_t i = 0; i < count; ++i) {
+      double w = ctx.rank == root
+                     ? expectedReduction(dt, op, ctx.nranks,
+                                         [&](int r) { return inputValue(r, i, dt, op, root); })
+                     : load(dt, before.data(), i);  // non-roots' recvbuff is untouched
+      double g = load(dt, recv.data(), i);
+      if (!(g == w || (std::isnan(g) && std::isnan(w))) && bad++ == 0) first = i, got = g, want = w;
+    }
+    report("reduce", dt, op, count, inplace, root, bad, first, got, want);
+  }
+
+  void reduceScatter(ternDataType_t dt, ternRedOp_t op, size_t count, bool inplace) {
+    size_t esz = ternTypeSize(dt), n = ctx.nranks;
+    std::vector<char> send(count * n * esz + 1), recvAll(count * n * esz + 1);
+    char* s = inplace ? recvAll.data() : send.data();
+    char* d = inplace ? recvAll.data() + ctx.rank * count * esz : recvAll.data();
+    for (size_t i = 0; i < count * n; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, op));
+    if (!ok(ternReduceScatter(s, d, count, dt, op, comm, nullptr), "ternReduceScatter")) return;
+    size_t bad = 0, first = 0;
+    double got = 0, want = 0;
+    for (size_t i = 0; i < count; ++i) {
+      size_t g = ctx.rank * count + i;
+      double w = expectedReduction(dt, op, ctx.nranks,
+                                   [&](int r) { return inputValue(r, g, dt, op); });
+      double v = load(dt, d, i);
+      if (v != w && bad++ == 0) first = i, got = v, want = w;
+    }
+    report("reduce_scatter", dt, op, count, inplace, -1, bad, first, got, want);
+  }
+
+  void allGather(ternDataType_t dt, size_t count, bool inplace) {
+    size_t esz = ternTypeSize(dt), n = ctx.nranks;
+    std::vector<char> send(count * esz + 1), recv(count * n * esz + 1);
+    char* s = inplace ? recv.data() + ctx.rank * count * esz : send.data();
+    for (size_t i = 0; i < count; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, ternSum));
+    if (!ok(ternAllGather(s, recv.data(), count, dt, comm, nullptr), "ternAllGather")) return;
+    size_t bad = 0, first = 0;
+    double got = 0, want = 0;
+    char tmp[8];
+    for (size_t r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i) {
+        store(dt, tmp, 0, inputValue(static_cast<int>(r), i, dt, ternSum));
+        double w = load(dt, tmp, 0), g = load(dt, recv.data(), r * count + i);
+        if (g != w && bad++ == 0) first = r * count + i, got = g, want = w;
+      }
+    report("allgather", dt, ternSum, count, inplace, -1, bad, first, got, want);
+  }
+
+  void broadcast(ternDataType_t dt, size_t count, bool inplace, int root) {
+    size_t esz = ternTypeSize(dt);
+    std::vector<char> send(count * esz + 1), recv(count * esz + 1);
+    char* s = inplace ? recv.data() : send.data();
+    if (ctx.rank == root)
+      for (size_t i = 0; i < count; ++i) store(dt, s, i, inputValue(root, i, dt, ternSum));
+    if (!ok(ternBroadcast(s, recv.data(), count, dt, root, comm, nullptr), "ternBroadcast")) return;
+    size_t bad = 0, first = 0;
+    double got = 0, want = 0;
+    char tmp[8];
+    for (size_t i = 0; i < count; ++i) {
+      store(dt, tmp, 0, inputValue(root, i, dt, ternSum));
+      double w = load(dt, tmp, 0), g = load(dt, recv.data(), i);
+      if (g != w && bad++ == 0) first = i, got = g, want = w;
+    }
+    report("broadcast", dt, ternSum, count, inplace, root, bad, first, got, want);
+  }
+};
+
+}  // namespace terntest
