@@ -257,11 +257,30 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
     n -= n % (s.reduce ? ternTypeSize(red.dt) : 1);  // whole elements only
     if (n == 0) return 0;
     execute(mem, s, in, out, p.off, n, red, nranks);
+    if (mem.async()) {  // only enqueued: the fifo slots stay ours until it ran
+      p.pending = true;
+      p.fence = mem.fence();
+      p.pendIn = s.in ? n : 0;
+      p.pendOut = s.out ? n : 0;
+      p.pendUnits = n;
+      return n;
+    }
     if (s.in) s.in->recvConsume(n);
     if (s.out) s.out->sendCommit(n);
   }
   p.off += n;
   return n;
+}
+
+// An asynchronous burst (payload above) once its fence is done: its fifo
+// bytes go to the transport and its units count.  False while it runs.
+bool settle(const MemOps& mem, Program& p, const Step& s) {
+  if (!mem.done(p.fence)) return false;
+  if (p.pendIn) s.in->recvConsume(p.pendIn);
+  if (p.pendOut) s.out->sendCommit(p.pendOut);
+  p.off += p.pendUnits;
+  p.pending = false;
+  return true;
 }
 
 // A stream's send side belongs to one operation from its first message until
@@ -310,6 +329,11 @@ ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks
     TERN_CHECK(prologue(op, p, s, &ready));
     if (!ready) return ternSuccess;
     while (p.off < s.bytes) {
+      if (p.pending) {
+        if (!settle(*op.ctx.mem, p, s)) return ternSuccess;
+        *moved = true;
+        continue;
+      }
       if (spent >= budget) return ternSuccess;
       const size_t limit = std::min(kBurst, budget - spent);
       size_t units;

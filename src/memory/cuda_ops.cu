@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "codec/ternary_cuda.h"
+#include "memory/buffer_kind.h"
 #include "memory/cuda_reduce.h"
 #include "memory/cuda_runtime_probe.h"
 #include "memory/fence_ring.h"
@@ -48,18 +49,45 @@ struct CudaEvents {
   int wait(unsigned k) { return cudaEventSynchronize(ev[k]); }
 };
 
+// Runs a call on the buffers' device and puts the thread's device back: the
+// executor's threads (and a caller's thread that drives) may be on another.
+class OnDevice {
+ public:
+  explicit OnDevice(int dev) {
+    if (dev < 0 || cudaGetDevice(&prev_) != cudaSuccess || prev_ == dev) return;
+    if (cudaSetDevice(dev) == cudaSuccess) set_ = true;
+  }
+  ~OnDevice() {
+    if (set_) cudaSetDevice(prev_);
+  }
+
+ private:
+  int prev_ = -1;
+  bool set_ = false;
+};
+
+// Device scratch for operands in host memory (a fifo slot): a reduction
+// kernel reads device memory only.  Grown by the stream's own order.
+struct Scratch {
+  void* p = nullptr;
+  size_t bytes = 0;
+};
+
 class CudaOps : public MemOps {
  public:
-  CudaOps(void* user, void* work)
-      : user_(static_cast<cudaStream_t>(user)), s_(static_cast<cudaStream_t>(work)),
+  CudaOps(void* user, void* work, int dev)
+      : user_(static_cast<cudaStream_t>(user)), s_(static_cast<cudaStream_t>(work)), dev_(dev),
         events_(s_), ring_(events_) {}
   ~CudaOps() override {
+    OnDevice on(dev_);
     end();  // never leave the caller's stream waiting
     if (after_) cudaEventDestroy(after_);
+    if (scratch_.p) cudaFreeAsync(scratch_.p, s_);
     giveBackWorkStream(s_);
   }
 
   void begin() const override;
+  bool ready() const override;
   void end() const override {
     if (hold_) hold_->release();
   }
@@ -69,14 +97,17 @@ class CudaOps : public MemOps {
 
   // Host ends should be pinned (pinnedStagingPool): to pageable memory CUDA
   // copies synchronously, and the executor would wait behind the stream.
+  // Host ends that are a transport's fifo (pageable) are copied by CUDA's
+  // own staging; such a copy returns once it is done, after this
+  // operation's earlier work only (the work stream waits for nothing else).
   void copy(void* dst, const void* src, size_t bytes) const override {
+    OnDevice on(dev_);
     if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s_), "copy");
   }
   void reduce(void* dst, const void* a, const void* b, size_t count, ternDataType_t dt,
-              ternRedOp_t op, int avgDivisor) const override {
-    check(cudaReduce(dst, a, b, count, dt, op, avgDivisor, s_), "reduce");
-  }
+              ternRedOp_t op, int avgDivisor) const override;
   void divide(void* buf, size_t count, ternDataType_t dt, int divisor) const override {
+    OnDevice on(dev_);
     check(cudaDivide(buf, count, dt, divisor, s_), "divide");
   }
   // The function-pointer table cannot carry this operation's stream: the
@@ -84,25 +115,30 @@ class CudaOps : public MemOps {
   // same kernels made synchronous, correct for callers not yet moved over.
   const TernaryKernels& ternary() const override { return ternaryCudaSyncKernels(); }
   void ternaryEncode(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) const override {
+    OnDevice on(dev_);
     check(ternaryCudaEncode(ternaryDeviceInput(in), g0, n, out, s_), "ternary encode");
   }
   void ternaryAddEncode(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes,
                         int win, uint32_t* out, int wout) const override {
+    OnDevice on(dev_);
     check(ternaryCudaAddEncode(ternaryDeviceInput(in), g0, n, planes, win, out, wout, s_),
           "ternary add-encode");
   }
   void ternaryDecode(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
                      uint32_t block, size_t count, ternDataType_t dt, int avgN,
                      void* dst) const override {
+    OnDevice on(dev_);
     check(ternaryCudaDecode(planes, w, g0, n, scales, block, count, dt, avgN, dst, s_),
           "ternary decode");
   }
   void ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
                          float* maxAbs, float* sumSq) const override {
+    OnDevice on(dev_);
     check(cudaBlockStats(g, dt, count, block, maxAbs, sumSq, s_), "ternary block stats");
   }
   void ternaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
                       float* out) const override {
+    OnDevice on(dev_);
     check(cudaTernaryCorrect(g, dt, residual, count, out, s_), "ternary correct");
   }
 
@@ -132,8 +168,13 @@ class CudaOps : public MemOps {
     return err_ != 0;
   }
 
+  // `bytes` of device scratch at slot k (of 3), grown in stream order.
+  char* scratch(size_t bytes, int k) const;
+
   cudaStream_t user_;  // the caller's
   cudaStream_t s_;     // this operation's work
+  int dev_;            // the buffers' device (-1: the caller's current one)
+  mutable Scratch scratch_;
   mutable cudaEvent_t after_ = nullptr;  // the caller's earlier work
   mutable std::unique_ptr<StreamHold> hold_;
   mutable std::mutex m_;
@@ -144,7 +185,58 @@ class CudaOps : public MemOps {
   mutable FenceRing<CudaEvents> ring_;
 };
 
+char* CudaOps::scratch(size_t bytes, int k) const {
+  const size_t slot = (bytes + 255) / 256 * 256;
+  if (3 * slot > scratch_.bytes) {
+    // Stream-ordered: the old block is freed after the work that uses it,
+    // the new one is ready for the work enqueued next.  Grows to the
+    // largest burst once per operation (the pool behind cudaMallocAsync
+    // keeps the memory between operations).
+    if (scratch_.p) cudaFreeAsync(scratch_.p, s_);
+    scratch_.p = nullptr;
+    scratch_.bytes = 0;
+    check(cudaMallocAsync(&scratch_.p, 3 * slot, s_), "scratch allocation");
+    if (!scratch_.p) return nullptr;
+    scratch_.bytes = 3 * slot;
+  }
+  return static_cast<char*>(scratch_.p) + k * slot;
+}
+
+// Operands in host memory (the fifo slot a peer's bytes arrived in, the
+// fifo slot the result goes to) pass through device scratch: the kernel
+// touches device memory only.
+void CudaOps::reduce(void* dst, const void* a, const void* b, size_t count, ternDataType_t dt,
+                     ternRedOp_t op, int avgDivisor) const {
+  OnDevice on(dev_);
+  const size_t bytes = count * ternTypeSize(dt);
+  const void* in[2] = {a, b};
+  for (int k = 0; k < 2; ++k) {
+    if (pointerKind(in[k]) == MemType::Cuda) continue;
+    char* d = scratch(bytes, k);
+    if (!d) return;
+    check(cudaMemcpyAsync(d, in[k], bytes, cudaMemcpyDefault, s_), "copy to device");
+    in[k] = d;
+  }
+  const bool hostOut = pointerKind(dst) != MemType::Cuda;
+  void* out = hostOut ? scratch(bytes, 2) : dst;
+  if (!out) return;
+  check(cudaReduce(out, in[0], in[1], count, dt, op, avgDivisor, s_), "reduce");
+  if (hostOut) check(cudaMemcpyAsync(dst, out, bytes, cudaMemcpyDefault, s_), "copy to host");
+}
+
+bool CudaOps::ready() const {
+  if (failed() || !after_) return true;  // failed work is never waited on
+  cudaError_t q = cudaEventQuery(after_);
+  if (q == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  check(q, "caller's stream");
+  return true;
+}
+
 void CudaOps::begin() const {
+  OnDevice on(dev_);
   if (!after_) check(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming), "event create");
   if (!after_) return;
   check(cudaEventRecord(after_, user_), "event record");
@@ -158,6 +250,7 @@ void CudaOps::begin() const {
 }
 
 uint64_t CudaOps::fence() const {
+  OnDevice on(dev_);
   int e = 0;
   const uint64_t f = ring_.fence(&e);
   check(e, "fence");
@@ -165,7 +258,8 @@ uint64_t CudaOps::fence() const {
 }
 
 bool CudaOps::done(uint64_t f) const {
-  if (failed()) return true;  // failed work never completes: nobody waits on it
+  if (failed()) return true;
+  OnDevice on(dev_);  // failed work never completes: nobody waits on it
   int e = 0;
   const bool reached = ring_.done(f, &e);
   check(e, "fence");
@@ -174,11 +268,12 @@ bool CudaOps::done(uint64_t f) const {
 
 }  // namespace
 
-std::unique_ptr<MemOps> makeCudaOps(void* stream) {
+std::unique_ptr<MemOps> makeCudaOps(void* stream, int device) {
   if (!cudaUsable()) return nullptr;
+  OnDevice on(device);
   void* work = borrowWorkStream();
   if (!work) return nullptr;
-  return std::make_unique<CudaOps>(stream, work);
+  return std::make_unique<CudaOps>(stream, work, device);
 }
 
 }  // namespace tern
