@@ -10,7 +10,9 @@
 // before the stream's earlier work (held back by a gate) has run and the
 // operation is still in flight then; once the gate opens, the result read
 // back by work enqueued after the call equals the host path's result for
-// the same inputs.
+// the same inputs (the ternary allreduce's too, bit for bit: its codec runs
+// as the memory type's kernels on the stream, and the same Philox counters
+// give the same codes).
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -57,6 +59,7 @@ struct Case {
   size_t sendBytes, recvBytes;
   Call call;
   bool recvUsed = true;  // this rank's recvbuff is written (a root-only output elsewhere)
+  ternComm_t deviceComm = nullptr;  // where the device run goes (nullptr: the host run's)
 };
 
 std::vector<float> inputs(int rank, size_t n) {
@@ -81,7 +84,7 @@ int runCase(RankCtx& ctx, ternComm_t comm, sim::Stream* s, const Case& c) {
   sim::memcpyAsync(s, recvD, sentinel.data(), sentinel.size());
   ternResult_t r = c.call(sendD, recvD, reinterpret_cast<ternStream_t>(s));
   ternResult_t state = ternSuccess;
-  ternCommGetAsyncError(comm, &state);
+  ternCommGetAsyncError(c.deviceComm ? c.deviceComm : comm, &state);
   sim::memcpyAsync(s, got.data(), recvD, got.size());  // work after the call
   gate->release();
   sim::synchronize(s);
@@ -99,7 +102,11 @@ int runCase(RankCtx& ctx, ternComm_t comm, sim::Stream* s, const Case& c) {
   return fails;
 }
 
-std::vector<Case> cases(ternComm_t comm, int n, int me, size_t count) {
+// `comm2`: a second communicator over the same ranks, for the ternary
+// allreduce's device run (the host run on `comm`): the k-th call on each
+// draws the same Philox counters, so the codes, and so the results, must be
+// bit-identical.
+std::vector<Case> cases(ternComm_t comm, ternComm_t comm2, int n, int me, size_t count) {
   const size_t b = count * 4;
   const int root = n - 1, next = (me + 1) % n, prev = (me + n - 1) % n;
   std::vector<Case> v;
@@ -136,6 +143,10 @@ std::vector<Case> cases(ternComm_t comm, int n, int me, size_t count) {
   add("scatter", b * n, b, [=](const void* s, void* r, ternStream_t st) {
     return ternScatter(s, r, count, ternFloat32, root, comm, st);
   });
+  add("ternary allreduce", b, b, [=](const void* s, void* r, ternStream_t st) {
+    return ternAllReduceTernary(s, r, count, ternFloat32, ternAvg, st ? comm2 : comm, st);
+  });
+  v.back().deviceComm = comm2;
   add("send/recv ring in a group", b, b, [=](const void* s, void* r, ternStream_t st) {
     ternGroupStart();
     ternSend(s, count, ternFloat32, next, comm, st);
@@ -166,14 +177,21 @@ int chained(RankCtx& ctx, ternComm_t comm, sim::Stream* s) {
 
 int deviceBody(RankCtx& ctx) {
   sim::enable();
-  ternComm_t comm = ctx.comm();
+  ternComm_t comm = ctx.comm(0), comm2 = ctx.comm(1);
   sim::Stream* s = sim::newStream();
   int fails = 0;
   // 1000 elements: one burst; 100000 (400 KB): several bursts and fences.
   for (size_t count : {size_t(1000), size_t(100000)})
-    for (const Case& c : cases(comm, ctx.nranks, ctx.rank, count)) fails += runCase(ctx, comm, s, c);
+    for (const Case& c : cases(comm, comm2, ctx.nranks, ctx.rank, count))
+      fails += runCase(ctx, comm, s, c);
+  ternTernaryStats_t st{};
+  ternCommGetTernaryStats(comm2, &st);
+  if (st.calls != 2 || st.calls - st.fallbacks < 1)
+    fails += failf(ctx, "ternary on the device: %llu calls, %llu dense; want 2, at least one coded",
+                   (unsigned long long)st.calls, (unsigned long long)st.fallbacks);
   fails += chained(ctx, comm, s);
-  if (ternCommDestroy(comm) != ternSuccess) fails += failf(ctx, "destroy failed");
+  for (ternComm_t c : {comm, comm2})
+    if (ternCommDestroy(c) != ternSuccess) fails += failf(ctx, "destroy failed");
   return fails;
 }
 
@@ -182,7 +200,7 @@ class DeviceSim : public ::testing::TestWithParam<Param> {};
 
 TEST_P(DeviceSim, EveryCollectiveOnAStreamMatchesTheHostPathInStreamOrder) {
   auto [transport, nranks] = GetParam();
-  expectAllRanksOk(runRanks(nranks, transportEnv(transport), deviceBody, 1, 120));
+  expectAllRanksOk(runRanks(nranks, transportEnv(transport), deviceBody, 2, 120));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceSim,
@@ -216,9 +234,13 @@ int refusalsBody(RankCtx& ctx) {
   fails += expectRefused(ctx, comm, ternAllReduce(dev, host, 64, ternFloat32, ternSum, comm, st),
                          ternInvalidArgument, "sendbuff is device memory but recvbuff is host memory",
                          "mixed");
+  ternTernaryConfig_t cfg;
+  ternCommGetTernaryConfig(comm, &cfg);
+  cfg.errorFeedback = 1;
+  ternCommSetTernaryConfig(comm, &cfg);
   fails += expectRefused(ctx, comm,
                          ternAllReduceTernary(dev, dev, 64, ternFloat32, ternSum, comm, st),
-                         ternInvalidUsage, "not supported yet", "ternary");
+                         ternInvalidUsage, "error feedback", "ternary with error feedback");
   // Still usable, on the host path and on the stream.
   if (ternAllReduce(host, host, 64, ternFloat32, ternSum, comm, nullptr) != ternSuccess)
     fails += failf(ctx, "host allreduce after the refusals: %s", ternGetLastError(comm));

@@ -7,6 +7,7 @@
 // held is known done.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 
@@ -82,7 +83,8 @@ class CudaOps : public MemOps {
     OnDevice on(dev_);
     end();  // never leave the caller's stream waiting
     if (after_) cudaEventDestroy(after_);
-    if (scratch_.p) cudaFreeAsync(scratch_.p, s_);
+    for (Scratch* k : {&scratch_, &scales_})
+      if (k->p) cudaFreeAsync(k->p, s_);
     giveBackWorkStream(s_);
   }
 
@@ -114,28 +116,17 @@ class CudaOps : public MemOps {
   // data path calls ternaryEncode/AddEncode/Decode below; the table is the
   // same kernels made synchronous, correct for callers not yet moved over.
   const TernaryKernels& ternary() const override { return ternaryCudaSyncKernels(); }
-  void ternaryEncode(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) const override {
-    OnDevice on(dev_);
-    check(ternaryCudaEncode(ternaryDeviceInput(in), g0, n, out, s_), "ternary encode");
-  }
+  // The codec's planes come from and go to fifo slots (host memory) and its
+  // scales are a host vector: staged through device scratch, so the codes
+  // are all that crosses PCIe (the gradient and the result stay on device).
+  void ternaryEncode(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) const override;
   void ternaryAddEncode(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes,
-                        int win, uint32_t* out, int wout) const override {
-    OnDevice on(dev_);
-    check(ternaryCudaAddEncode(ternaryDeviceInput(in), g0, n, planes, win, out, wout, s_),
-          "ternary add-encode");
-  }
+                        int win, uint32_t* out, int wout) const override;
   void ternaryDecode(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
                      uint32_t block, size_t count, ternDataType_t dt, int avgN,
-                     void* dst) const override {
-    OnDevice on(dev_);
-    check(ternaryCudaDecode(planes, w, g0, n, scales, block, count, dt, avgN, dst, s_),
-          "ternary decode");
-  }
+                     void* dst) const override;
   void ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
-                         float* maxAbs, float* sumSq) const override {
-    OnDevice on(dev_);
-    check(cudaBlockStats(g, dt, count, block, maxAbs, sumSq, s_), "ternary block stats");
-  }
+                         float* maxAbs, float* sumSq) const override;
   void ternaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
                       float* out) const override {
     OnDevice on(dev_);
@@ -168,13 +159,34 @@ class CudaOps : public MemOps {
     return err_ != 0;
   }
 
-  // `bytes` of device scratch at slot k (of 3), grown in stream order.
-  char* scratch(size_t bytes, int k) const;
+  // Device scratch: three slots of at least `bytes` each (false: no memory).
+  // Reserve once per call, before taking slots: growing frees the old
+  // block (stream-ordered) under slots taken earlier.
+  bool reserve(size_t bytes) const;
+  char* slot(int k) const { return static_cast<char*>(scratch_.p) + k * (scratch_.bytes / 3); }
+  // p's bytes on the device: p itself if it is device memory, else a copy
+  // in slot k (enqueued now).
+  const void* in(const void* p, size_t bytes, int k) const;
+  // Where a kernel writes what belongs at p: p itself, or slot k, which
+  // back() then copies to p.
+  void* out(void* p, int k) const { return pointerKind(p) == MemType::Cuda ? p : slot(k); }
+  void back(void* p, const void* d, size_t bytes) const {
+    if (p != d) check(cudaMemcpyAsync(p, d, bytes, cudaMemcpyDefault, s_), "copy to host");
+  }
+  // The codec's scales on the device (a copy of a host vector, made once
+  // per operation: they are final before the codec runs).
+  const float* deviceScales(const float* scales, size_t count, uint32_t block) const;
+  TernaryDeviceInput onDevice(const TernaryInput& in) const {
+    TernaryDeviceInput d = ternaryDeviceInput(in);
+    d.scales = deviceScales(in.scales, in.count, in.block);
+    return d;
+  }
 
   cudaStream_t user_;  // the caller's
   cudaStream_t s_;     // this operation's work
   int dev_;            // the buffers' device (-1: the caller's current one)
-  mutable Scratch scratch_;
+  mutable Scratch scratch_, scales_;
+  mutable const float* scalesOf_ = nullptr;  // the host vector scales_ copies
   mutable cudaEvent_t after_ = nullptr;  // the caller's earlier work
   mutable std::unique_ptr<StreamHold> hold_;
   mutable std::mutex m_;
@@ -185,21 +197,39 @@ class CudaOps : public MemOps {
   mutable FenceRing<CudaEvents> ring_;
 };
 
-char* CudaOps::scratch(size_t bytes, int k) const {
-  const size_t slot = (bytes + 255) / 256 * 256;
-  if (3 * slot > scratch_.bytes) {
-    // Stream-ordered: the old block is freed after the work that uses it,
-    // the new one is ready for the work enqueued next.  Grows to the
-    // largest burst once per operation (the pool behind cudaMallocAsync
-    // keeps the memory between operations).
-    if (scratch_.p) cudaFreeAsync(scratch_.p, s_);
-    scratch_.p = nullptr;
-    scratch_.bytes = 0;
-    check(cudaMallocAsync(&scratch_.p, 3 * slot, s_), "scratch allocation");
-    if (!scratch_.p) return nullptr;
-    scratch_.bytes = 3 * slot;
-  }
-  return static_cast<char*>(scratch_.p) + k * slot;
+bool CudaOps::reserve(size_t bytes) const {
+  const size_t slotBytes = (bytes + 255) / 256 * 256;
+  if (3 * slotBytes <= scratch_.bytes) return true;
+  // Stream-ordered: the old block is freed after the work that uses it,
+  // the new one is ready for the work enqueued next.  Grows to the largest
+  // burst once per operation (the pool behind cudaMallocAsync keeps the
+  // memory between operations).
+  if (scratch_.p) cudaFreeAsync(scratch_.p, s_);
+  scratch_ = Scratch();
+  check(cudaMallocAsync(&scratch_.p, 3 * slotBytes, s_), "scratch allocation");
+  if (!scratch_.p) return false;
+  scratch_.bytes = 3 * slotBytes;
+  return true;
+}
+
+const void* CudaOps::in(const void* p, size_t bytes, int k) const {
+  if (pointerKind(p) == MemType::Cuda) return p;
+  check(cudaMemcpyAsync(slot(k), p, bytes, cudaMemcpyDefault, s_), "copy to device");
+  return slot(k);
+}
+
+const float* CudaOps::deviceScales(const float* scales, size_t count, uint32_t block) const {
+  if (pointerKind(scales) == MemType::Cuda) return scales;
+  if (scalesOf_ == scales) return static_cast<const float*>(scales_.p);
+  const size_t bytes = (count + block - 1) / block * sizeof(float);
+  if (scales_.p) cudaFreeAsync(scales_.p, s_);
+  scales_ = Scratch();
+  check(cudaMallocAsync(&scales_.p, bytes, s_), "scales allocation");
+  if (!scales_.p) return nullptr;
+  scales_.bytes = bytes;
+  check(cudaMemcpyAsync(scales_.p, scales, bytes, cudaMemcpyDefault, s_), "scales copy");
+  scalesOf_ = scales;
+  return static_cast<const float*>(scales_.p);
 }
 
 // Operands in host memory (the fifo slot a peer's bytes arrived in, the
@@ -209,19 +239,56 @@ void CudaOps::reduce(void* dst, const void* a, const void* b, size_t count, tern
                      ternRedOp_t op, int avgDivisor) const {
   OnDevice on(dev_);
   const size_t bytes = count * ternTypeSize(dt);
-  const void* in[2] = {a, b};
-  for (int k = 0; k < 2; ++k) {
-    if (pointerKind(in[k]) == MemType::Cuda) continue;
-    char* d = scratch(bytes, k);
-    if (!d) return;
-    check(cudaMemcpyAsync(d, in[k], bytes, cudaMemcpyDefault, s_), "copy to device");
-    in[k] = d;
-  }
-  const bool hostOut = pointerKind(dst) != MemType::Cuda;
-  void* out = hostOut ? scratch(bytes, 2) : dst;
-  if (!out) return;
-  check(cudaReduce(out, in[0], in[1], count, dt, op, avgDivisor, s_), "reduce");
-  if (hostOut) check(cudaMemcpyAsync(dst, out, bytes, cudaMemcpyDefault, s_), "copy to host");
+  if (!reserve(bytes)) return;
+  void* o = out(dst, 2);
+  check(cudaReduce(o, in(a, bytes, 0), in(b, bytes, 1), count, dt, op, avgDivisor, s_), "reduce");
+  back(dst, o, bytes);
+}
+
+void CudaOps::ternaryEncode(const TernaryInput& x, size_t g0, size_t n, uint32_t* dst) const {
+  OnDevice on(dev_);
+  const size_t bytes = n * 2 * 4;
+  if (!reserve(bytes)) return;
+  auto* o = static_cast<uint32_t*>(out(dst, 2));
+  check(ternaryCudaEncode(onDevice(x), g0, n, o, s_), "ternary encode");
+  back(dst, o, bytes);
+}
+
+void CudaOps::ternaryAddEncode(const TernaryInput& x, size_t g0, size_t n, const uint32_t* planes,
+                               int win, uint32_t* dst, int wout) const {
+  OnDevice on(dev_);
+  const size_t inBytes = n * 4 * win, outBytes = n * 4 * wout;
+  if (!reserve(std::max(inBytes, outBytes))) return;
+  auto* p = static_cast<const uint32_t*>(in(planes, inBytes, 0));
+  auto* o = static_cast<uint32_t*>(out(dst, 2));
+  check(ternaryCudaAddEncode(onDevice(x), g0, n, p, win, o, wout, s_), "ternary add-encode");
+  back(dst, o, outBytes);
+}
+
+void CudaOps::ternaryDecode(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
+                            uint32_t block, size_t count, ternDataType_t dt, int avgN,
+                            void* dst) const {
+  OnDevice on(dev_);
+  const size_t bytes = n * 4 * w;
+  if (!reserve(bytes)) return;
+  auto* p = static_cast<const uint32_t*>(in(planes, bytes, 0));
+  check(ternaryCudaDecode(p, w, g0, n, deviceScales(scales, count, block), block, count, dt, avgN,
+                          dst, s_),
+        "ternary decode");
+}
+
+// Block maxima (and sums of squares) into host vectors: the allreduce of
+// the scales that follows is small, and the clip needs them on the host.
+void CudaOps::ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
+                                float* maxAbs, float* sumSq) const {
+  OnDevice on(dev_);
+  const size_t bytes = (count + block - 1) / block * sizeof(float);
+  if (!reserve(bytes)) return;
+  auto* m = static_cast<float*>(out(maxAbs, 0));
+  auto* q = sumSq ? static_cast<float*>(out(sumSq, 1)) : nullptr;
+  check(cudaBlockStats(g, dt, count, block, m, q, s_), "ternary block stats");
+  back(maxAbs, m, bytes);
+  if (sumSq) back(sumSq, q, bytes);
 }
 
 bool CudaOps::ready() const {

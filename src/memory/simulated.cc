@@ -150,6 +150,17 @@ struct Hold {
   }
 };
 
+template <class T>
+T* at(T* p) {
+  return static_cast<T*>(resolve(p));
+}
+
+TernaryInput resolved(TernaryInput in) {
+  in.g = resolve(in.g);
+  in.scales = at(in.scales);
+  return in;
+}
+
 class SimOps : public MemOps {
  public:
   explicit SimOps(Stream* user) : user_(user), s_(borrowStream()) {}
@@ -191,18 +202,37 @@ class SimOps : public MemOps {
   void divide(void* buf, size_t count, ternDataType_t dt, int divisor) const override {
     s_->enqueue([=] { divideKernel(resolve(buf), count, dt, divisor); });
   }
-  // The ternary allreduce does not run on device buffers yet (api.cc
-  // refuses it): the codec's table is the host's, for the interface only.
+  // The codec: the CPU's kernels, run on the stream on the bytes behind the
+  // addresses (so the codes are the CPU codec's, as CUDA's are bit for bit).
   const TernaryKernels& ternary() const override { return ternaryKernels(); }
+  void ternaryEncode(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) const override {
+    s_->enqueue([=] { ternaryKernels().encode(resolved(in), g0, n, at(out)); });
+  }
+  void ternaryAddEncode(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes,
+                        int win, uint32_t* out, int wout) const override {
+    s_->enqueue([=] {
+      ternaryKernels().addEncode(resolved(in), g0, n, at(planes), win, at(out), wout);
+    });
+  }
+  void ternaryDecode(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
+                     uint32_t block, size_t count, ternDataType_t dt, int avgN,
+                     void* dst) const override {
+    s_->enqueue([=] {
+      ternaryKernels().decode(at(planes), w, g0, n, at(scales), block, count, dt, avgN,
+                              resolve(dst));
+    });
+  }
   void ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
                          float* maxAbs, float* sumSq) const override {
-    s_->enqueue([=] { tern::ternaryBlockStats(resolve(g), dt, count, block, maxAbs, sumSq); });
+    s_->enqueue([=] { tern::ternaryBlockStats(resolve(g), dt, count, block, at(maxAbs), at(sumSq)); });
   }
   void ternaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
                       float* out) const override {
     s_->enqueue([=] {
       const void* h = resolve(g);
-      for (size_t i = 0; i < count; ++i) out[i] = ternaryLoad(h, dt, i) + residual[i];
+      const float* r = at(residual);
+      float* o = at(out);
+      for (size_t i = 0; i < count; ++i) o[i] = ternaryLoad(h, dt, i) + r[i];
     });
   }
 
