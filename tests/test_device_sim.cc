@@ -15,13 +15,9 @@
 // give the same codes).
 #include <gtest/gtest.h>
 
-#include <condition_variable>
 #include <cstring>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "device_cases.h"
 #include "harness.h"
@@ -33,30 +29,13 @@ namespace sim = tern::sim;
 
 namespace {
 
-// Work on a stream that waits until the test opens it: the "earlier work"
-// that the operation must wait for.
-struct Gate {
-  std::mutex m;
-  std::condition_variable cv;
-  bool open = false;
-  void wait() {
-    std::unique_lock<std::mutex> lk(m);
-    cv.wait(lk, [&] { return open; });
-  }
-  void release() {
-    std::lock_guard<std::mutex> lk(m);
-    open = true;
-    cv.notify_all();
-  }
-};
-
 // The simulated device's stream work, gated: the operation must wait for it.
-Device simDevice(sim::Stream* s, std::shared_ptr<std::shared_ptr<Gate>> gate) {
+Device simDevice(sim::Stream* s, std::shared_ptr<std::shared_ptr<sim::Latch>> gate) {
   Device d;
   d.stream = reinterpret_cast<ternStream_t>(s);
   d.alloc = [](size_t n) { return sim::alloc(n); };
   d.holdBack = [s, gate] {
-    auto g = *gate = std::make_shared<Gate>();
+    auto g = *gate = std::make_shared<sim::Latch>();
     sim::enqueue(s, [g] { g->wait(); });
   };
   d.upload = [s](void* dev, const void* host, size_t n) { sim::memcpyAsync(s, dev, host, n); };
@@ -68,7 +47,7 @@ Device simDevice(sim::Stream* s, std::shared_ptr<std::shared_ptr<Gate>> gate) {
 
 int deviceBody(RankCtx& ctx) {
   sim::enable();
-  Device d = simDevice(sim::newStream(), std::make_shared<std::shared_ptr<Gate>>());
+  Device d = simDevice(sim::newStream(), std::make_shared<std::shared_ptr<sim::Latch>>());
   return deviceSuite(ctx, d);
 }
 

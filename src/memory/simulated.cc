@@ -134,22 +134,6 @@ void giveBackStream(Stream* s) {
   gPool.push_back(s);
 }
 
-// The caller's stream waits on this until release() (CUDA: a wait on a flag).
-struct Hold {
-  std::mutex m;
-  std::condition_variable cv;
-  bool released = false;
-  void wait() {
-    std::unique_lock<std::mutex> lk(m);
-    cv.wait(lk, [&] { return released; });
-  }
-  void release() {
-    std::lock_guard<std::mutex> lk(m);
-    released = true;
-    cv.notify_all();
-  }
-};
-
 template <class T>
 T* at(T* p) {
   return static_cast<T*>(resolve(p));
@@ -181,8 +165,8 @@ class SimOps : public MemOps {
     earlier_ = user->record();
     const uint64_t earlier = earlier_;
     s_->enqueue([user, earlier] { user->waitFor(earlier); });
-    hold_ = std::make_shared<Hold>();
-    std::shared_ptr<Hold> h = hold_;
+    hold_ = std::make_shared<Latch>();
+    std::shared_ptr<Latch> h = hold_;
     user->enqueue([h] { h->wait(); });
   }
   bool ready() const override { return user_->reached(earlier_); }
@@ -239,7 +223,7 @@ class SimOps : public MemOps {
  private:
   Stream* user_;
   Stream* s_;
-  mutable std::shared_ptr<Hold> hold_;
+  mutable std::shared_ptr<Latch> hold_;
   mutable uint64_t earlier_ = 0;
 };
 

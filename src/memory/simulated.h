@@ -12,10 +12,12 @@
 //    the count of work enqueued when it was recorded (reached when that much
 //    has run); a hold is a work item that blocks until released.
 #pragma once
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include "memory/memory.h"
 
@@ -32,6 +34,26 @@ void* alloc(size_t bytes);  // never freed (a test's few buffers); nullptr when 
 // The bytes behind a device address; other pointers unchanged.  Only work on
 // a simulated stream may call it.
 void* resolve(const void* p);
+
+// Blocks wait() until release(): a stream hold (a work item on the
+// caller's stream that ends when the operation does), or a test's gate.
+class Latch {
+ public:
+  void wait() {
+    std::unique_lock<std::mutex> lk(m_);
+    cv_.wait(lk, [&] { return open_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lk(m_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
 
 class Stream;
 Stream* newStream();  // lives until the process exits
