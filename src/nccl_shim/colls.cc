@@ -48,8 +48,8 @@ ncclResult_t reducing(Call& c, ncclDataType_t dt, ncclRedOp_t op, const void* se
   if (!plan.scale) return submit(c.comm, [=] { return reduce(send, plan.op); });
   if (c.stream)  // the scaling below runs on the host
     return fail(c.comm, ncclInvalidUsage,
-                "%s: a PreMulSum op on device buffers is not supported yet (tern scales the "
-                "input on the host)", c.what);
+                "%s: a PreMulSum op on a stream (device buffers) is not supported yet (tern "
+                "scales the input on the host)", c.what);
   // PreMulSum: the input times this rank's scalar, read when the operation
   // runs (NCCL reads a device scalar then too), summed by tern.
   auto scratch = std::make_shared<std::vector<unsigned char>>(count * typeSize(dt));
