@@ -63,6 +63,33 @@ INSTANTIATE_TEST_SUITE_P(Transports, DeviceSim,
                          ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3)),
                          [](const auto& info) { return transportRanksName(info); });
 
+// An operation whose stream never gets to it (earlier work that does not
+// end) must not hang the communicator's end: ternCommAbort returns, and the
+// caller's stream is released (its later work runs once the gate opens).
+int abortBody(RankCtx& ctx) {
+  sim::enable();
+  ternComm_t comm = ctx.comm();
+  sim::Stream* s = sim::newStream();
+  auto gate = std::make_shared<sim::Latch>();
+  sim::enqueue(s, [gate] { gate->wait(); });
+  void* d = sim::alloc(4096);
+  int fails = 0;
+  if (ternAllReduce(d, d, 1024, ternFloat32, ternSum, comm, reinterpret_cast<ternStream_t>(s)) !=
+      ternSuccess)
+    fails += failf(ctx, "allreduce on a stream: %s", ternGetLastError(comm));
+  bool after = false;
+  sim::enqueue(s, [&after] { after = true; });
+  if (ternCommAbort(comm) != ternSuccess) fails += failf(ctx, "abort failed");
+  gate->release();
+  sim::synchronize(s);  // would hang if the stream were still held
+  if (!after) fails += failf(ctx, "the stream's later work did not run");
+  return fails;
+}
+
+TEST(DeviceSimAbort, AnOperationWaitingForItsStreamDoesNotHangAbort) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm"), abortBody, 1, 60));
+}
+
 // Expects `r` to be `want` with a sentence that contains `word`.
 int expectRefused(RankCtx& ctx, ternComm_t comm, ternResult_t r, ternResult_t want,
                   const char* word, const char* what) {
