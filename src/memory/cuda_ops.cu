@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 
 #include "codec/ternary_cuda.h"
@@ -17,6 +18,8 @@
 #include "memory/cuda_runtime_probe.h"
 #include "memory/fence_ring.h"
 #include "memory/memory.h"
+#include "memory/staging_pool.h"
+#include "memory/staging_ring.h"
 #include "memory/stream_hold.h"
 #include "memory/work_streams.h"
 
@@ -85,6 +88,11 @@ class CudaOps : public MemOps {
     if (after_) cudaEventDestroy(after_);
     for (Scratch* k : {&scratch_, &scales_})
       if (k->p) cudaFreeAsync(k->p, s_);
+    if (pinned_.p) {
+      // A failure can leave staged work queued: the ring goes back idle.
+      if (staging_->used()) cudaStreamSynchronize(s_);
+      pinnedStagingPool()->giveBack(pinned_);
+    }
     giveBackWorkStream(s_);
   }
 
@@ -97,15 +105,9 @@ class CudaOps : public MemOps {
   MemType type() const override { return MemType::Cuda; }
   void* stream() const override { return s_; }
 
-  // Host ends should be pinned (pinnedStagingPool): to pageable memory CUDA
-  // copies synchronously, and the executor would wait behind the stream.
-  // Host ends that are a transport's fifo (pageable) are copied by CUDA's
-  // own staging; such a copy returns once it is done, after this
-  // operation's earlier work only (the work stream waits for nothing else).
-  void copy(void* dst, const void* src, size_t bytes) const override {
-    OnDevice on(dev_);
-    if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s_), "copy");
-  }
+  // Between device and host memory (a fifo slot, a task's vector) bytes go
+  // through the pinned ring (staging below): nothing waits on the host.
+  void copy(void* dst, const void* src, size_t bytes) const override;
   void reduce(void* dst, const void* a, const void* b, size_t count, ternDataType_t dt,
               ternRedOp_t op, int avgDivisor) const override;
   void divide(void* buf, size_t count, ternDataType_t dt, int divisor) const override {
@@ -117,8 +119,9 @@ class CudaOps : public MemOps {
   // same kernels made synchronous, correct for callers not yet moved over.
   const TernaryKernels& ternary() const override { return ternaryCudaSyncKernels(); }
   // The codec's planes come from and go to fifo slots (host memory) and its
-  // scales are a host vector: staged through device scratch, so the codes
-  // are all that crosses PCIe (the gradient and the result stay on device).
+  // scales are a host vector: staged (pinned ring, device scratch), so the
+  // codes are all that crosses PCIe (the gradient and the result stay on
+  // the device).
   void ternaryEncode(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) const override;
   void ternaryAddEncode(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes,
                         int win, uint32_t* out, int wout) const override;
@@ -171,8 +174,21 @@ class CudaOps : public MemOps {
   // back() then copies to p.
   void* out(void* p, int k) const { return pointerKind(p) == MemType::Cuda ? p : slot(k); }
   void back(void* p, const void* d, size_t bytes) const {
-    if (p != d) check(cudaMemcpyAsync(p, d, bytes, cudaMemcpyDefault, s_), "copy to host");
+    if (p != d) toHost(p, d, bytes);
   }
+
+  // Staging.  A piece of the pinned ring (staging_ring.h, freed by the
+  // fence after it) holds a HostCopy record and the bytes; a host function
+  // on the work stream copies between the host memory and the piece in
+  // stream order, so later work and the fence see the bytes, and DMA does
+  // the rest.  Where the ring has no room (or no pinned memory exists) CUDA
+  // copies from / to the pageable memory itself, after the stream's
+  // earlier work (correct, but the calling thread waits).
+  char* piece(size_t bytes) const;
+  void hostCopy(char* piece, void* dst, const void* src, size_t bytes) const;
+  void toDevice(void* d, const void* host, size_t bytes) const;
+  void toHost(void* host, const void* d, size_t bytes) const;
+  void hostToHost(void* dst, const void* src, size_t bytes) const;
   // The codec's scales on the device (a copy of a host vector, made once
   // per operation: they are final before the codec runs).
   const float* deviceScales(const float* scales, size_t count, uint32_t block) const;
@@ -186,6 +202,9 @@ class CudaOps : public MemOps {
   cudaStream_t s_;     // this operation's work
   int dev_;            // the buffers' device (-1: the caller's current one)
   mutable Scratch scratch_, scales_;
+  mutable StagingPool::Buffer pinned_;           // the ring's memory, lent by the pool
+  mutable std::unique_ptr<StagingRing> staging_;
+  mutable uint64_t nextFence_ = 1;               // the fence that covers pieces taken now
   mutable const float* scalesOf_ = nullptr;  // the host vector scales_ copies
   mutable cudaEvent_t after_ = nullptr;  // the caller's earlier work
   mutable std::unique_ptr<StreamHold> hold_;
@@ -214,8 +233,83 @@ bool CudaOps::reserve(size_t bytes) const {
 
 const void* CudaOps::in(const void* p, size_t bytes, int k) const {
   if (pointerKind(p) == MemType::Cuda) return p;
-  check(cudaMemcpyAsync(slot(k), p, bytes, cudaMemcpyDefault, s_), "copy to device");
+  toDevice(slot(k), p, bytes);
   return slot(k);
+}
+
+constexpr size_t kRingBytes = size_t(4) << 20;  // 16 bursts of 256 KiB
+
+struct HostCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+constexpr size_t kRecord = StagingRing::kAlign;  // a piece starts with its record
+static_assert(sizeof(HostCopy) <= kRecord, "a record fits its slot");
+
+void CUDART_CB runHostCopy(void* record) {
+  const auto* c = static_cast<const HostCopy*>(record);
+  memcpy(c->dst, c->src, c->bytes);
+}
+
+char* CudaOps::piece(size_t bytes) const {
+  if (!pinned_.p) {
+    StagingPool* pool = pinnedStagingPool();
+    if (!pool) return nullptr;
+    pinned_ = pool->borrow(kRingBytes);
+    if (!pinned_.p) return nullptr;
+    staging_ = std::make_unique<StagingRing>(pinned_.bytes);
+  }
+  const size_t off = staging_->take(kRecord + bytes, nextFence_);
+  return off == StagingRing::kNone ? nullptr : static_cast<char*>(pinned_.p) + off;
+}
+
+void CudaOps::hostCopy(char* piece, void* dst, const void* src, size_t bytes) const {
+  *reinterpret_cast<HostCopy*>(piece) = HostCopy{dst, src, bytes};
+  check(cudaLaunchHostFunc(s_, runHostCopy, piece), "staging copy");
+}
+
+void CudaOps::toDevice(void* d, const void* host, size_t bytes) const {
+  char* p = piece(bytes);
+  if (!p) {  // pageable: CUDA reads the host bytes at once, so the stream must be there first
+    check(cudaStreamSynchronize(s_), "stream synchronize");
+    check(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, s_), "copy to device");
+    return;
+  }
+  hostCopy(p, p + kRecord, host, bytes);
+  check(cudaMemcpyAsync(d, p + kRecord, bytes, cudaMemcpyHostToDevice, s_), "copy to device");
+}
+
+void CudaOps::toHost(void* host, const void* d, size_t bytes) const {
+  char* p = piece(bytes);
+  if (!p) {  // pageable: returns once the stream got there and the bytes are in place
+    check(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, s_), "copy to host");
+    return;
+  }
+  check(cudaMemcpyAsync(p + kRecord, d, bytes, cudaMemcpyDeviceToHost, s_), "copy to host");
+  hostCopy(p, host, p + kRecord, bytes);
+}
+
+// Host to host (a task's vector to a fifo slot): in stream order too, as
+// earlier staged work may still be writing the source.
+void CudaOps::hostToHost(void* dst, const void* src, size_t bytes) const {
+  char* p = piece(0);
+  if (!p) {
+    check(cudaStreamSynchronize(s_), "stream synchronize");
+    memcpy(dst, src, bytes);
+    return;
+  }
+  hostCopy(p, dst, src, bytes);
+}
+
+void CudaOps::copy(void* dst, const void* src, size_t bytes) const {
+  if (!bytes) return;
+  OnDevice on(dev_);
+  const bool toDev = pointerKind(dst) == MemType::Cuda, fromDev = pointerKind(src) == MemType::Cuda;
+  if (toDev && fromDev) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s_), "copy");
+  else if (toDev) toDevice(dst, src, bytes);
+  else if (fromDev) toHost(dst, src, bytes);
+  else hostToHost(dst, src, bytes);
 }
 
 const float* CudaOps::deviceScales(const float* scales, size_t count, uint32_t block) const {
@@ -227,7 +321,7 @@ const float* CudaOps::deviceScales(const float* scales, size_t count, uint32_t b
   check(cudaMallocAsync(&scales_.p, bytes, s_), "scales allocation");
   if (!scales_.p) return nullptr;
   scales_.bytes = bytes;
-  check(cudaMemcpyAsync(scales_.p, scales, bytes, cudaMemcpyDefault, s_), "scales copy");
+  toDevice(scales_.p, scales, bytes);
   scalesOf_ = scales;
   return static_cast<const float*>(scales_.p);
 }
@@ -321,15 +415,17 @@ uint64_t CudaOps::fence() const {
   int e = 0;
   const uint64_t f = ring_.fence(&e);
   check(e, "fence");
+  nextFence_ = f + 1;  // pieces taken from now on are this next one's
   return f;
 }
 
 bool CudaOps::done(uint64_t f) const {
-  if (failed()) return true;
-  OnDevice on(dev_);  // failed work never completes: nobody waits on it
+  if (failed()) return true;  // failed work never completes: nobody waits on it
+  OnDevice on(dev_);
   int e = 0;
   const bool reached = ring_.done(f, &e);
   check(e, "fence");
+  if (reached && staging_) staging_->release(f);
   return reached;
 }
 
