@@ -133,6 +133,32 @@ int usedBuffers(const ternComm* c, const CollArgs& a, BufferKind* out, const voi
   return n;
 }
 
+// The memory type and device of a call's buffers on a stream, or a refusal
+// with a sentence (host memory, a mix, two devices).
+ternResult_t streamBuffers(ternComm* c, const CollArgs& a, const char* what, MemType* type,
+                           int* device) {
+  BufferKind kinds[2];
+  const void* ptrs[2];
+  int dev[2] = {-1, -1};
+  const int n = usedBuffers(c, a, kinds, ptrs);
+  for (int i = 0; i < n; ++i) kinds[i].kind = bufferKind(ptrs[i], &dev[i]);
+  std::string why;
+  if (n == 2 && !memTypeForBuffers({kinds[0], kinds[1]}, type, &why))
+    return fail(c, ternInvalidArgument, std::string(what) + ": " + why);
+  if (n == 2 && dev[0] != dev[1])
+    return fail(c, ternInvalidArgument,
+                std::string(what) + ": sendbuff is on device " + std::to_string(dev[0]) +
+                    " but recvbuff on device " + std::to_string(dev[1]));
+  *type = n ? kinds[0].kind : MemType::Host;
+  *device = dev[0];
+  if (*type == MemType::Host)
+    return fail(c, ternInvalidArgument,
+                std::string(what) + ": stream is not NULL but " + (n ? kinds[0].name : "the buffer") +
+                    " is host memory: pass a NULL stream for host buffers, device memory with a "
+                    "stream");
+  return ternSuccess;
+}
+
 // A call on a stream: its buffers must all be device memory (or, in tests,
 // the simulated device's: memory/simulated.h).  Its memory operations are
 // made and begun here, on the caller's thread, so the operation sits in the
@@ -140,21 +166,9 @@ int usedBuffers(const ternComm* c, const CollArgs& a, BufferKind* out, const voi
 // enqueued before this call is done, and work enqueued after it waits.
 ternResult_t streamOps(ternComm* c, const CollArgs& a, ternStream_t stream, const char* what,
                        std::unique_ptr<MemOps>* mem) {
-  BufferKind kinds[2];
-  const void* ptrs[2];
-  int device = -1;
-  const int n = usedBuffers(c, a, kinds, ptrs);
-  for (int i = 0; i < n; ++i) kinds[i].kind = bufferKind(ptrs[i], &device);
-  MemType type = MemType::Host;
-  std::string why;
-  bool same = n < 2 ? true : memTypeForBuffers({kinds[0], kinds[1]}, &type, &why);
-  if (n == 1) type = kinds[0].kind;
-  if (!same) return fail(c, ternInvalidArgument, std::string(what) + ": " + why);
-  if (type == MemType::Host)
-    return fail(c, ternInvalidArgument,
-                std::string(what) + ": stream is not NULL but " + (n ? kinds[0].name : "the buffer") +
-                    " is host memory: pass a NULL stream for host buffers, device memory with a "
-                    "stream");
+  MemType type;
+  int device;
+  TERN_CHECK(streamBuffers(c, a, what, &type, &device));
   *mem = makeStreamOps(type, stream, device);
   if (!*mem)
     return fail(c, ternUnhandledCudaError,
