@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <vector>
 
 #include "codec/ternary_cuda.h"
 #include "memory/buffer_kind.h"
@@ -70,12 +72,36 @@ class OnDevice {
   bool set_ = false;
 };
 
-// Device scratch for operands in host memory (a fifo slot): a reduction
-// kernel reads device memory only.  Grown by the stream's own order.
+// Device scratch for operands in host memory (a fifo slot): a kernel reads
+// device memory only.  Blocks are lent per device and kept between
+// operations (never allocated per call), like the pinned staging.
 struct Scratch {
   void* p = nullptr;
-  size_t bytes = 0;
+  size_t slot = 0;  // bytes per slot (three slots), a multiple of 256
 };
+
+void* deviceAlloc(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+
+void deviceRelease(void* p) { cudaFree(p); }
+
+// The current device's pool (operations call it on their buffers' device).
+StagingPool* deviceScratchPool() {
+  static std::mutex m;
+  static std::map<int, StagingPool*>* pools = new std::map<int, StagingPool*>;  // never freed
+  int dev = 0;
+  cudaGetDevice(&dev);
+  std::lock_guard<std::mutex> lk(m);
+  StagingPool*& p = (*pools)[dev];
+  if (!p) p = new StagingPool({deviceAlloc, deviceRelease}, 4);
+  return p;
+}
 
 class CudaOps : public MemOps {
  public:
@@ -86,12 +112,12 @@ class CudaOps : public MemOps {
     OnDevice on(dev_);
     end();  // never leave the caller's stream waiting
     if (after_) cudaEventDestroy(after_);
-    for (Scratch* k : {&scratch_, &scales_})
-      if (k->p) cudaFreeAsync(k->p, s_);
-    if (pinned_.p) {
-      // A failure can leave staged work queued: the ring goes back idle.
-      if (staging_->used()) cudaStreamSynchronize(s_);
-      pinnedStagingPool()->giveBack(pinned_);
+    if (pinned_.p || !blocks_.empty()) {
+      // Idle after a completed operation; a failure can leave work queued,
+      // and what goes back to the pools must be idle.
+      cudaStreamSynchronize(s_);
+      for (const StagingPool::Buffer& b : blocks_) deviceScratchPool()->giveBack(b);
+      if (pinned_.p) pinnedStagingPool()->giveBack(pinned_);
     }
     giveBackWorkStream(s_);
   }
@@ -166,7 +192,11 @@ class CudaOps : public MemOps {
   // Reserve once per call, before taking slots: growing frees the old
   // block (stream-ordered) under slots taken earlier.
   bool reserve(size_t bytes) const;
-  char* slot(int k) const { return static_cast<char*>(scratch_.p) + k * (scratch_.bytes / 3); }
+  char* slot(int k) const { return static_cast<char*>(scratch_.p) + k * scratch_.slot; }
+  // A block of device memory from the pool, kept until the destructor
+  // (work queued on the stream may still use a block replaced by a larger
+  // one).  nullptr when out of memory.
+  void* block(size_t bytes) const;
   // p's bytes on the device: p itself if it is device memory, else a copy
   // in slot k (enqueued now).
   const void* in(const void* p, size_t bytes, int k) const;
@@ -201,7 +231,9 @@ class CudaOps : public MemOps {
   cudaStream_t user_;  // the caller's
   cudaStream_t s_;     // this operation's work
   int dev_;            // the buffers' device (-1: the caller's current one)
-  mutable Scratch scratch_, scales_;
+  mutable Scratch scratch_;
+  mutable void* scales_ = nullptr;  // the codec's scales on the device
+  mutable std::vector<StagingPool::Buffer> blocks_;  // lent by deviceScratchPool
   mutable StagingPool::Buffer pinned_;           // the ring's memory, lent by the pool
   mutable std::unique_ptr<StagingRing> staging_;
   mutable uint64_t nextFence_ = 1;               // the fence that covers pieces taken now
@@ -216,18 +248,24 @@ class CudaOps : public MemOps {
   mutable FenceRing<CudaEvents> ring_;
 };
 
+void* CudaOps::block(size_t bytes) const {
+  StagingPool::Buffer b = deviceScratchPool()->borrow(bytes);
+  if (!b.p) {
+    check(cudaErrorMemoryAllocation, "scratch allocation");
+    return nullptr;
+  }
+  blocks_.push_back(b);
+  return b.p;
+}
+
 bool CudaOps::reserve(size_t bytes) const {
   const size_t slotBytes = (bytes + 255) / 256 * 256;
-  if (3 * slotBytes <= scratch_.bytes) return true;
-  // Stream-ordered: the old block is freed after the work that uses it,
-  // the new one is ready for the work enqueued next.  Grows to the largest
-  // burst once per operation (the pool behind cudaMallocAsync keeps the
-  // memory between operations).
-  if (scratch_.p) cudaFreeAsync(scratch_.p, s_);
-  scratch_ = Scratch();
-  check(cudaMallocAsync(&scratch_.p, 3 * slotBytes, s_), "scratch allocation");
-  if (!scratch_.p) return false;
-  scratch_.bytes = 3 * slotBytes;
+  if (slotBytes <= scratch_.slot) return true;
+  // Grows to the largest burst once per operation; the old block stays
+  // this operation's (work already queued may read it).
+  void* p = block(3 * slotBytes);
+  if (!p) return false;
+  scratch_ = Scratch{p, slotBytes};
   return true;
 }
 
@@ -314,16 +352,13 @@ void CudaOps::copy(void* dst, const void* src, size_t bytes) const {
 
 const float* CudaOps::deviceScales(const float* scales, size_t count, uint32_t block) const {
   if (pointerKind(scales) == MemType::Cuda) return scales;
-  if (scalesOf_ == scales) return static_cast<const float*>(scales_.p);
+  if (scalesOf_ == scales) return static_cast<const float*>(scales_);
   const size_t bytes = (count + block - 1) / block * sizeof(float);
-  if (scales_.p) cudaFreeAsync(scales_.p, s_);
-  scales_ = Scratch();
-  check(cudaMallocAsync(&scales_.p, bytes, s_), "scales allocation");
-  if (!scales_.p) return nullptr;
-  scales_.bytes = bytes;
-  toDevice(scales_.p, scales, bytes);
+  scales_ = this->block(bytes);
+  if (!scales_) return nullptr;
+  toDevice(scales_, scales, bytes);
   scalesOf_ = scales;
-  return static_cast<const float*>(scales_.p);
+  return static_cast<const float*>(scales_);
 }
 
 // Operands in host memory (the fifo slot a peer's bytes arrived in, the
