@@ -14,6 +14,7 @@
 #include "memory/fence_ring.h"
 #include "memory/memory.h"
 #include "memory/staging_pool.h"
+#include "memory/staging_ring.h"
 #ifdef TERN_WITH_CUDA
 #include "memory/cuda_runtime_probe.h"
 #endif
@@ -265,6 +266,44 @@ TEST_F(StagingPoolTest, AllocatorFailureIsAnEmptyBuffer) {
   EXPECT_EQ(b.bytes, 0u);
   pool.giveBack(b);  // harmless
   EXPECT_EQ(pool.spares(), 0u);
+}
+
+// The pinned ring of the CUDA type's staging: pieces come back in fence
+// order, a piece never straddles the end, and a full ring says so (its
+// caller then copies without staging).
+TEST(StagingRing, PiecesAreFreedByTheirFenceInOrder) {
+  StagingRing r(1024);
+  EXPECT_EQ(r.take(100, 1), 0u);    // 128 bytes
+  EXPECT_EQ(r.take(64, 1), 128u);
+  EXPECT_EQ(r.take(500, 2), 192u);  // 512 bytes: up to 704
+  EXPECT_EQ(r.take(400, 3), StagingRing::kNone);  // 320 left at the end, nothing at the start
+  r.release(0);
+  EXPECT_EQ(r.used(), 704u);
+  r.release(1);  // the first two pieces
+  EXPECT_EQ(r.used(), 512u);
+  EXPECT_EQ(r.take(300, 3), 704u);  // 320 bytes: the end is exactly full
+  EXPECT_EQ(r.take(100, 3), 0u);    // wraps to the freed start
+  EXPECT_EQ(r.take(100, 3), StagingRing::kNone);  // [128, 192) is free but too small
+  r.release(3);
+  EXPECT_EQ(r.used(), 0u);
+  EXPECT_EQ(r.take(1024, 4), 0u);  // empty: starts over, the whole ring fits
+  EXPECT_EQ(r.take(1, 4), StagingRing::kNone);
+}
+
+TEST(StagingRing, PaddingBeforeAWrapIsFreedWithItsPiece) {
+  StagingRing r(1024);
+  ASSERT_EQ(r.take(640, 1), 0u);
+  ASSERT_EQ(r.take(256, 2), 640u);  // up to 896: 128 left at the end
+  r.release(1);                     // [0, 640) free
+  EXPECT_EQ(r.take(256, 3), 0u);    // wraps: the 128 bytes at the end are skipped
+  EXPECT_EQ(r.used(), 256u + 128u + 256u);
+  r.release(2);
+  EXPECT_EQ(r.used(), 128u + 256u);  // the wrapped piece and its padding
+  r.release(3);
+  EXPECT_EQ(r.used(), 0u);
+  EXPECT_EQ(r.take(2000, 5), StagingRing::kNone);  // larger than the ring
+  EXPECT_EQ(r.take(0, 5), 0u);                     // a record alone still takes a piece
+  EXPECT_EQ(r.used(), StagingRing::kAlign);
 }
 
 }  // namespace

@@ -3,8 +3,11 @@
  *
  * Semantics follow NCCL's where this header is silent.  Host buffers with
  * stream == NULL complete before the call returns (inside a group: by
- * ternGroupEnd).  Errors are returned, never raised: ternGetLastError()
- * says in one sentence what went wrong.
+ * ternGroupEnd).  Device buffers with their cudaStream_t are enqueued on it,
+ * as NCCL's: the call returns at once, the operation runs after the work
+ * enqueued before it and work enqueued after it waits for it; a failure is
+ * the communicator's asynchronous error.  Errors are returned, never
+ * raised: ternGetLastError() says in one sentence what went wrong.
  */
 #ifndef TERN_TERN_H_
 #define TERN_TERN_H_

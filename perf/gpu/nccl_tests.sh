@@ -14,10 +14,10 @@
 # It runs under LD_AUDIT as well, so a real NCCL elsewhere on the library
 # path cannot be loaded beside the shim.
 #
-# What the shim runs today: host buffers with a NULL stream.  nccl-tests
-# allocates device buffers and passes its CUDA stream, so every collective
-# there is refused with ncclInvalidArgument ("stream must be NULL ...") until
-# tern's device path (issue 23) lands; the run shows that refusal cleanly.
+# nccl-tests allocates device buffers and passes its CUDA stream: the shim
+# hands both to tern's device path (device buffers on a stream, issue 23),
+# except PreMulSum ops on device buffers (ncclInvalidUsage, said so).  Not
+# yet measured on a GPU (see perf/RESULTS.md).
 set -euo pipefail
 tests_dir=${1:?usage: nccl_tests.sh NCCL_TESTS_DIR [all_reduce_perf args]}
 shift

@@ -16,6 +16,12 @@
 #     tests/test_memory_cuda.cu (reduce of every dtype/op vs the host bit for
 #     bit, the codec via MemOps vs the CPU, fences, stream holds, pointer
 #     kinds, pinned staging).
+#  7. (gpupath) device buffers on a CUDA stream through tern's engine:
+#     tests/test_device_colls.cu runs every collective, send/recv and the
+#     ternary allreduce on cudaMalloc'ed buffers, 2 and 3 ranks (processes;
+#     one GPU shared is fine), over shm and tcp, against the host path bit
+#     for bit, with a spinning kernel before and a reading kernel after each
+#     call (stream order); exit 77 (no device) counts as FAIL here.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-gpu}
@@ -39,6 +45,7 @@ targets=(ternary_gpu_check tern_nccl tern_nccl_audit)
 if configure -DTERN_BUILD_TESTS=ON; then
   targets+=(test_ternary_nvcc test_nccl_shim nccl_client nccl_audit_probe)
   targets+=(test_memory_cuda)  # cudamem
+  targets+=(test_device_colls)  # gpupath
 else
   echo "SKIP the GoogleTest-based checks: configuring with tests failed (libgtest-dev missing?)"
   configure -DTERN_BUILD_TESTS=OFF || exit 1
@@ -81,6 +88,14 @@ if [ -x "$build/tests/test_memory_cuda" ]; then
     perf/gpu/cuda_memory.sh "$build"
 else
   echo "SKIP the CUDA memory type: test_memory_cuda was not built (no GoogleTest)"
+fi
+
+# ---- Device buffers on a CUDA stream (helper `gpupath`) ----
+if [ -x "$build/tests/test_device_colls" ]; then
+  step "device collectives vs host path, stream order, ternary device = CPU (test_device_colls)" \
+    "$build/tests/test_device_colls"
+else
+  echo "SKIP device collectives: test_device_colls was not built (no GoogleTest)"
 fi
 
 echo "$failed step(s) failed"

@@ -19,6 +19,7 @@
 #include "comm/env_init.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "memory/buffer_kind.h"
 
 using namespace tern;
 
@@ -54,6 +55,12 @@ ternResult_t checkComm(ternComm* c) {
   return ternSuccess;
 }
 
+#ifdef TERN_WITH_CUDA
+const char* const kNoDeviceWhy = "no driver or no device";
+#else
+const char* const kNoDeviceWhy = "libtern was built without CUDA";
+#endif
+
 ternResult_t checkArgs(ternComm* c, const void* buf, const void* buf2, size_t count,
                        ternDataType_t dt, ternStream_t stream, const char* what) {
   TERN_CHECK(checkComm(c));
@@ -65,10 +72,12 @@ ternResult_t checkArgs(ternComm* c, const void* buf, const void* buf2, size_t co
   if (count > 0 && (!buf || !buf2))
     return fail(c, ternInvalidArgument, std::string(what) + ": a buffer is NULL but count is " +
                                             std::to_string(count));
-  if (stream)
+  if (stream && !deviceMemoryUsable())
     return fail(c, ternInvalidArgument,
-                std::string(what) + ": stream must be NULL: collectives on device buffers "
-                                    "are not supported yet (buffers must be host memory)");
+                std::string(what) + ": stream is not NULL but this process has no usable CUDA "
+                                    "device (" + kNoDeviceWhy +
+                                    "), so its buffers cannot be device memory: pass host "
+                                    "buffers and a NULL stream");
   return ternSuccess;
 }
 
@@ -111,15 +120,81 @@ OpPtr makeOp(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task) {
   return op;
 }
 
+// The buffers a call on a stream reads or writes on this rank (a root's
+// other buffer only on the root), with the names the API gives them.
+int usedBuffers(const ternComm* c, const CollArgs& a, BufferKind* out, const void** ptrs) {
+  const bool root = c->rank == a.root;
+  bool src = a.src && a.kind != OpKind::Recv, dst = a.dst && a.kind != OpKind::Send;
+  if ((a.kind == OpKind::Broadcast || a.kind == OpKind::Scatter) && !root) src = false;
+  if ((a.kind == OpKind::Reduce || a.kind == OpKind::Gather) && !root) dst = false;
+  int n = 0;
+  if (src) ptrs[n] = a.src, out[n++].name = "sendbuff";
+  if (dst) ptrs[n] = a.dst, out[n++].name = "recvbuff";
+  return n;
+}
+
+// The memory type and device of a call's buffers on a stream, or a refusal
+// with a sentence (host memory, a mix, two devices).
+ternResult_t streamBuffers(ternComm* c, const CollArgs& a, const char* what, MemType* type,
+                           int* device) {
+  BufferKind kinds[2];
+  const void* ptrs[2];
+  int dev[2] = {-1, -1};
+  const int n = usedBuffers(c, a, kinds, ptrs);
+  for (int i = 0; i < n; ++i) kinds[i].kind = bufferKind(ptrs[i], &dev[i]);
+  std::string why;
+  if (n == 2 && !memTypeForBuffers({kinds[0], kinds[1]}, type, &why))
+    return fail(c, ternInvalidArgument, std::string(what) + ": " + why);
+  if (n == 2 && dev[0] != dev[1])
+    return fail(c, ternInvalidArgument,
+                std::string(what) + ": sendbuff is on device " + std::to_string(dev[0]) +
+                    " but recvbuff on device " + std::to_string(dev[1]));
+  *type = n ? kinds[0].kind : MemType::Host;
+  *device = dev[0];
+  if (*type == MemType::Host)
+    return fail(c, ternInvalidArgument,
+                std::string(what) + ": stream is not NULL but " + (n ? kinds[0].name : "the buffer") +
+                    " is host memory: pass a NULL stream for host buffers, device memory with a "
+                    "stream");
+  return ternSuccess;
+}
+
+// A call on a stream: its buffers must all be device memory (or, in tests,
+// the simulated device's: memory/simulated.h).  Its memory operations are
+// made and begun here, on the caller's thread, so the operation sits in the
+// stream's order (memory.h, "Async contract"): it starts once the work
+// enqueued before this call is done, and work enqueued after it waits.
+ternResult_t streamOps(ternComm* c, const CollArgs& a, ternStream_t stream, const char* what,
+                       std::unique_ptr<MemOps>* mem) {
+  MemType type;
+  int device;
+  TERN_CHECK(streamBuffers(c, a, what, &type, &device));
+  *mem = makeStreamOps(type, stream, device);
+  if (!*mem)
+    return fail(c, ternUnhandledCudaError,
+                std::string(what) + ": could not set up the device operation (no work stream)");
+  (*mem)->begin();
+  if ((*mem)->error() != ternSuccess)
+    return fail(c, (*mem)->error(), std::string(what) + ": " + (*mem)->lastError());
+  return ternSuccess;
+}
+
 // The communicator's ternary allreduce state, made on first use from the
 // options resolved at init (collectives/ternary.h).
 TernaryState& ternaryOf(ternComm* c) { return ternaryState(c->attached, c->cfg.ternary); }
 
-// Runs an operation now, or adds it to the open group.
-ternResult_t launch(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task = nullptr) {
+// Runs an operation now, or adds it to the open group.  With a stream (device
+// buffers) it is only enqueued: the call returns, and a failure shows up as
+// the communicator's asynchronous error.
+ternResult_t launch(ternComm* c, const CollArgs& args, ternStream_t stream = nullptr,
+                    std::unique_ptr<Task> task = nullptr) {
+  std::unique_ptr<MemOps> mem;
+  if (stream) TERN_CHECK(streamOps(c, args, stream, collectiveKind(args.kind).name, &mem));
   if (!enterComm(c))
     return fail(nullptr, ternInvalidUsage, "comm was destroyed or aborted during the call");
-  ternResult_t r = launchOp(c, makeOp(c, args, std::move(task)));
+  OpPtr op = makeOp(c, args, std::move(task));
+  op->streamMem = std::move(mem);
+  ternResult_t r = launchOp(c, std::move(op));
   leaveComm(c);
   return r;
 }
@@ -354,7 +429,7 @@ ternResult_t ternAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, count, datatype, stream, "ternAllReduce"));
   TERN_CHECK(checkOp(comm, op, "ternAllReduce"));
   if (count == 0) return ternSuccess;
-  return launch(comm, collArgs(OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op));
+  return launch(comm, collArgs(OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op), stream);
 }
 
 ternResult_t ternBroadcast(const void* sendbuff, void* recvbuff, size_t count,
@@ -366,7 +441,8 @@ ternResult_t ternBroadcast(const void* sendbuff, void* recvbuff, size_t count,
     return fail(comm, ternInvalidArgument, "ternBroadcast: sendbuff is NULL on the root");
   if (count == 0) return ternSuccess;
   return launch(comm,
-                collArgs(OpKind::Broadcast, sendbuff, recvbuff, count, datatype, ternSum, root));
+                collArgs(OpKind::Broadcast, sendbuff, recvbuff, count, datatype, ternSum, root),
+                stream);
 }
 
 ternResult_t ternReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -378,21 +454,22 @@ ternResult_t ternReduce(const void* sendbuff, void* recvbuff, size_t count,
   if (comm->rank == root && count > 0 && !recvbuff)
     return fail(comm, ternInvalidArgument, "ternReduce: recvbuff is NULL on the root");
   if (count == 0) return ternSuccess;
-  return launch(comm, collArgs(OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root));
+  return launch(comm, collArgs(OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root),
+                stream);
 }
 
 ternResult_t ternAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
   TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, sendcount, datatype, stream, "ternAllGather"));
   if (sendcount == 0) return ternSuccess;
-  return launch(comm, collArgs(OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype));
+  return launch(comm, collArgs(OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype), stream);
 }
 
 ternResult_t ternAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
   TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, count, datatype, stream, "ternAllToAll"));
   if (count == 0) return ternSuccess;
-  return launch(comm, collArgs(OpKind::AllToAll, sendbuff, recvbuff, count, datatype));
+  return launch(comm, collArgs(OpKind::AllToAll, sendbuff, recvbuff, count, datatype), stream);
 }
 
 // Gather and scatter: the root's side holds nranks blocks; the other side one.
@@ -413,7 +490,7 @@ ternResult_t ternGather(const void* sendbuff, void* recvbuff, size_t count,
                           "recvbuff"));
   if (count == 0) return ternSuccess;
   return launch(comm,
-                collArgs(OpKind::Gather, sendbuff, recvbuff, count, datatype, ternSum, root));
+                collArgs(OpKind::Gather, sendbuff, recvbuff, count, datatype, ternSum, root), stream);
 }
 
 ternResult_t ternScatter(const void* sendbuff, void* recvbuff, size_t count,
@@ -422,7 +499,7 @@ ternResult_t ternScatter(const void* sendbuff, void* recvbuff, size_t count,
                           "sendbuff"));
   if (count == 0) return ternSuccess;
   return launch(comm,
-                collArgs(OpKind::Scatter, sendbuff, recvbuff, count, datatype, ternSum, root));
+                collArgs(OpKind::Scatter, sendbuff, recvbuff, count, datatype, ternSum, root), stream);
 }
 
 ternResult_t ternReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -433,7 +510,7 @@ ternResult_t ternReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   TERN_CHECK(checkOp(comm, op, "ternReduceScatter"));
   if (recvcount == 0) return ternSuccess;
   return launch(comm,
-                collArgs(OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op));
+                collArgs(OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op), stream);
 }
 
 static ternResult_t pointToPoint(const void* buf, size_t count, ternDataType_t datatype, int peer,
@@ -448,7 +525,7 @@ static ternResult_t pointToPoint(const void* buf, size_t count, ternDataType_t d
                                     "pair it with its match inside ternGroupStart/End");
   void* b = const_cast<void*>(buf);
   return launch(comm, collArgs(send ? OpKind::Send : OpKind::Recv, buf, b, count, datatype,
-                               ternSum, peer));
+                               ternSum, peer), stream);
 }
 
 ternResult_t ternSend(const void* sendbuff, size_t count, ternDataType_t datatype, int peer,
@@ -477,7 +554,7 @@ ternResult_t ternRecvAnySource(void* recvbuff, size_t count, ternDataType_t data
   *source = -1;
   CollArgs a = collArgs(OpKind::Recv, recvbuff, recvbuff, count, datatype, ternSum, -1);
   a.source = source;
-  return launch(comm, a);
+  return launch(comm, a, stream);
 }
 
 ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t count,
@@ -495,9 +572,15 @@ ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t
     return fail(comm, ternInvalidArgument,
                 std::string(what) + ": op must be ternSum or ternAvg (ternary codes cannot "
                                     "express products, maxima or minima)");
+  // Not yet: error feedback keeps its residuals in host memory.
+  if (stream && ternaryFeedsBackErrors(ternaryOf(comm)))
+    return fail(comm, ternInvalidUsage,
+                std::string(what) + ": error feedback (TERN_TERNARY_EF) on device buffers is not "
+                                    "supported yet; turn it off for device buffers, or use host "
+                                    "buffers and a NULL stream");
   if (count == 0) return ternSuccess;
   CollArgs args = collArgs(OpKind::Ternary, sendbuff, recvbuff, count, datatype, op);
-  return launch(comm, args,
+  return launch(comm, args, stream,
                 makeTernaryTask(ternaryOf(comm), args, tensorHandle, comm->nranks,
                                 currentPriority()));
 }

@@ -70,9 +70,10 @@ bool takeRequest(ternRequest* r) {
 bool groupOpen() { return self().depth > 0; }
 int currentPriority() { return self().priority; }
 
-ternResult_t waitAll(const IssuedOps& ops) {
+ternResult_t waitAll(const IssuedOps& ops, bool hostOnly) {
   ternResult_t first = ternSuccess;
   for (auto& [c, op] : ops) {
+    if (hostOnly && op->streamMem) continue;
     std::string err;
     ternResult_t r = c->engine->wait(*op, &err);
     if (r != ternSuccess) {
@@ -92,8 +93,12 @@ ternResult_t runBlocking(PerThread& t, const IssuedOps& ops) {
   // A nonblocking communicator (ternConfig_t.blocking = 0) returns at once:
   // ternCommGetAsyncError says ternInProgress until its operations are done.
   bool nonblocking = std::any_of(ops.begin(), ops.end(), [](const auto& o) { return !o.first->cfg.blocking; });
-  issueAll(t, ops, nonblocking);
-  return nonblocking ? ternInProgress : waitAll(ops);
+  // Device buffers on a stream: the call only enqueues (as NCCL's), so
+  // nobody waits for those here; the progress thread drives them.
+  bool onStream = std::any_of(ops.begin(), ops.end(), [](const auto& o) { return o.second->streamMem != nullptr; });
+  issueAll(t, ops, nonblocking || onStream);
+  if (nonblocking) return ternInProgress;
+  return onStream ? waitAll(ops, true) : waitAll(ops);
 }
 
 }  // namespace

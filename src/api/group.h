@@ -28,7 +28,8 @@ int currentPriority();
 // communicator).
 ternResult_t launchOp(Comm* c, OpPtr op);
 // Waits for issued operations; records failures on their communicators.
-ternResult_t waitAll(const IssuedOps& ops);
+// hostOnly: not the operations on a stream (nobody waits for those).
+ternResult_t waitAll(const IssuedOps& ops, bool hostOnly = false);
 // A thread inside a call on a communicator (api.cc, with the registry):
 // ternCommDestroy and ternCommAbort free it only after every such thread has
 // left, so a watchdog thread's abort never frees what a caller blocked in a

@@ -37,10 +37,13 @@ TernaryState& ternaryState(Attachments& owner, const ternTernaryConfig_t& initia
 
 namespace {
 
-// One codec for every ternary step; what it does is set by its flags.
+// One codec for every ternary step; what it does is set by its flags.  It
+// runs through the operation's MemOps: the CPU codec for host buffers, the
+// codec's kernels on the operation's stream for device buffers (so only
+// codes cross PCIe and the wire).
 class TernaryCodec : public GroupCodec {
  public:
-  TernaryCodec(const TernaryKernels& k, const TernaryInput& in, size_t g0, int win, int wout,
+  TernaryCodec(const MemOps& k, const TernaryInput& in, size_t g0, int win, int wout,
                bool addCode, void* decodeTo, ternDataType_t dt, int avgN)
       : in_(in), k_(k), g0_(g0), win_(win), wout_(wout), add_(addCode),
         dst_(decodeTo), dt_(dt), avgN_(avgN) {}
@@ -52,19 +55,19 @@ class TernaryCodec : public GroupCodec {
     const uint32_t* planes = i;
     int w = win_;
     if (add_) {  // this rank's codes join the sum
-      if (i) k_.addEncode(in_, q, n, i, win_, o, wout_);
-      else k_.encode(in_, q, n, o);
+      if (i) k_.ternaryAddEncode(in_, q, n, i, win_, o, wout_);
+      else k_.ternaryEncode(in_, q, n, o);
       planes = o;
       w = wout_;
     } else if (o) {  // allgather: pass the finished sum on
-      memcpy(o, i, n * 4 * win_);
+      k_.copy(o, i, n * 4 * win_);
     }
-    if (dst_) k_.decode(planes, w, q, n, in_.scales, in_.block, in_.count, dt_, avgN_, dst_);
+    if (dst_) k_.ternaryDecode(planes, w, q, n, in_.scales, in_.block, in_.count, dt_, avgN_, dst_);
   }
 
  private:
   TernaryInput in_;
-  const TernaryKernels& k_;
+  const MemOps& k_;
   size_t g0_;
   int win_, wout_;
   bool add_;
@@ -89,7 +92,7 @@ void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDa
   auto add = [&](Conn* from, Conn* to, size_t g0, size_t len, int win, int wout, bool code,
                  bool decode) {
     if (len == 0) return;
-    codecs.push_back(std::make_unique<TernaryCodec>(x.mem->ternary(), in, g0, win, wout, code,
+    codecs.push_back(std::make_unique<TernaryCodec>(*x.mem, in, g0, win, wout, code,
                                                     decode ? dst : nullptr, dt, avgN));
     Step s;
     s.in = from;

@@ -31,6 +31,13 @@ struct TernaryState {
   void record(size_t elements, uint64_t payload, uint64_t wire, uint64_t dense);
 };
 
+// Whether calls issued now keep residuals (they live in host memory: the
+// device path does not take them yet).
+inline bool ternaryFeedsBackErrors(TernaryState& st) {
+  std::lock_guard<std::mutex> lk(st.mu);
+  return st.cfg.errorFeedback != 0;
+}
+
 // One call, as fixed when it was issued.
 struct TernaryCall {
   const void* src = nullptr;

@@ -225,7 +225,7 @@ PlanCtx ternComm::planCtx(int level) const {
   x.ring = &ring;
   x.ringPos = &ringPos;
   x.cfg = &cfg;
-  x.mem = memOps(MemType::Host);  // the only memory type until the GPU data path
+  x.mem = memOps(MemType::Host);  // host buffers; a call on a stream brings its own (issue)
   x.conns = &connView[level];
   return x;
 }
@@ -241,6 +241,7 @@ void ternComm::issue(const std::vector<OpPtr>& ops, bool wake) {
   std::lock_guard<std::mutex> lk(issueMu);
   for (const OpPtr& op : ops) {
     op->ctx = planCtx(op->level);
+    if (op->streamMem) op->ctx.mem = op->streamMem.get();  // device buffers: chosen per call
     // Receives are numbered when they start (Executor::nextRecvSeq).
     if (op->collective) op->desc.seq = collSeq[op->level]++;
     else if (op->send) op->desc.seq = p2pSeq[static_cast<size_t>(op->peer) * kLevels + op->level]++;

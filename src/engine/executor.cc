@@ -422,7 +422,9 @@ bool Executor::round() {
       Operation& op = *list[i];
       bool m = false, finished = false;
       ternResult_t r = op.unbound() ? bindSource(list, i, &m) : ternSuccess;
-      if (r == ternSuccess && !op.unbound()) r = step(op, budget, &m, &pumped, &finished);
+      if (r == ternSuccess && !op.unbound() && !op.draining)
+        r = step(op, budget, &m, &pumped, &finished);
+      if (r == ternSuccess && (finished || op.draining)) finished = settled(op, &r);
       if (r != ternSuccess) {
         failAll(r, lastThreadError());
         return true;
@@ -516,6 +518,7 @@ bool Executor::greetNeighbours(Operation& op) {
 // is shared (one UCX worker) may be another operation's traffic.
 ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pumped, bool* finished) {
   if (!op.begun) {
+    if (!op.ctx.mem->ready()) return ternSuccess;  // the caller's stream is not there yet
     op.begun = true;
     if (!op.collective && !op.send && !op.unordered) op.desc.seq = nextRecvSeq(op);
     if (trace_) trace_->started(op);
@@ -550,8 +553,26 @@ ternResult_t Executor::runPrograms(Operation& op, size_t budget, bool* moved, bo
   return ternSuccess;
 }
 
+// Whether a finished plan's operation may complete: an asynchronous memory
+// type's last work (a final division, a copy after the last receive) must
+// have run first; then the caller's stream is released (MemOps::end).  A
+// device failure becomes the operation's.
+bool Executor::settled(Operation& op, ternResult_t* r) {
+  const MemOps& m = *op.ctx.mem;
+  if (!m.async()) return true;
+  if (!op.draining) {
+    op.draining = true;
+    op.drainFence = m.fence();
+  }
+  if (!m.done(op.drainFence)) return false;
+  m.end();
+  if (m.error() != ternSuccess) *r = setError(m.error(), m.lastError());
+  return true;
+}
+
 void Executor::complete(Operation& op, ternResult_t r, const std::string& err) {
   op.result = r;
+  if (op.ctx.mem) op.ctx.mem->end();  // a failure too: the caller's stream never waits forever
   if (trace_) trace_->completed(op);
   if (!err.empty()) op.error = err;  // empty since the operation was made
   if (r == ternSuccess && !op.standing) host_.onComplete();

@@ -91,6 +91,7 @@ class Executor {
   ternResult_t runPrograms(Operation& op, size_t budget, bool* moved, bool* done);
   ternResult_t beginPhase(Operation& op, bool* finished);
   bool greetNeighbours(Operation& op);
+  bool settled(Operation& op, ternResult_t* r);
   void complete(Operation& op, ternResult_t r, const std::string& err);
   void failAll(ternResult_t r, const std::string& why);
   ternResult_t checkIdle(Clock::time_point now);

@@ -108,11 +108,14 @@ void Operation::reset() {
   unordered = false;
   standing = false;
   stamp = 0;
+  streamMem.reset();  // releases the caller's stream if a failure left it held
   ctx = PlanCtx();
   // task: kept by put() when it can be set up again, else already gone
   resetPhase(phase);
   begun = false;
   greetedNeighbours = false;
+  draining = false;
+  drainFence = 0;
   pumps.clear();
   greetedIn.clear();
   greetedOut.clear();

@@ -130,6 +130,11 @@ struct Operation {
   // progress thread while admitted.
   bool standing = false;
   uint64_t stamp = 0;  // issue order across levels (Executor::submit; see Phase::postedAt)
+  // Device buffers on a caller's stream: this operation's own memory
+  // operations (memory.h, "Async contract"; ctx.mem points here), made and
+  // begun by the API when called.  Null for host buffers (ctx.mem is then
+  // the shared host type).
+  std::unique_ptr<MemOps> streamMem;
   PlanCtx ctx;
   std::unique_ptr<Task> task;
 
@@ -137,6 +142,10 @@ struct Operation {
   Phase phase;
   bool begun = false;
   bool greetedNeighbours = false;
+  // Its plan is through; an asynchronous memory type's last work may still
+  // run on the device: complete once drainFence is done.
+  bool draining = false;
+  uint64_t drainFence = 0;
   std::vector<Conn*> pumps;                    // connections the phase must pump
   std::vector<const Conn*> greetedIn, greetedOut;  // streams the descriptor went over
   std::vector<Conn*> held;                     // streams it reads / writes a message on (letGo)

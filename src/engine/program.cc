@@ -235,6 +235,18 @@ ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
   return ternSuccess;
 }
 
+// An asynchronous memory type only enqueued the burst: its fifo slots stay
+// the operation's (nothing consumed or committed) until a fence taken now
+// is done (settle below).  Returns the burst's units.
+size_t park(const MemOps& mem, Program& p, size_t in, size_t out, size_t units) {
+  p.pending = true;
+  p.fence = mem.fence();
+  p.pendIn = in;
+  p.pendOut = out;
+  p.pendUnits = units;
+  return units;
+}
+
 // Moves as much payload as the fifos allow (up to `limit` bytes); returns the
 // units moved (bytes for dense steps, groups for codec steps).
 size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& red, int nranks,
@@ -248,6 +260,7 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
     if (s.out) n = std::min(n, s.out->sendSpace(&out) / s.outUnit);
     if (n == 0) return 0;
     s.codec->run(in, out, p.off, n);
+    if (mem.async()) return park(mem, p, s.in ? n * s.inUnit : 0, s.out ? n * s.outUnit : 0, n);
     if (s.in) s.in->recvConsume(n * s.inUnit);
     if (s.out) s.out->sendCommit(n * s.outUnit);
   } else {
@@ -257,11 +270,23 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
     n -= n % (s.reduce ? ternTypeSize(red.dt) : 1);  // whole elements only
     if (n == 0) return 0;
     execute(mem, s, in, out, p.off, n, red, nranks);
+    if (mem.async()) return park(mem, p, s.in ? n : 0, s.out ? n : 0, n);
     if (s.in) s.in->recvConsume(n);
     if (s.out) s.out->sendCommit(n);
   }
   p.off += n;
   return n;
+}
+
+// An asynchronous burst (payload above) once its fence is done: its fifo
+// bytes go to the transport and its units count.  False while it runs.
+bool settle(const MemOps& mem, Program& p, const Step& s) {
+  if (!mem.done(p.fence)) return false;
+  if (p.pendIn) s.in->recvConsume(p.pendIn);
+  if (p.pendOut) s.out->sendCommit(p.pendOut);
+  p.off += p.pendUnits;
+  p.pending = false;
+  return true;
 }
 
 // A stream's send side belongs to one operation from its first message until
@@ -312,6 +337,11 @@ ternResult_t advanceSteps(Operation& op, Program& p, const Reduction& red, int n
     TERN_CHECK(prologue(op, p, s, &ready));
     if (!ready) return ternSuccess;
     while (p.off < s.bytes) {
+      if (p.pending) {
+        if (!settle(*op.ctx.mem, p, s)) return ternSuccess;
+        *moved = true;
+        continue;
+      }
       if (spent >= budget) return ternSuccess;
       const size_t limit = std::min(kBurst, budget - spent);
       size_t units;

@@ -91,6 +91,11 @@ struct Program {
   // has read up to `ticket` on the connection; the receiver reads at peerAddr.
   bool directNow = false;
   uint64_t ticket = 0, peerAddr = 0;
+  // An asynchronous memory type's burst in flight: its fifo bytes are
+  // consumed / committed and its units counted once `fence` is done.
+  bool pending = false;
+  uint64_t fence = 0;
+  size_t pendIn = 0, pendOut = 0, pendUnits = 0;
   void add(const Step& s) {
     if (s.bytes > 0) steps.push_back(s);
   }

@@ -23,6 +23,21 @@ namespace tern {
 // nullptr and wherever CUDA is absent or unusable.
 MemType pointerKind(const void* p);
 
+// pointerKind and, for device memory, the device it is on (else -1).
+MemType pointerKindOn(const void* p, int* device);
+
+// The kind of one buffer of a call that comes with a stream: the simulated
+// device's (memory/simulated.h) when a test enabled it and the address is
+// its own, else pointerKindOn.  The last few answers are kept per thread:
+// a training step asks about the same buffers every time, and
+// cudaPointerGetAttributes is a driver call.
+MemType bufferKind(const void* p, int* device);
+
+// Whether this process can run anything on a device at all: CUDA with a
+// usable device, or the simulated device.  A call with a stream gets
+// ternInvalidArgument when it cannot.
+bool deviceMemoryUsable();
+
 // "device memory" / "host memory": how a sentence names a kind.
 const char* memKindWords(MemType t);
 

@@ -7,14 +7,21 @@
 // held is known done.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <mutex>
+#include <vector>
 
 #include "codec/ternary_cuda.h"
+#include "memory/buffer_kind.h"
 #include "memory/cuda_reduce.h"
 #include "memory/cuda_runtime_probe.h"
 #include "memory/fence_ring.h"
 #include "memory/memory.h"
+#include "memory/staging_pool.h"
+#include "memory/staging_ring.h"
 #include "memory/stream_hold.h"
 #include "memory/work_streams.h"
 
@@ -48,18 +55,75 @@ struct CudaEvents {
   int wait(unsigned k) { return cudaEventSynchronize(ev[k]); }
 };
 
+// Runs a call on the buffers' device and puts the thread's device back: the
+// executor's threads (and a caller's thread that drives) may be on another.
+class OnDevice {
+ public:
+  explicit OnDevice(int dev) {
+    if (dev < 0 || cudaGetDevice(&prev_) != cudaSuccess || prev_ == dev) return;
+    if (cudaSetDevice(dev) == cudaSuccess) set_ = true;
+  }
+  ~OnDevice() {
+    if (set_) cudaSetDevice(prev_);
+  }
+
+ private:
+  int prev_ = -1;
+  bool set_ = false;
+};
+
+// Device scratch for operands in host memory (a fifo slot): a kernel reads
+// device memory only.  Blocks are lent per device and kept between
+// operations (never allocated per call), like the pinned staging.
+struct Scratch {
+  void* p = nullptr;
+  size_t slot = 0;  // bytes per slot (three slots), a multiple of 256
+};
+
+void* deviceAlloc(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+
+void deviceRelease(void* p) { cudaFree(p); }
+
+// The current device's pool (operations call it on their buffers' device).
+StagingPool* deviceScratchPool() {
+  static std::mutex m;
+  static std::map<int, StagingPool*>* pools = new std::map<int, StagingPool*>;  // never freed
+  int dev = 0;
+  cudaGetDevice(&dev);
+  std::lock_guard<std::mutex> lk(m);
+  StagingPool*& p = (*pools)[dev];
+  if (!p) p = new StagingPool({deviceAlloc, deviceRelease}, 4);
+  return p;
+}
+
 class CudaOps : public MemOps {
  public:
-  CudaOps(void* user, void* work)
-      : user_(static_cast<cudaStream_t>(user)), s_(static_cast<cudaStream_t>(work)),
+  CudaOps(void* user, void* work, int dev)
+      : user_(static_cast<cudaStream_t>(user)), s_(static_cast<cudaStream_t>(work)), dev_(dev),
         events_(s_), ring_(events_) {}
   ~CudaOps() override {
+    OnDevice on(dev_);
     end();  // never leave the caller's stream waiting
     if (after_) cudaEventDestroy(after_);
+    if (pinned_.p || !blocks_.empty()) {
+      // Idle after a completed operation; a failure can leave work queued,
+      // and what goes back to the pools must be idle.
+      cudaStreamSynchronize(s_);
+      for (const StagingPool::Buffer& b : blocks_) deviceScratchPool()->giveBack(b);
+      if (pinned_.p) pinnedStagingPool()->giveBack(pinned_);
+    }
     giveBackWorkStream(s_);
   }
 
   void begin() const override;
+  bool ready() const override;
   void end() const override {
     if (hold_) hold_->release();
   }
@@ -67,42 +131,34 @@ class CudaOps : public MemOps {
   MemType type() const override { return MemType::Cuda; }
   void* stream() const override { return s_; }
 
-  // Host ends should be pinned (pinnedStagingPool): to pageable memory CUDA
-  // copies synchronously, and the executor would wait behind the stream.
-  void copy(void* dst, const void* src, size_t bytes) const override {
-    if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s_), "copy");
-  }
+  // Between device and host memory (a fifo slot, a task's vector) bytes go
+  // through the pinned ring (staging below): nothing waits on the host.
+  void copy(void* dst, const void* src, size_t bytes) const override;
   void reduce(void* dst, const void* a, const void* b, size_t count, ternDataType_t dt,
-              ternRedOp_t op, int avgDivisor) const override {
-    check(cudaReduce(dst, a, b, count, dt, op, avgDivisor, s_), "reduce");
-  }
+              ternRedOp_t op, int avgDivisor) const override;
   void divide(void* buf, size_t count, ternDataType_t dt, int divisor) const override {
+    OnDevice on(dev_);
     check(cudaDivide(buf, count, dt, divisor, s_), "divide");
   }
   // The function-pointer table cannot carry this operation's stream: the
   // data path calls ternaryEncode/AddEncode/Decode below; the table is the
   // same kernels made synchronous, correct for callers not yet moved over.
   const TernaryKernels& ternary() const override { return ternaryCudaSyncKernels(); }
-  void ternaryEncode(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) const override {
-    check(ternaryCudaEncode(ternaryDeviceInput(in), g0, n, out, s_), "ternary encode");
-  }
+  // The codec's planes come from and go to fifo slots (host memory) and its
+  // scales are a host vector: staged (pinned ring, device scratch), so the
+  // codes are all that crosses PCIe (the gradient and the result stay on
+  // the device).
+  void ternaryEncode(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) const override;
   void ternaryAddEncode(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes,
-                        int win, uint32_t* out, int wout) const override {
-    check(ternaryCudaAddEncode(ternaryDeviceInput(in), g0, n, planes, win, out, wout, s_),
-          "ternary add-encode");
-  }
+                        int win, uint32_t* out, int wout) const override;
   void ternaryDecode(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
                      uint32_t block, size_t count, ternDataType_t dt, int avgN,
-                     void* dst) const override {
-    check(ternaryCudaDecode(planes, w, g0, n, scales, block, count, dt, avgN, dst, s_),
-          "ternary decode");
-  }
+                     void* dst) const override;
   void ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
-                         float* maxAbs, float* sumSq) const override {
-    check(cudaBlockStats(g, dt, count, block, maxAbs, sumSq, s_), "ternary block stats");
-  }
+                         float* maxAbs, float* sumSq) const override;
   void ternaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
                       float* out) const override {
+    OnDevice on(dev_);
     check(cudaTernaryCorrect(g, dt, residual, count, out, s_), "ternary correct");
   }
 
@@ -132,8 +188,56 @@ class CudaOps : public MemOps {
     return err_ != 0;
   }
 
+  // Device scratch: three slots of at least `bytes` each (false: no memory).
+  // Reserve once per call, before taking slots: growing frees the old
+  // block (stream-ordered) under slots taken earlier.
+  bool reserve(size_t bytes) const;
+  char* slot(int k) const { return static_cast<char*>(scratch_.p) + k * scratch_.slot; }
+  // A block of device memory from the pool, kept until the destructor
+  // (work queued on the stream may still use a block replaced by a larger
+  // one).  nullptr when out of memory.
+  void* block(size_t bytes) const;
+  // p's bytes on the device: p itself if it is device memory, else a copy
+  // in slot k (enqueued now).
+  const void* in(const void* p, size_t bytes, int k) const;
+  // Where a kernel writes what belongs at p: p itself, or slot k, which
+  // back() then copies to p.
+  void* out(void* p, int k) const { return pointerKind(p) == MemType::Cuda ? p : slot(k); }
+  void back(void* p, const void* d, size_t bytes) const {
+    if (p != d) toHost(p, d, bytes);
+  }
+
+  // Staging.  A piece of the pinned ring (staging_ring.h, freed by the
+  // fence after it) holds a HostCopy record and the bytes; a host function
+  // on the work stream copies between the host memory and the piece in
+  // stream order, so later work and the fence see the bytes, and DMA does
+  // the rest.  Where the ring has no room (or no pinned memory exists) CUDA
+  // copies from / to the pageable memory itself, after the stream's
+  // earlier work (correct, but the calling thread waits).
+  char* piece(size_t bytes) const;
+  void hostCopy(char* piece, void* dst, const void* src, size_t bytes) const;
+  void toDevice(void* d, const void* host, size_t bytes) const;
+  void toHost(void* host, const void* d, size_t bytes) const;
+  void hostToHost(void* dst, const void* src, size_t bytes) const;
+  // The codec's scales on the device (a copy of a host vector, made once
+  // per operation: they are final before the codec runs).
+  const float* deviceScales(const float* scales, size_t count, uint32_t block) const;
+  TernaryDeviceInput onDevice(const TernaryInput& in) const {
+    TernaryDeviceInput d = ternaryDeviceInput(in);
+    d.scales = deviceScales(in.scales, in.count, in.block);
+    return d;
+  }
+
   cudaStream_t user_;  // the caller's
   cudaStream_t s_;     // this operation's work
+  int dev_;            // the buffers' device (-1: the caller's current one)
+  mutable Scratch scratch_;
+  mutable void* scales_ = nullptr;  // the codec's scales on the device
+  mutable std::vector<StagingPool::Buffer> blocks_;  // lent by deviceScratchPool
+  mutable StagingPool::Buffer pinned_;           // the ring's memory, lent by the pool
+  mutable std::unique_ptr<StagingRing> staging_;
+  mutable uint64_t nextFence_ = 1;               // the fence that covers pieces taken now
+  mutable const float* scalesOf_ = nullptr;  // the host vector scales_ copies
   mutable cudaEvent_t after_ = nullptr;  // the caller's earlier work
   mutable std::unique_ptr<StreamHold> hold_;
   mutable std::mutex m_;
@@ -144,7 +248,191 @@ class CudaOps : public MemOps {
   mutable FenceRing<CudaEvents> ring_;
 };
 
+void* CudaOps::block(size_t bytes) const {
+  StagingPool::Buffer b = deviceScratchPool()->borrow(bytes);
+  if (!b.p) {
+    check(cudaErrorMemoryAllocation, "scratch allocation");
+    return nullptr;
+  }
+  blocks_.push_back(b);
+  return b.p;
+}
+
+bool CudaOps::reserve(size_t bytes) const {
+  const size_t slotBytes = (bytes + 255) / 256 * 256;
+  if (slotBytes <= scratch_.slot) return true;
+  // Grows to the largest burst once per operation; the old block stays
+  // this operation's (work already queued may read it).
+  void* p = block(3 * slotBytes);
+  if (!p) return false;
+  scratch_ = Scratch{p, slotBytes};
+  return true;
+}
+
+const void* CudaOps::in(const void* p, size_t bytes, int k) const {
+  if (pointerKind(p) == MemType::Cuda) return p;
+  toDevice(slot(k), p, bytes);
+  return slot(k);
+}
+
+constexpr size_t kRingBytes = size_t(4) << 20;  // 16 bursts of 256 KiB
+
+struct HostCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+constexpr size_t kRecord = StagingRing::kAlign;  // a piece starts with its record
+static_assert(sizeof(HostCopy) <= kRecord, "a record fits its slot");
+
+void CUDART_CB runHostCopy(void* record) {
+  const auto* c = static_cast<const HostCopy*>(record);
+  memcpy(c->dst, c->src, c->bytes);
+}
+
+char* CudaOps::piece(size_t bytes) const {
+  if (!pinned_.p) {
+    StagingPool* pool = pinnedStagingPool();
+    if (!pool) return nullptr;
+    pinned_ = pool->borrow(kRingBytes);
+    if (!pinned_.p) return nullptr;
+    staging_ = std::make_unique<StagingRing>(pinned_.bytes);
+  }
+  const size_t off = staging_->take(kRecord + bytes, nextFence_);
+  return off == StagingRing::kNone ? nullptr : static_cast<char*>(pinned_.p) + off;
+}
+
+void CudaOps::hostCopy(char* piece, void* dst, const void* src, size_t bytes) const {
+  *reinterpret_cast<HostCopy*>(piece) = HostCopy{dst, src, bytes};
+  check(cudaLaunchHostFunc(s_, runHostCopy, piece), "staging copy");
+}
+
+void CudaOps::toDevice(void* d, const void* host, size_t bytes) const {
+  char* p = piece(bytes);
+  if (!p) {  // pageable: CUDA reads the host bytes at once, so the stream must be there first
+    check(cudaStreamSynchronize(s_), "stream synchronize");
+    check(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, s_), "copy to device");
+    return;
+  }
+  hostCopy(p, p + kRecord, host, bytes);
+  check(cudaMemcpyAsync(d, p + kRecord, bytes, cudaMemcpyHostToDevice, s_), "copy to device");
+}
+
+void CudaOps::toHost(void* host, const void* d, size_t bytes) const {
+  char* p = piece(bytes);
+  if (!p) {  // pageable: returns once the stream got there and the bytes are in place
+    check(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, s_), "copy to host");
+    return;
+  }
+  check(cudaMemcpyAsync(p + kRecord, d, bytes, cudaMemcpyDeviceToHost, s_), "copy to host");
+  hostCopy(p, host, p + kRecord, bytes);
+}
+
+// Host to host (a task's vector to a fifo slot): in stream order too, as
+// earlier staged work may still be writing the source.
+void CudaOps::hostToHost(void* dst, const void* src, size_t bytes) const {
+  char* p = piece(0);
+  if (!p) {
+    check(cudaStreamSynchronize(s_), "stream synchronize");
+    memcpy(dst, src, bytes);
+    return;
+  }
+  hostCopy(p, dst, src, bytes);
+}
+
+void CudaOps::copy(void* dst, const void* src, size_t bytes) const {
+  if (!bytes) return;
+  OnDevice on(dev_);
+  const bool toDev = pointerKind(dst) == MemType::Cuda, fromDev = pointerKind(src) == MemType::Cuda;
+  if (toDev && fromDev) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s_), "copy");
+  else if (toDev) toDevice(dst, src, bytes);
+  else if (fromDev) toHost(dst, src, bytes);
+  else hostToHost(dst, src, bytes);
+}
+
+const float* CudaOps::deviceScales(const float* scales, size_t count, uint32_t block) const {
+  if (pointerKind(scales) == MemType::Cuda) return scales;
+  if (scalesOf_ == scales) return static_cast<const float*>(scales_);
+  const size_t bytes = (count + block - 1) / block * sizeof(float);
+  scales_ = this->block(bytes);
+  if (!scales_) return nullptr;
+  toDevice(scales_, scales, bytes);
+  scalesOf_ = scales;
+  return static_cast<const float*>(scales_);
+}
+
+// Operands in host memory (the fifo slot a peer's bytes arrived in, the
+// fifo slot the result goes to) pass through device scratch: the kernel
+// touches device memory only.
+void CudaOps::reduce(void* dst, const void* a, const void* b, size_t count, ternDataType_t dt,
+                     ternRedOp_t op, int avgDivisor) const {
+  OnDevice on(dev_);
+  const size_t bytes = count * ternTypeSize(dt);
+  if (!reserve(bytes)) return;
+  void* o = out(dst, 2);
+  check(cudaReduce(o, in(a, bytes, 0), in(b, bytes, 1), count, dt, op, avgDivisor, s_), "reduce");
+  back(dst, o, bytes);
+}
+
+void CudaOps::ternaryEncode(const TernaryInput& x, size_t g0, size_t n, uint32_t* dst) const {
+  OnDevice on(dev_);
+  const size_t bytes = n * 2 * 4;
+  if (!reserve(bytes)) return;
+  auto* o = static_cast<uint32_t*>(out(dst, 2));
+  check(ternaryCudaEncode(onDevice(x), g0, n, o, s_), "ternary encode");
+  back(dst, o, bytes);
+}
+
+void CudaOps::ternaryAddEncode(const TernaryInput& x, size_t g0, size_t n, const uint32_t* planes,
+                               int win, uint32_t* dst, int wout) const {
+  OnDevice on(dev_);
+  const size_t inBytes = n * 4 * win, outBytes = n * 4 * wout;
+  if (!reserve(std::max(inBytes, outBytes))) return;
+  auto* p = static_cast<const uint32_t*>(in(planes, inBytes, 0));
+  auto* o = static_cast<uint32_t*>(out(dst, 2));
+  check(ternaryCudaAddEncode(onDevice(x), g0, n, p, win, o, wout, s_), "ternary add-encode");
+  back(dst, o, outBytes);
+}
+
+void CudaOps::ternaryDecode(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
+                            uint32_t block, size_t count, ternDataType_t dt, int avgN,
+                            void* dst) const {
+  OnDevice on(dev_);
+  const size_t bytes = n * 4 * w;
+  if (!reserve(bytes)) return;
+  auto* p = static_cast<const uint32_t*>(in(planes, bytes, 0));
+  check(ternaryCudaDecode(p, w, g0, n, deviceScales(scales, count, block), block, count, dt, avgN,
+                          dst, s_),
+        "ternary decode");
+}
+
+// Block maxima (and sums of squares) into host vectors: the allreduce of
+// the scales that follows is small, and the clip needs them on the host.
+void CudaOps::ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
+                                float* maxAbs, float* sumSq) const {
+  OnDevice on(dev_);
+  const size_t bytes = (count + block - 1) / block * sizeof(float);
+  if (!reserve(bytes)) return;
+  auto* m = static_cast<float*>(out(maxAbs, 0));
+  auto* q = sumSq ? static_cast<float*>(out(sumSq, 1)) : nullptr;
+  check(cudaBlockStats(g, dt, count, block, m, q, s_), "ternary block stats");
+  back(maxAbs, m, bytes);
+  if (sumSq) back(sumSq, q, bytes);
+}
+
+bool CudaOps::ready() const {
+  if (failed() || !after_) return true;  // failed work is never waited on
+  cudaError_t q = cudaEventQuery(after_);
+  if (q == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  check(q, "caller's stream");
+  return true;
+}
+
 void CudaOps::begin() const {
+  OnDevice on(dev_);
   if (!after_) check(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming), "event create");
   if (!after_) return;
   check(cudaEventRecord(after_, user_), "event record");
@@ -158,27 +446,32 @@ void CudaOps::begin() const {
 }
 
 uint64_t CudaOps::fence() const {
+  OnDevice on(dev_);
   int e = 0;
   const uint64_t f = ring_.fence(&e);
   check(e, "fence");
+  nextFence_ = f + 1;  // pieces taken from now on are this next one's
   return f;
 }
 
 bool CudaOps::done(uint64_t f) const {
   if (failed()) return true;  // failed work never completes: nobody waits on it
+  OnDevice on(dev_);
   int e = 0;
   const bool reached = ring_.done(f, &e);
   check(e, "fence");
+  if (reached && staging_) staging_->release(f);
   return reached;
 }
 
 }  // namespace
 
-std::unique_ptr<MemOps> makeCudaOps(void* stream) {
+std::unique_ptr<MemOps> makeCudaOps(void* stream, int device) {
   if (!cudaUsable()) return nullptr;
+  OnDevice on(device);
   void* work = borrowWorkStream();
   if (!work) return nullptr;
-  return std::make_unique<CudaOps>(stream, work);
+  return std::make_unique<CudaOps>(stream, work, device);
 }
 
 }  // namespace tern

@@ -27,7 +27,8 @@ bool cudaUsable() {
   return usable;
 }
 
-MemType pointerKind(const void* p) {
+MemType pointerKindOn(const void* p, int* device) {
+  *device = -1;
   if (!p || !cudaUsable()) return MemType::Host;
   cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -37,8 +38,14 @@ MemType pointerKind(const void* p) {
   // Pinned and registered host memory (cudaMemoryTypeHost) is host memory
   // the CPU may touch; managed memory is treated as device memory because
   // kernels on the stream may be touching it.
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? MemType::Cuda
-                                                                            : MemType::Host;
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) return MemType::Host;
+  *device = a.device;
+  return MemType::Cuda;
+}
+
+MemType pointerKind(const void* p) {
+  int device;
+  return pointerKindOn(p, &device);
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "memory/host_reduce.h"
+#include "memory/simulated.h"
 
 namespace tern {
 
@@ -37,17 +38,23 @@ class HostOps : public MemOps {
 
 }  // namespace
 
-const char* memTypeName(MemType t) { return t == MemType::Host ? "host" : "cuda"; }
-
-MemType memTypeFor(const void* stream) { return stream ? MemType::Cuda : MemType::Host; }
+const char* memTypeName(MemType t) {
+  return t == MemType::Host ? "host" : t == MemType::Cuda ? "cuda" : "simulated device";
+}
 
 const MemOps* memOps(MemType t) {
   static const HostOps host;
   return t == MemType::Host ? &host : nullptr;  // CUDA: makeCudaOps(stream)
 }
 
+std::unique_ptr<MemOps> makeStreamOps(MemType t, void* stream, int device) {
+  if (t == MemType::Cuda) return makeCudaOps(stream, device);
+  if (t == MemType::Simulated) return sim::makeOps(stream);
+  return nullptr;
+}
+
 #ifndef TERN_WITH_CUDA
-std::unique_ptr<MemOps> makeCudaOps(void*) { return nullptr; }
+std::unique_ptr<MemOps> makeCudaOps(void*, int) { return nullptr; }
 #endif
 
 }  // namespace tern

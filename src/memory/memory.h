@@ -15,7 +15,10 @@
 
 namespace tern {
 
-enum class MemType { Host = 0, Cuda = 1 };
+// Simulated: a stand-in for the GPU in CI, where no device exists (host
+// memory behind addresses the host may not touch, a worker thread as the
+// stream; memory/simulated.h).  Chosen only by a test hook, never by a user.
+enum class MemType { Host = 0, Cuda = 1, Simulated = 2 };
 const char* memTypeName(MemType t);
 
 class MemOps {
@@ -61,9 +64,14 @@ class MemOps {
   // on stream() (its own work stream, not the caller's) and returns at once,
   // and the memory it names must not be read, reused or handed to the
   // network until a fence() taken after the call is done().  The executor:
-  //  1. calls begin() before the operation's first step: the work stream
+  //  1. begin() is called when the call is made (api.cc, on the caller's
+  //     thread, so it sits in the caller's stream order): the work stream
   //     then waits (on the device) for what the caller put on its stream
-  //     earlier, and the caller's stream waits for end();
+  //     earlier, and the caller's stream waits for end().  The executor
+  //     starts the operation once ready() says that earlier work is done
+  //     (polled, never waited for: an operation still waiting lets the
+  //     others progress, so an earlier operation's hold on the same stream
+  //     cannot deadlock a later one);
   //  2. takes fence() after enqueuing a burst's copies/reductions/codec
   //     calls and keeps that burst's fifo slots (no recvConsume, no
   //     sendCommit) until done(fence), polling it between other work like a
@@ -74,17 +82,16 @@ class MemOps {
   // or copy that fails makes error() non-success (sticky, with lastError() a
   // sentence) and done() true, so nothing waits forever on failed work.
   virtual void begin() const {}
+  virtual bool ready() const { return true; }
   virtual void end() const {}
   virtual void* stream() const { return nullptr; }
   virtual uint64_t fence() const { return 0; }
   virtual bool done(uint64_t /*fence*/) const { return true; }
   virtual ternResult_t error() const { return ternSuccess; }
+  bool async() const { return stream() != nullptr; }
   virtual const char* lastError() const { return ""; }
 };
 
-// The memory type of an operation: device buffers come with a stream (as in
-// NCCL); without one they are host memory.
-MemType memTypeFor(const void* stream);
 // The operations of a memory type; nullptr when this build cannot handle it
 // (and for MemType::Cuda: device operations are bound to a stream, below).
 const MemOps* memOps(MemType t);
@@ -92,6 +99,12 @@ const MemOps* memOps(MemType t);
 // null is CUDA's legacy default stream), one object per operation (its
 // fences, work stream and hold are its own).  nullptr in a build without CUDA or on a machine without a usable
 // device.  Implemented in cuda_ops.cu.
-std::unique_ptr<MemOps> makeCudaOps(void* stream);
+// `device`: the CUDA device the buffers live on (-1: the calling thread's);
+// every call sets it on the thread that makes it (the executor's threads).
+std::unique_ptr<MemOps> makeCudaOps(void* stream, int device = -1);
+// The operations of one call with buffers of type `t` on the caller's
+// `stream`: makeCudaOps for Cuda, the simulated device's for Simulated,
+// nullptr for Host (memOps(Host) serves every host call).
+std::unique_ptr<MemOps> makeStreamOps(MemType t, void* stream, int device);
 
 }  // namespace tern

@@ -6,24 +6,30 @@ using namespace shim;
 
 namespace {
 
-// What every data call shares: a ready comm, a tern datatype, no stream,
-// host buffers.
+// What every data call shares: a ready comm, a tern datatype, and the
+// stream tern gets.
 struct Call {
   const char* what;
   ncclComm_t comm;
   ternDataType_t type = ternFloat32;
+  ternStream_t stream = nullptr;
 };
 
+// CUDA's legacy default stream: what NCCL runs on for a NULL stream.
+const ternStream_t kLegacyStream = reinterpret_cast<ternStream_t>(0x1);
+
+// A stream goes to tern as it is: tern runs device buffers on it, and says
+// why not where it cannot (a build or machine without CUDA, host buffers
+// with a stream).  A NULL stream means host buffers to tern, so device
+// buffers with a NULL stream go on CUDA's legacy default stream, as NCCL's do.
 ncclResult_t prepare(Call* c, ncclDataType_t dt, cudaStream_t stream, const void* buf,
                      const void* buf2) {
   if (ncclResult_t r = checkComm(c->comm, c->what)) return r;
   if (ncclResult_t r = toTernType(c->comm, dt, &c->type, c->what)) return r;
-  // tern refuses a stream (its host path only); said here, not at a group's end.
-  if (stream)
-    return fail(c->comm, ncclInvalidArgument,
-                "%s: stream must be NULL: tern runs collectives on host buffers only (device "
-                "buffers on a CUDA stream are not supported yet)", c->what);
-  return checkHostBuffers(c->comm, c->what, buf, buf2);
+  c->stream = stream;
+  if (!stream && deviceBuffers(buf, buf2))
+    c->stream = kLegacyStream;
+  return ncclSuccess;
 }
 
 ncclResult_t checkRoot(const Call& c, int root, const char* role) {
@@ -40,6 +46,10 @@ ncclResult_t reducing(Call& c, ncclDataType_t dt, ncclRedOp_t op, const void* se
   OpPlan plan;
   if (ncclResult_t r = resolveOp(c.comm, op, dt, &plan, c.what)) return r;
   if (!plan.scale) return submit(c.comm, [=] { return reduce(send, plan.op); });
+  if (c.stream)  // the scaling below runs on the host
+    return fail(c.comm, ncclInvalidUsage,
+                "%s: a PreMulSum op on a stream (device buffers) is not supported yet (tern "
+                "scales the input on the host)", c.what);
   // PreMulSum: the input times this rank's scalar, read when the operation
   // runs (NCCL reads a device scalar then too), summed by tern.
   auto scratch = std::make_shared<std::vector<unsigned char>>(count * typeSize(dt));
@@ -60,7 +70,7 @@ NCCL_SHIM_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff,
   ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
   if (r == ncclSuccess)
     r = reducing(c, datatype, op, sendbuff, count, [=](const void* src, ternRedOp_t top) {
-      return ternAllReduce(src, recvbuff, count, c.type, top, comm->tern, nullptr);
+      return ternAllReduce(src, recvbuff, count, c.type, top, comm->tern, c.stream);
     });
   return traced(comm, r, "%s(count=%zu, %s, %s)", c.what, count, typeName(datatype), opName(op));
 }
@@ -73,7 +83,7 @@ NCCL_SHIM_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, si
   if (r == ncclSuccess) r = checkRoot(c, root, "root");
   if (r == ncclSuccess)
     r = reducing(c, datatype, op, sendbuff, count, [=](const void* src, ternRedOp_t top) {
-      return ternReduce(src, recvbuff, count, c.type, top, root, comm->tern, nullptr);
+      return ternReduce(src, recvbuff, count, c.type, top, root, comm->tern, c.stream);
     });
   return traced(comm, r, "%s(count=%zu, %s, %s, root=%d)", c.what, count, typeName(datatype),
                 opName(op), root);
@@ -88,7 +98,7 @@ NCCL_SHIM_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvb
     r = reducing(c, datatype, op, sendbuff, recvcount * comm->nranks,
                  [=](const void* src, ternRedOp_t top) {
                    return ternReduceScatter(src, recvbuff, recvcount, c.type, top, comm->tern,
-                                            nullptr);
+                                            c.stream);
                  });
   return traced(comm, r, "%s(recvcount=%zu, %s, %s)", c.what, recvcount, typeName(datatype),
                 opName(op));
@@ -101,7 +111,7 @@ NCCL_SHIM_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff,
   if (r == ncclSuccess) r = checkRoot(c, root, "root");
   if (r == ncclSuccess)
     r = submit(comm, [=] {
-      return ternBroadcast(sendbuff, recvbuff, count, c.type, root, comm->tern, nullptr);
+      return ternBroadcast(sendbuff, recvbuff, count, c.type, root, comm->tern, c.stream);
     });
   return traced(comm, r, "%s(count=%zu, %s, root=%d)", c.what, count, typeName(datatype), root);
 }
@@ -119,7 +129,7 @@ static ncclResult_t blocks(const char* what, const void* sendbuff, void* recvbuf
   Call c{what, comm};
   ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
   if (r == ncclSuccess)
-    r = submit(comm, [=] { return fn(sendbuff, recvbuff, count, c.type, comm->tern, nullptr); });
+    r = submit(comm, [=] { return fn(sendbuff, recvbuff, count, c.type, comm->tern, c.stream); });
   return traced(comm, r, "%s(count=%zu, %s)", what, count, typeName(datatype));
 }
 
@@ -144,7 +154,7 @@ static ncclResult_t rooted(const char* what, const void* sendbuff, void* recvbuf
   if (r == ncclSuccess) r = checkRoot(c, root, "root");
   if (r == ncclSuccess)
     r = submit(comm,
-               [=] { return fn(sendbuff, recvbuff, count, c.type, root, comm->tern, nullptr); });
+               [=] { return fn(sendbuff, recvbuff, count, c.type, root, comm->tern, c.stream); });
   return traced(comm, r, "%s(count=%zu, %s, root=%d)", what, count, typeName(datatype), root);
 }
 
@@ -166,8 +176,8 @@ static ncclResult_t pointToPoint(const char* what, void* buf, size_t count, nccl
   if (r == ncclSuccess) r = checkRoot(c, peer, "peer");
   if (r == ncclSuccess)
     r = submit(comm, [=] {
-      return send ? ternSend(buf, count, c.type, peer, comm->tern, nullptr)
-                  : ternRecv(buf, count, c.type, peer, comm->tern, nullptr);
+      return send ? ternSend(buf, count, c.type, peer, comm->tern, c.stream)
+                  : ternRecv(buf, count, c.type, peer, comm->tern, c.stream);
     });
   return traced(comm, r, "%s(count=%zu, %s, peer=%d)", what, count, typeName(datatype), peer);
 }

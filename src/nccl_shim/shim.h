@@ -76,6 +76,8 @@ ncclResult_t waitIdle(ncclComm_t comm);
 // ncclInvalidArgument when a or b is CUDA device memory (asked of the CUDA
 // driver if the program has loaded it), which the host path cannot touch.
 ncclResult_t checkHostBuffers(ncclComm_t comm, const char* what, const void* a, const void* b);
+// Whether either is device memory (the driver, if the program loaded it, says).
+bool deviceBuffers(const void* a, const void* b);
 
 // Type and op mapping (fp8 and unknown values -> ncclInvalidArgument).
 ncclResult_t toTernType(ncclComm_t comm, ncclDataType_t t, ternDataType_t* out, const char* what);

@@ -471,7 +471,15 @@ static void testErrors(ncclComm_t comm) {
   expectError(ncclSend(x, 4, ncclFloat32, -1, comm, NULL), ncclInvalidArgument, comm, "peer -1",
               "bad peer");
   expectError(ncclAllReduce(x, x, 4, ncclFloat32, ncclSum, comm, (cudaStream_t)0x1), ncclInvalidArgument,
-              comm, "stream must be NULL", "stream");
+              comm, "no usable CUDA device", "stream");
+  {
+    ncclRedOp_t pm;
+    float two = 2.0f;
+    OK(ncclRedOpCreatePreMulSum(&pm, &two, ncclFloat32, ncclScalarHostImmediate, comm));
+    expectError(ncclAllReduce(x, x, 4, ncclFloat32, pm, comm, (cudaStream_t)0x1), ncclInvalidUsage,
+                comm, "PreMulSum op on a stream", "premulsum on a stream");
+    OK(ncclRedOpDestroy(pm, comm));
+  }
   expectError(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument, comm, "not a live", "destroy sum");
   void* p = (void*)0x1;
   expectError(ncclMemAlloc(&p, 1024), ncclInvalidUsage, NULL, "no device memory", "memalloc");

@@ -1,0 +1,175 @@
+// Every collective and send/recv on device buffers on a stream, against the
+// host path, in stream order: shared by the simulated device's test
+// (test_device_sim.cc, CI) and the GPU's (test_device_colls.cu, on a device
+// machine).  A Device says how to allocate, copy and order work on its
+// stream; the checks are the same.
+//
+// Each case, per rank: the host run (stream NULL) gives the reference; then
+// on the stream: work that holds the stream back (a gate, a spinning
+// kernel), the inputs copied in, the call (it must return with the
+// operation still in flight), the result copied out by work enqueued after
+// the call; the bytes must equal the host run's.
+#pragma once
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace terntest {
+
+struct Device {
+  ternStream_t stream = nullptr;
+  std::function<void*(size_t)> alloc;
+  // Enqueued on the stream, in this order around the call.
+  std::function<void()> holdBack;  // earlier work that keeps the stream busy
+  std::function<void(void* dev, const void* host, size_t)> upload;
+  std::function<void(void* host, const void* dev, size_t)> download;  // may run a kernel first
+  std::function<void()> letGo;  // the held-back work may finish (after the call returned)
+  std::function<void()> sync;
+};
+
+constexpr unsigned char kSentinel = 0xab;
+
+// One call, on host buffers (stream NULL) or device buffers on `stream`.
+using Call = std::function<ternResult_t(const void* send, void* recv, ternStream_t stream)>;
+
+struct Case {
+  std::string name;
+  size_t sendBytes, recvBytes;
+  Call call;
+  bool recvUsed = true;  // this rank's recvbuff is written (a root-only output elsewhere)
+  ternComm_t deviceComm = nullptr;  // where the device run goes (nullptr: the host run's)
+};
+
+inline std::vector<float> caseInputs(int rank, size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>((rank + 1) * 3 + static_cast<int>(i % 1000));
+  return v;
+}
+
+// Runs one case on the device; compares with the host path.
+inline int runCase(RankCtx& ctx, ternComm_t comm, Device& d, const Case& c) {
+  std::vector<float> in = caseInputs(ctx.rank, c.sendBytes / 4 + 1);
+  std::vector<unsigned char> ref(c.recvBytes + 1, kSentinel), got(c.recvBytes + 1, 0);
+  if (c.call(in.data(), ref.data(), nullptr) != ternSuccess)
+    return failf(ctx, "%s on host buffers: %s", c.name.c_str(), ternGetLastError(comm));
+  void* sendD = d.alloc(c.sendBytes + 4);
+  void* recvD = d.alloc(c.recvBytes + 1);
+  std::vector<unsigned char> sentinel(c.recvBytes + 1, kSentinel);
+  d.holdBack();
+  d.upload(sendD, in.data(), c.sendBytes);
+  d.upload(recvD, sentinel.data(), sentinel.size());
+  ternResult_t r = c.call(sendD, recvD, d.stream);
+  ternResult_t state = ternSuccess;
+  ternCommGetAsyncError(c.deviceComm ? c.deviceComm : comm, &state);
+  d.download(got.data(), recvD, got.size());  // work after the call
+  d.letGo();
+  d.sync();
+  int fails = 0;
+  if (r != ternSuccess)
+    return failf(ctx, "%s on a stream: %d (%s)", c.name.c_str(), r, ternGetLastError(comm));
+  if (state != ternInProgress)
+    fails += failf(ctx, "%s: the call waited (state %d), or ran before the stream's earlier work",
+                   c.name.c_str(), state);
+  if (!c.recvUsed) return fails;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != ref[i])
+      return fails + failf(ctx, "%s: byte %zu is %u on the device path, %u on the host path",
+                           c.name.c_str(), i, got[i], ref[i]);
+  return fails;
+}
+
+// `comm2`: a second communicator over the same ranks, for the ternary
+// allreduce's device run (the host run on `comm`): the k-th call on each
+// draws the same Philox counters, so the codes, and so the results, must be
+// bit-identical.
+inline std::vector<Case> deviceCases(ternComm_t comm, ternComm_t comm2, int n, int me, size_t count) {
+  const size_t b = count * 4;
+  const int root = n - 1, next = (me + 1) % n, prev = (me + n - 1) % n;
+  std::vector<Case> v;
+  auto add = [&](const char* name, size_t sb, size_t rb, Call call, bool used = true) {
+    v.push_back(Case{std::string(name) + " of " + std::to_string(count), sb, rb, std::move(call), used});
+  };
+  add("allreduce sum", b, b, [=](const void* s, void* r, ternStream_t st) {
+    return ternAllReduce(s, r, count, ternFloat32, ternSum, comm, st);
+  });
+  add("allreduce avg", b, b, [=](const void* s, void* r, ternStream_t st) {
+    return ternAllReduce(s, r, count, ternFloat32, ternAvg, comm, st);
+  });
+  add("allreduce max int32", b, b, [=](const void* s, void* r, ternStream_t st) {
+    return ternAllReduce(s, r, count, ternInt32, ternMax, comm, st);
+  });
+  add("broadcast", b, b, [=](const void* s, void* r, ternStream_t st) {
+    return ternBroadcast(s, r, count, ternFloat32, root, comm, st);
+  });
+  add("reduce", b, b, [=](const void* s, void* r, ternStream_t st) {
+    return ternReduce(s, r, count, ternFloat32, ternSum, root, comm, st);
+  }, me == root);
+  add("allgather", b, b * n, [=](const void* s, void* r, ternStream_t st) {
+    return ternAllGather(s, r, count, ternFloat32, comm, st);
+  });
+  add("reduce-scatter", b * n, b, [=](const void* s, void* r, ternStream_t st) {
+    return ternReduceScatter(s, r, count, ternFloat32, ternSum, comm, st);
+  });
+  add("all-to-all", b * n, b * n, [=](const void* s, void* r, ternStream_t st) {
+    return ternAllToAll(s, r, count, ternFloat32, comm, st);
+  });
+  add("gather", b, b * n, [=](const void* s, void* r, ternStream_t st) {
+    return ternGather(s, r, count, ternFloat32, root, comm, st);
+  }, me == root);
+  add("scatter", b * n, b, [=](const void* s, void* r, ternStream_t st) {
+    return ternScatter(s, r, count, ternFloat32, root, comm, st);
+  });
+  add("ternary allreduce", b, b, [=](const void* s, void* r, ternStream_t st) {
+    return ternAllReduceTernary(s, r, count, ternFloat32, ternAvg, st ? comm2 : comm, st);
+  });
+  v.back().deviceComm = comm2;
+  add("send/recv ring in a group", b, b, [=](const void* s, void* r, ternStream_t st) {
+    ternGroupStart();
+    ternSend(s, count, ternFloat32, next, comm, st);
+    ternRecv(r, count, ternFloat32, prev, comm, st);
+    return ternGroupEnd();
+  });
+  return v;
+}
+
+// Three in-place allreduces back to back on one stream, nothing waited for
+// between them: each must start after the one before it ended.
+inline int chainedOnOneStream(RankCtx& ctx, ternComm_t comm, Device& d) {
+  const size_t count = 70000;
+  std::vector<float> x(count, 1.0f), out(count);
+  void* p = d.alloc(count * 4);
+  d.upload(p, x.data(), count * 4);
+  for (int k = 0; k < 3; ++k)
+    if (ternAllReduce(p, p, count, ternFloat32, ternSum, comm, d.stream) != ternSuccess)
+      return failf(ctx, "chained allreduce %d: %s", k, ternGetLastError(comm));
+  d.download(out.data(), p, count * 4);
+  d.sync();
+  const float want = static_cast<float>(ctx.nranks * ctx.nranks * ctx.nranks);
+  for (size_t i = 0; i < count; ++i)
+    if (out[i] != want) return failf(ctx, "chained: element %zu is %g, want %g", i, out[i], want);
+  return 0;
+}
+
+// Every case at two sizes (one burst; several bursts and fences), the ternary
+// allreduce's compression actually used, then the chained calls.
+inline int deviceSuite(RankCtx& ctx, Device& d) {
+  ternComm_t comm = ctx.comm(0), comm2 = ctx.comm(1);
+  int fails = 0;
+  for (size_t count : {size_t(1000), size_t(100000)})
+    for (const Case& c : deviceCases(comm, comm2, ctx.nranks, ctx.rank, count))
+      fails += runCase(ctx, comm, d, c);
+  ternTernaryStats_t st{};
+  ternCommGetTernaryStats(comm2, &st);
+  if (st.calls != 2 || st.calls - st.fallbacks < 1)
+    fails += failf(ctx, "ternary on the device: %llu calls, %llu dense; want 2, at least one coded",
+                   (unsigned long long)st.calls, (unsigned long long)st.fallbacks);
+  fails += chainedOnOneStream(ctx, comm, d);
+  for (ternComm_t c : {comm, comm2})
+    if (ternCommDestroy(c) != ternSuccess) fails += failf(ctx, "destroy failed");
+  return fails;
+}
+
+}  // namespace terntest

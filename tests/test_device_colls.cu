@@ -1,0 +1,131 @@
+// Device buffers on a CUDA stream through tern, on a GPU (perf/gpu/run.sh
+// runs it; without a device it exits 77 and ctest reports it as not run,
+// never as passed).  Real processes, 2 and 3 ranks (one GPU shared is fine:
+// rank r uses device r % count), shm and tcp: every collective, send/recv
+// and the ternary allreduce on cudaMalloc'ed buffers against the host path
+// bit for bit (the ternary one through a second communicator, so both runs
+// draw the same Philox counters: device codes equal the CPU codec's), with
+// a spinning kernel and the inputs' copy enqueued before each call and a
+// kernel reading the result enqueued after it (tests/device_cases.h).
+//
+// CUDA is initialised in the ranks only (fork does not carry a context):
+// the parent asks a child process how many devices there are.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <tuple>
+
+#include "device_cases.h"
+#include "harness.h"
+
+using namespace terntest;
+
+namespace {
+
+__global__ void spin(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {}
+}
+
+__global__ void copyWords(unsigned char* dst, const unsigned char* src, size_t n) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    dst[i] = src[i];
+}
+
+int deviceCount = 0;
+
+// About 50 ms of the device's clock: long enough that an operation which did
+// not wait for it would read the inputs before they are copied in.
+long long spinCycles(int dev) {
+  int khz = 0;
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev);
+  return static_cast<long long>(khz) * 50;
+}
+
+Device gpuDevice(cudaStream_t s, int dev) {
+  Device d;
+  d.stream = reinterpret_cast<ternStream_t>(s);
+  d.alloc = [](size_t n) {
+    void* p = nullptr;
+    return cudaMalloc(&p, n) == cudaSuccess ? p : nullptr;  // freed with the process
+  };
+  const long long cycles = spinCycles(dev);
+  d.holdBack = [s, cycles] { spin<<<1, 1, 0, s>>>(cycles); };
+  d.upload = [s](void* dev, const void* host, size_t n) {
+    cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, s);
+  };
+  // A kernel reads the result on the stream (the work after the call), then
+  // its copy goes to the host.
+  d.download = [s](void* host, const void* dev, size_t n) {
+    void* snap = nullptr;
+    if (cudaMallocAsync(&snap, n, s) != cudaSuccess) return;
+    copyWords<<<64, 256, 0, s>>>(static_cast<unsigned char*>(snap),
+                                 static_cast<const unsigned char*>(dev), n);
+    cudaMemcpyAsync(host, snap, n, cudaMemcpyDeviceToHost, s);
+    cudaFreeAsync(snap, s);
+  };
+  d.letGo = [] {};
+  d.sync = [s] { cudaStreamSynchronize(s); };
+  return d;
+}
+
+int gpuBody(RankCtx& ctx) {
+  const int dev = ctx.rank % deviceCount;
+  if (cudaSetDevice(dev) != cudaSuccess) return failf(ctx, "cudaSetDevice(%d) failed", dev);
+  cudaStream_t s = nullptr;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)  // as PyTorch's
+    return failf(ctx, "no stream");
+  Device d = gpuDevice(s, dev);
+  int fails = deviceSuite(ctx, d);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fails += failf(ctx, "CUDA error: %s", cudaGetErrorString(e));
+  return fails;
+}
+
+using Param = std::tuple<std::string, int>;
+class DeviceColls : public ::testing::TestWithParam<Param> {};
+
+TEST_P(DeviceColls, EveryCollectiveOnDeviceBuffersMatchesTheHostPathInStreamOrder) {
+  auto [transport, nranks] = GetParam();
+  expectAllRanksOk(runRanks(nranks, transportEnv(transport), gpuBody, 2, 300));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DeviceColls,
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3)),
+                         [](const auto& info) { return transportRanksName(info); });
+
+// The device count, asked in a child process so this one stays without a
+// CUDA context for the ranks it forks.
+int countDevicesInAChild() {
+  int fd[2];
+  if (pipe(fd) != 0) return 0;
+  pid_t pid = fork();
+  if (pid == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    (void)!write(fd[1], &n, sizeof n);
+    _exit(0);
+  }
+  close(fd[1]);
+  int n = 0;
+  if (read(fd[0], &n, sizeof n) != sizeof n) n = 0;
+  close(fd[0]);
+  waitpid(pid, nullptr, 0);
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  deviceCount = countDevicesInAChild();
+  if (deviceCount == 0) {
+    printf("test_device_colls: no CUDA device usable: GPU checks NOT RUN\n");
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,141 @@
+// Device buffers on a stream through the whole engine, on the simulated
+// device (src/memory/simulated.h): CI has no GPU, so this stand-in runs the
+// asynchronous memory path that CUDA uses (operation begun on the caller's
+// thread, started once the stream's earlier work is done, bursts fenced,
+// the caller's stream held until the operation ends).  Its device addresses
+// fault when the host touches them, so a host dereference crashes a rank and
+// fails the test.  Real processes, real shm / tcp connections.
+//
+// Each rank checks, for every collective and send/recv: the call returns
+// before the stream's earlier work (held back by a gate) has run and the
+// operation is still in flight then; once the gate opens, the result read
+// back by work enqueued after the call equals the host path's result for
+// the same inputs (the ternary allreduce's too, bit for bit: its codec runs
+// as the memory type's kernels on the stream, and the same Philox counters
+// give the same codes).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "device_cases.h"
+#include "harness.h"
+#include "memory/cuda_runtime_probe.h"
+#include "memory/simulated.h"
+
+using namespace terntest;
+namespace sim = tern::sim;
+
+namespace {
+
+// The simulated device's stream work, gated: the operation must wait for it.
+Device simDevice(sim::Stream* s, std::shared_ptr<std::shared_ptr<sim::Latch>> gate) {
+  Device d;
+  d.stream = reinterpret_cast<ternStream_t>(s);
+  d.alloc = [](size_t n) { return sim::alloc(n); };
+  d.holdBack = [s, gate] {
+    auto g = *gate = std::make_shared<sim::Latch>();
+    sim::enqueue(s, [g] { g->wait(); });
+  };
+  d.upload = [s](void* dev, const void* host, size_t n) { sim::memcpyAsync(s, dev, host, n); };
+  d.download = [s](void* host, const void* dev, size_t n) { sim::memcpyAsync(s, host, dev, n); };
+  d.letGo = [gate] { (*gate)->release(); };
+  d.sync = [s] { sim::synchronize(s); };
+  return d;
+}
+
+int deviceBody(RankCtx& ctx) {
+  sim::enable();
+  Device d = simDevice(sim::newStream(), std::make_shared<std::shared_ptr<sim::Latch>>());
+  return deviceSuite(ctx, d);
+}
+
+using Param = std::tuple<std::string, int>;
+class DeviceSim : public ::testing::TestWithParam<Param> {};
+
+TEST_P(DeviceSim, EveryCollectiveOnAStreamMatchesTheHostPathInStreamOrder) {
+  auto [transport, nranks] = GetParam();
+  expectAllRanksOk(runRanks(nranks, transportEnv(transport), deviceBody, 2, 120));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DeviceSim,
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3)),
+                         [](const auto& info) { return transportRanksName(info); });
+
+// An operation whose stream never gets to it (earlier work that does not
+// end) must not hang the communicator's end: ternCommAbort returns, and the
+// caller's stream is released (its later work runs once the gate opens).
+int abortBody(RankCtx& ctx) {
+  sim::enable();
+  ternComm_t comm = ctx.comm();
+  sim::Stream* s = sim::newStream();
+  auto gate = std::make_shared<sim::Latch>();
+  sim::enqueue(s, [gate] { gate->wait(); });
+  void* d = sim::alloc(4096);
+  int fails = 0;
+  if (ternAllReduce(d, d, 1024, ternFloat32, ternSum, comm, reinterpret_cast<ternStream_t>(s)) !=
+      ternSuccess)
+    fails += failf(ctx, "allreduce on a stream: %s", ternGetLastError(comm));
+  bool after = false;
+  sim::enqueue(s, [&after] { after = true; });
+  if (ternCommAbort(comm) != ternSuccess) fails += failf(ctx, "abort failed");
+  gate->release();
+  sim::synchronize(s);  // would hang if the stream were still held
+  if (!after) fails += failf(ctx, "the stream's later work did not run");
+  return fails;
+}
+
+TEST(DeviceSimAbort, AnOperationWaitingForItsStreamDoesNotHangAbort) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm"), abortBody, 1, 60));
+}
+
+// Expects `r` to be `want` with a sentence that contains `word`.
+int expectRefused(RankCtx& ctx, ternComm_t comm, ternResult_t r, ternResult_t want,
+                  const char* word, const char* what) {
+  const char* msg = ternGetLastError(comm);
+  if (r == want && strstr(msg, word)) return 0;
+  return failf(ctx, "%s: got %d (\"%s\"), want %d with \"%s\"", what, r, msg, want, word);
+}
+
+// What cannot run on a stream is refused at the call, with a sentence, and
+// the communicator stays usable.
+int refusalsBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  float host[64] = {0};
+  int fails = 0;
+  ternStream_t fake = reinterpret_cast<ternStream_t>(0x1);  // CUDA's legacy default stream
+  if (!tern::cudaUsable())  // this machine (CI): no device, no simulated one yet
+    fails += expectRefused(ctx, comm, ternAllReduce(host, host, 64, ternFloat32, ternSum, comm, fake),
+                           ternInvalidArgument, "no usable CUDA device", "no device");
+  sim::enable();
+  sim::Stream* s = sim::newStream();
+  ternStream_t st = reinterpret_cast<ternStream_t>(s);
+  void* dev = sim::alloc(256);
+  fails += expectRefused(ctx, comm, ternAllReduce(host, host, 64, ternFloat32, ternSum, comm, st),
+                         ternInvalidArgument, "sendbuff is host memory", "host buffers");
+  fails += expectRefused(ctx, comm, ternAllReduce(dev, host, 64, ternFloat32, ternSum, comm, st),
+                         ternInvalidArgument, "sendbuff is device memory but recvbuff is host memory",
+                         "mixed");
+  ternTernaryConfig_t cfg;
+  ternCommGetTernaryConfig(comm, &cfg);
+  cfg.errorFeedback = 1;
+  ternCommSetTernaryConfig(comm, &cfg);
+  fails += expectRefused(ctx, comm,
+                         ternAllReduceTernary(dev, dev, 64, ternFloat32, ternSum, comm, st),
+                         ternInvalidUsage, "error feedback", "ternary with error feedback");
+  // Still usable, on the host path and on the stream.
+  if (ternAllReduce(host, host, 64, ternFloat32, ternSum, comm, nullptr) != ternSuccess)
+    fails += failf(ctx, "host allreduce after the refusals: %s", ternGetLastError(comm));
+  if (ternAllReduce(dev, dev, 64, ternFloat32, ternSum, comm, st) != ternSuccess)
+    fails += failf(ctx, "device allreduce after the refusals: %s", ternGetLastError(comm));
+  sim::synchronize(s);
+  if (ternCommDestroy(comm) != ternSuccess) fails += failf(ctx, "destroy failed");
+  return fails;
+}
+
+TEST(DeviceSimRefusals, HostOrMixedBuffersOnAStreamAndNoDevice) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm"), refusalsBody, 1, 60));
+}
+
+}  // namespace
