@@ -59,6 +59,13 @@ TEST_P(DeviceSim, EveryCollectiveOnAStreamMatchesTheHostPathInStreamOrder) {
   expectAllRanksOk(runRanks(nranks, transportEnv(transport), deviceBody, 2, 120));
 }
 
+// Every message of the cases above on shm's low-latency stream (transport/ll.h):
+// its views are private buffers, so an asynchronous burst there must settle
+// before the next (it once read bytes of the next burst: wrong sums).
+TEST(DeviceSimSmall, EveryCollectiveOnTheLowLatencyStream) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_LL_BYTES", "32768"}}), deviceBody, 2, 120));
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceSim,
                          ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3)),
                          [](const auto& info) { return transportRanksName(info); });

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <set>
 
+#include <sched.h>
+
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/operation.h"
@@ -247,6 +249,19 @@ size_t park(const MemOps& mem, Program& p, size_t in, size_t out, size_t units) 
   return units;
 }
 
+// On a low-latency sibling (transport/ll.h) the views recvAvail / sendSpace
+// give are the stream's private buffers, reused by the next call: an
+// asynchronous burst there cannot be parked, so the driver waits out its
+// fence (a small message: a few bytes' copy on the work stream, which the
+// operation's start already found idle).  Both ends keep choosing the
+// sibling from the descriptor alone, whatever memory each side's buffers are.
+bool mustSettleNow(const MemOps& mem, const Step& s) {
+  if (!mem.async() || !((s.in && s.in->owner) || (s.out && s.out->owner))) return false;
+  uint64_t f = mem.fence();
+  while (!mem.done(f)) sched_yield();
+  return true;
+}
+
 // Moves as much payload as the fifos allow (up to `limit` bytes); returns the
 // units moved (bytes for dense steps, groups for codec steps).
 size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& red, int nranks,
@@ -260,7 +275,8 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
     if (s.out) n = std::min(n, s.out->sendSpace(&out) / s.outUnit);
     if (n == 0) return 0;
     s.codec->run(in, out, p.off, n);
-    if (mem.async()) return park(mem, p, s.in ? n * s.inUnit : 0, s.out ? n * s.outUnit : 0, n);
+    if (mem.async() && !mustSettleNow(mem, s))
+      return park(mem, p, s.in ? n * s.inUnit : 0, s.out ? n * s.outUnit : 0, n);
     if (s.in) s.in->recvConsume(n * s.inUnit);
     if (s.out) s.out->sendCommit(n * s.outUnit);
   } else {
@@ -270,7 +286,7 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
     n -= n % (s.reduce ? ternTypeSize(red.dt) : 1);  // whole elements only
     if (n == 0) return 0;
     execute(mem, s, in, out, p.off, n, red, nranks);
-    if (mem.async()) return park(mem, p, s.in ? n : 0, s.out ? n : 0, n);
+    if (mem.async() && !mustSettleNow(mem, s)) return park(mem, p, s.in ? n : 0, s.out ? n : 0, n);
     if (s.in) s.in->recvConsume(n);
     if (s.out) s.out->sendCommit(n);
   }
