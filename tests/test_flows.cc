@@ -1,5 +1,5 @@
 // Flow classes in the network (DESIGN.md "Priority in the network"): each
-// level's tcp socket carries its class's DSCP (read back with getsockopt,
+// level's tcp socket (opened on the level's first use) carries its class's DSCP (read back with getsockopt,
 // white-box: the test reaches the communicator's connections), the control
 // socket the most urgent class's; TERN_FLOW_DSCP and ternConfig_t override
 // the defaults, 0,0,0 turns marking off, bad values are refused with a
@@ -57,16 +57,24 @@ ternComm_t initWith(RankCtx& ctx, const Marking& m) {
   return comm;
 }
 
-// Every level's socket to the peer has TOS = DSCP << 2 of its class and the
-// class's SO_PRIORITY (marked sockets only); the control socket has class 0's.
+// Every level's socket to the peer, opened by the level's first allreduce,
+// has TOS = DSCP << 2 of its class and the class's SO_PRIORITY (marked
+// sockets only); the control socket has class 0's.
 int checkMarks(RankCtx& ctx, const Marking& m) {
   ternComm_t comm = initWith(ctx, m);
   if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
   const int peer = 1 - ctx.rank;
   int fails = 0;
   for (int level = 0; level < TERN_PRIORITY_LEVELS; ++level) {
+    float x = 1;
+    ternSetPriority(level);
+    if (ternAllReduce(&x, &x, 1, ternFloat32, ternSum, comm, nullptr) != ternSuccess || x != 2)
+      fails += failf(ctx, "level %d allreduce: %s", level, ternGetLastError(comm));
+  }
+  ternSetPriority(TERN_PRIORITY_DEFAULT);
+  for (int level = 0; level < TERN_PRIORITY_LEVELS; ++level) {
     int k = tern::flowClassOf(level, 3);
-    tern::Conn* c = comm->conns[level][peer].get();
+    tern::Conn* c = comm->table->conn(peer, level);
     int fd = c->pollFd();
     int tos = sockInt(fd, IPPROTO_IP, IP_TOS), prio = sockInt(fd, SOL_SOCKET, SO_PRIORITY);
     int wantPrio = m.expect[k] ? tern::flowSoPriority(k, 3) : 0;
@@ -75,7 +83,7 @@ int checkMarks(RankCtx& ctx, const Marking& m) {
                      m.name, level, tos, prio, m.expect[k] << 2, wantPrio);
     if (c->flowClass != k) fails += failf(ctx, "level %d is in class %d, not %d", level, c->flowClass, k);
   }
-  int ctl = sockInt(comm->meshFd[peer], IPPROTO_IP, IP_TOS);
+  int ctl = sockInt(comm->table->controlFd(peer), IPPROTO_IP, IP_TOS);
   if (ctl != m.expect[0] << 2)
     fails += failf(ctx, "%s: control socket TOS 0x%02x, want 0x%02x", m.name, ctl, m.expect[0] << 2);
   ternCommDestroy(comm);

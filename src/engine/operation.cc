@@ -114,6 +114,7 @@ void Operation::reset() {
   begun = false;
   greetedNeighbours = false;
   pumps.clear();
+  opening.clear();
   greetedIn.clear();
   greetedOut.clear();
   held.clear();

@@ -138,6 +138,7 @@ struct Operation {
   bool begun = false;
   bool greetedNeighbours = false;
   std::vector<Conn*> pumps;                    // connections the phase must pump
+  std::vector<Conn*> opening;                  // the phase's connections still opening: it waits
   std::vector<const Conn*> greetedIn, greetedOut;  // streams the descriptor went over
   std::vector<Conn*> held;                     // streams it reads / writes a message on (letGo)
   bool greetedInFrom(const Conn* c) const { return has(greetedIn, c); }
