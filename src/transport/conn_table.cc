@@ -342,7 +342,10 @@ void ConnTable::admitLevelSockets() {
 // Reads the control sockets as messages arrive (a notice, a peer opening a
 // level with us, its opening messages) and admits the level sockets lower
 // ranks dial.  While openings are under way it wakes every few milliseconds
-// so that the gate's handshakes (their sockets are the gate's) move on.
+// so that the gate's handshakes (their sockets are the gate's) move on;
+// otherwise it sleeps until a socket or the table wakes it (an idle
+// communicator costs no wake-ups; a stranger's handshake waits for the next
+// event, holding one socket, at most the gate's 256).
 void ConnTable::controlLoop() {
   setLogRank(rank_);
   while (!stop_.load()) {
@@ -353,7 +356,7 @@ void ConnTable::controlLoop() {
         if (meshFd_[p] >= 0 && !ctlClosed_[p]) fds.push_back({meshFd_[p], POLLIN, 0});
     }
     const bool opening = opening_.load() > 0;
-    if (poll(fds.data(), fds.size(), opening ? 5 : 500) < 0 && errno != EINTR) break;
+    if (poll(fds.data(), fds.size(), opening ? 5 : -1) < 0 && errno != EINTR) break;
     char drain[64];
     if (fds[0].revents) (void)!read(wake_[0], drain, sizeof drain);
     serviceControl();
