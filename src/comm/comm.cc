@@ -247,8 +247,10 @@ void ternComm::onFailure(ternResult_t r, const std::string& why) {
     table->notifyAll(r, why);
   // Before any operation completes with the error (and its caller may reuse
   // its buffers): peers still reading our posted buffers must learn it.
+  // (Only open ones posted anything; one still opening is its thread's.)
   for (int level = 0; level < kLevels; ++level)
-    for (Conn* c : table->view(level)) c->directAbandon();
+    for (Conn* c : table->view(level))
+      if (c->openState.load(std::memory_order_acquire) == Conn::kOpen) c->directAbandon();
   failWith(r, why);  // also what a nonblocking caller reads after ternCommGetAsyncError
 }
 
