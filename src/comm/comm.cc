@@ -130,6 +130,7 @@ void makeTable(Comm& c, Mesh& m, std::unique_ptr<AuthGate> gate, int lfd,
   for (int level = 0; level < kLevels; ++level) s.marks[level] = flowMarkOf(c.cfg, level);
   s.onNotice = [&c](int, ternResult_t code, const std::string& why) { c.failWith(code, why); };
   c.table = std::make_unique<ConnTable>(std::move(s));
+  c.table->start();
 }
 
 }  // namespace

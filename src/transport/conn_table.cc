@@ -80,9 +80,15 @@ struct ConnTable::Slot : Channel {
     return ternSuccess;
   }
 
+  // A peer may dial, send and exit before its socket is through our gate:
+  // once its control socket has closed, what it dialled before still gets
+  // the gate's handshake time to arrive.
   ternResult_t accepted(Deadline d, int* out) override {
     std::unique_lock<std::mutex> lk(mu);
-    TERN_CHECK(await(d, [&] { return fd >= 0; }, lk));
+    auto have = [&] { return fd >= 0; };
+    if (!cv.wait_until(lk, d, [&] { return have() || closed; }) || !have())
+      cv.wait_until(lk, std::min(d, deadlineAfter(table->cfg_->handshakeSec)), have);
+    TERN_CHECK(await(Clock::now(), have, lk));
     *out = fd;
     fd = -1;
     return ternSuccess;
@@ -120,8 +126,9 @@ ConnTable::ConnTable(TableSetup s)
       slots_.push_back(std::move(sl));
     }
   if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) wake_[0] = wake_[1] = -1;
-  ctl_ = std::thread(&ConnTable::controlLoop, this);
 }
+
+void ConnTable::start() { ctl_ = std::thread(&ConnTable::controlLoop, this); }
 
 ConnTable::~ConnTable() {
   stop_ = true;
@@ -159,7 +166,7 @@ ternResult_t ConnTable::request(Conn& c, bool* ready) {
       return setError(ternRemoteError, "rank " + std::to_string(c.peer) +
                                            " exited or failed before the connection at level " +
                                            std::to_string(c.level) + " was opened");
-    start(s, true);
+    begin(s, true);
     st = c.openState.load(std::memory_order_acquire);
   }
   *ready = st == Conn::kOpen;
@@ -167,7 +174,7 @@ ternResult_t ConnTable::request(Conn& c, bool* ready) {
   return ternSuccess;
 }
 
-void ConnTable::start(Slot& s, bool announce) {
+void ConnTable::begin(Slot& s, bool announce) {
   int expected = Conn::kUnopened;
   if (!s.conn->openState.compare_exchange_strong(expected, Conn::kOpening)) return;
   if (s.peer == rank_) {  // a loop in this process: nothing to agree on
@@ -293,7 +300,7 @@ void ConnTable::dispatch(int peer, int type, int level, const std::string& paylo
     memcpy(&code, payload.data(), 4);
     if (onNotice_) onNotice_(peer, static_cast<ternResult_t>(code), payload.substr(4));
   } else if (type == kOpen) {
-    start(s, false);
+    begin(s, false);
   } else if (type == kData) {
     {
       std::lock_guard<std::mutex> lk(s.mu);

@@ -49,6 +49,9 @@ struct TableSetup {
 class ConnTable : public ConnOpener {
  public:
   explicit ConnTable(TableSetup s);
+  // Starts reading the control sockets (once whoever handles the notices
+  // can be reached through the table).
+  void start();
   // Stops the control thread, ends the openings under way (their peers see
   // the control socket close), then closes every connection.
   ~ConnTable() override;
@@ -76,7 +79,7 @@ class ConnTable : public ConnOpener {
   struct Slot;
   Slot& slot(int peer, int level) { return *slots_[static_cast<size_t>(peer) * TERN_PRIORITY_LEVELS + level]; }
   ConnSetup setupFor(int peer, int level) const;
-  void start(Slot& s, bool announce);
+  void begin(Slot& s, bool announce);
   void runOpen(Slot& s, bool announce);
   void finish(Slot& s, ternResult_t r);
   void wake();
