@@ -1,10 +1,11 @@
 // Flow classes in the network (DESIGN.md "Priority in the network"): each
-// level's tcp socket carries its class's DSCP (read back with getsockopt,
+// level's tcp socket (opened on the level's first use) carries its class's DSCP (read back with getsockopt,
 // white-box: the test reaches the communicator's connections), the control
 // socket the most urgent class's; TERN_FLOW_DSCP and ternConfig_t override
 // the defaults, 0,0,0 turns marking off, bad values are refused with a
 // sentence.  Statistics per class show which class carried a transfer; a dead
-// peer fails operations of every class; TERN_TRACE writes a Chrome trace.
+// or silent peer fails operations of every class, while their connections
+// open too; TERN_TRACE writes a Chrome trace.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
@@ -57,16 +58,24 @@ ternComm_t initWith(RankCtx& ctx, const Marking& m) {
   return comm;
 }
 
-// Every level's socket to the peer has TOS = DSCP << 2 of its class and the
-// class's SO_PRIORITY (marked sockets only); the control socket has class 0's.
+// Every level's socket to the peer, opened by the level's first allreduce,
+// has TOS = DSCP << 2 of its class and the class's SO_PRIORITY (marked
+// sockets only); the control socket has class 0's.
 int checkMarks(RankCtx& ctx, const Marking& m) {
   ternComm_t comm = initWith(ctx, m);
   if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
   const int peer = 1 - ctx.rank;
   int fails = 0;
   for (int level = 0; level < TERN_PRIORITY_LEVELS; ++level) {
+    float x = 1;
+    ternSetPriority(level);
+    if (ternAllReduce(&x, &x, 1, ternFloat32, ternSum, comm, nullptr) != ternSuccess || x != 2)
+      fails += failf(ctx, "level %d allreduce: %s", level, ternGetLastError(comm));
+  }
+  ternSetPriority(TERN_PRIORITY_DEFAULT);
+  for (int level = 0; level < TERN_PRIORITY_LEVELS; ++level) {
     int k = tern::flowClassOf(level, 3);
-    tern::Conn* c = comm->conns[level][peer].get();
+    tern::Conn* c = comm->table->conn(peer, level);
     int fd = c->pollFd();
     int tos = sockInt(fd, IPPROTO_IP, IP_TOS), prio = sockInt(fd, SOL_SOCKET, SO_PRIORITY);
     int wantPrio = m.expect[k] ? tern::flowSoPriority(k, 3) : 0;
@@ -75,7 +84,7 @@ int checkMarks(RankCtx& ctx, const Marking& m) {
                      m.name, level, tos, prio, m.expect[k] << 2, wantPrio);
     if (c->flowClass != k) fails += failf(ctx, "level %d is in class %d, not %d", level, c->flowClass, k);
   }
-  int ctl = sockInt(comm->meshFd[peer], IPPROTO_IP, IP_TOS);
+  int ctl = sockInt(comm->table->controlFd(peer), IPPROTO_IP, IP_TOS);
   if (ctl != m.expect[0] << 2)
     fails += failf(ctx, "%s: control socket TOS 0x%02x, want 0x%02x", m.name, ctl, m.expect[0] << 2);
   ternCommDestroy(comm);
@@ -232,45 +241,83 @@ INSTANTIATE_TEST_SUITE_P(Transports, FlowStats, ::testing::ValuesIn(testTranspor
 
 // A peer killed while operations of every class wait on it: all of them
 // fail within the timeout, not only the class whose connection broke first.
-constexpr double kTimeout = 4;
+// The same while the connections are still opening (transport/conn_table.h):
+// a peer killed before anything opened, and one that stays silent (stopped:
+// its control socket stays open, nothing answers).
+enum class Fate { DiesLater, DiesAtOnce, Stalls };
 
-int deadPeerBody(RankCtx& ctx) {
+std::string stallPidFile() { return "/tmp/tern_flows_stall." + std::to_string(getppid()); }
+
+// Rank 1's part: it never returns.
+void meetFate(Fate f) {
+  if (f == Fate::DiesLater) usleep(300 * 1000);
+  if (f != Fate::Stalls) raise(SIGKILL);
+  std::ofstream(stallPidFile()) << getpid() << "\n";
+  raise(SIGSTOP);  // rank 0 kills it once it has seen its operations fail
+}
+
+int deadPeerBody(RankCtx& ctx, Fate fate) {
   ternComm_t comm = ctx.comm(0);
   if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  if (ctx.rank == 1) meetFate(fate);
+  const double timeout = atof(getenv("TERN_TIMEOUT"));
   std::vector<char> a(1 << 20), b(1 << 20), c(1 << 20);
-  if (ctx.rank == 1) {
-    usleep(300 * 1000);
-    raise(SIGKILL);
-  }
   auto t0 = std::chrono::steady_clock::now();
-  ternRequest_t req[3];
+  ternRequest_t req[3] = {};
+  ternResult_t issued[3];  // a communicator that failed already refuses new work at once
   const int levels[3] = {0, 3, 7};  // one per class
   std::vector<char>* bufs[3] = {&a, &b, &c};
   for (int i = 0; i < 3; ++i) {
     ternSetPriority(levels[i]);
     ternGroupStart();
-    ternRecv(bufs[i]->data(), bufs[i]->size(), ternInt8, 1, comm, nullptr);
-    ternGroupEndAsync(&req[i]);
+    issued[i] = ternRecv(bufs[i]->data(), bufs[i]->size(), ternInt8, 1, comm, nullptr);
+    ternResult_t e = ternGroupEndAsync(&req[i]);
+    if (issued[i] == ternSuccess) issued[i] = e;
   }
   ternSetPriority(TERN_PRIORITY_DEFAULT);
   int fails = 0;
   for (int i = 0; i < 3; ++i) {
-    ternResult_t r = ternRequestWait(req[i]);
+    ternResult_t r = issued[i] != ternSuccess ? issued[i] : ternRequestWait(req[i]);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if ((r != ternRemoteError && r != ternTimeout) || secs > kTimeout + 2)
+    if ((r != ternRemoteError && r != ternTimeout) || secs > timeout + 2)
       fails += failf(ctx, "level %d: %s after %.1f s", levels[i], ternGetErrorString(r), secs);
+  }
+  if (fate == Fate::Stalls) {
+    int pid = 0;
+    std::ifstream(stallPidFile()) >> pid;
+    if (pid > 0) kill(pid, SIGKILL);
+    unlink(stallPidFile().c_str());
   }
   ternCommAbort(comm);
   return fails ? 1 : 0;
 }
 
-TEST(FlowFailure, DeadPeerFailsOperationsOfEveryClassWithinTheTimeout) {
-  RunResult r = runRanks(2, {{"TERN_TRANSPORT", "tcp"}, {"TERN_TIMEOUT", "4"}}, deadPeerBody, 1, 60);
+void expectRank1Killed(const RunResult& r) {
   EXPECT_FALSE(r.timedOut);
   ASSERT_EQ(r.exitCodes.size(), 2u);
   EXPECT_EQ(r.exitCodes[0], 0);
   EXPECT_EQ(r.exitCodes[1], 128 + SIGKILL);
 }
+
+TEST(FlowFailure, DeadPeerFailsOperationsOfEveryClassWithinTheTimeout) {
+  expectRank1Killed(runRanks(2, {{"TERN_TRANSPORT", "tcp"}, {"TERN_TIMEOUT", "4"}},
+                             [](RankCtx& c) { return deadPeerBody(c, Fate::DiesLater); }, 1, 60));
+}
+
+class OpeningFailure : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OpeningFailure, DeadPeerFailsOpeningsOfEveryClassWithinTheTimeout) {
+  expectRank1Killed(runRanks(2, transportEnv(GetParam(), {{"TERN_TIMEOUT", "2"}}),
+                             [](RankCtx& c) { return deadPeerBody(c, Fate::DiesAtOnce); }, 1, 60));
+}
+
+TEST_P(OpeningFailure, SilentPeerFailsOpeningsOfEveryClassWithinTheTimeout) {
+  expectRank1Killed(runRanks(2, transportEnv(GetParam(), {{"TERN_TIMEOUT", "2"}}),
+                             [](RankCtx& c) { return deadPeerBody(c, Fate::Stalls); }, 1, 60));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, OpeningFailure, ::testing::ValuesIn(testTransports()),
+                         [](const auto& info) { return testName(info.param); });
 
 // TERN_TRACE: each rank writes valid JSON whose events show an urgent
 // allreduce issued after a bulk one and completing before it.

@@ -152,14 +152,19 @@ void AuthGate::pollOnce(Deadline d) {
   if (fds[0].revents) acceptNew();
 }
 
-ternResult_t AuthGate::next(Deadline d, Admitted* out) {
+bool AuthGate::tryNext(Deadline d, Admitted* out) {
   while (ready_.empty()) {
-    if (Clock::now() >= d) return setError(ternTimeout, "timed out waiting for a connection");
+    if (Clock::now() >= d) return false;
     pollOnce(d);
   }
   *out = std::move(ready_.front());
   ready_.pop_front();
-  return ternSuccess;
+  return true;
+}
+
+ternResult_t AuthGate::next(Deadline d, Admitted* out) {
+  if (tryNext(d, out)) return ternSuccess;
+  return setError(ternTimeout, "timed out waiting for a connection");
 }
 
 }  // namespace tern

@@ -35,6 +35,9 @@ class AuthGate {
 
   // The next admitted connection; ternTimeout (with a sentence) once `d` passes.
   ternResult_t next(Deadline d, Admitted* out);
+  // The same without an error once `d` passes (a listener that serves
+  // connections now and then: false is no failure).
+  bool tryNext(Deadline d, Admitted* out);
   // Turns an admitted connection away (a rank out of range, a slot taken): logged, closed.
   void refuse(Admitted& a, const std::string& why);
 

@@ -4,9 +4,11 @@
 //   3. build an authenticated full mesh of control sockets (connect to lower
 //      ranks, accept from higher ones through the gate: concurrent handshakes,
 //      strangers dropped and logged with a count),
-//   4. pick a transport per peer and set up one connection per level over
-//      the control socket (tcp pairs: one more socket per level, made then),
-//   5. start the executor.
+//   4. agree on a transport per peer over the control sockets,
+//   5. hand sockets, listener and transports to the connection table
+//      (transport/conn_table.h), which opens each (peer, level) connection
+//      when it is first used,
+//   6. start the executor.
 #include "comm/comm.h"
 
 #include "topology/rdma.h"
@@ -24,6 +26,7 @@
 #include "engine/trace.h"
 #include "base/error.h"
 #include "base/gate.h"
+#include "transport/conn_table.h"
 #include "transport/registry.h"
 #include "base/log.h"
 
@@ -31,79 +34,44 @@ namespace tern {
 
 namespace {
 
-// Sockets per peer pair: slot 0 is the control socket, slot 1 + L the data
-// socket of level L (made only for pairs that talk tcp).  The lower rank
-// accepts, the higher one connects and names the slot after authenticating.
-constexpr int kSlots = 1 + kLevels;
-
+// The control sockets are made here; after creation the connection table
+// owns them, the listener and its gate (where lower ranks then dial the tcp
+// sockets of the levels they open).  The lower rank accepts, the higher one
+// connects and names slot 0 (the control socket) after authenticating.
 struct Mesh {
   AuthGate& gate;  // the listener: concurrent handshakes, strangers dropped (base/gate.h)
   Deadline d;
-  std::vector<int> dataFd[kLevels];  // [level][peer], until a tcp connection owns it
+  std::vector<int> fd;  // control socket per peer (-1: self), until the table takes them
 };
 
-int& slotFd(Comm& c, Mesh& m, int peer, int slot) {
-  return slot == 0 ? c.meshFd[peer] : m.dataFd[slot - 1][peer];
-}
-
-ternResult_t connectSlots(Comm& c, Mesh& m, int p, char first, char last) {
-  for (char slot = first; slot <= last; ++slot) {
-    int fd;
-    TERN_CHECK(connectBefore(c.peers[p].sockAddr(), m.d, &fd));
-    slotFd(c, m, p, slot) = fd;
-    TERN_CHECK(authConnect(fd, c.secret, ConnKind::Mesh, c.rank, m.d));
-    TERN_CHECK(sendAll(fd, &slot, 1, m.d));
-  }
-  return ternSuccess;
-}
-
-// Accepts until `have()`; every authenticated socket goes to its slot
-// (a peer further on may already be connecting data sockets for its own
-// turn: they wait in their slots).  One gate serves the whole set-up, so a
-// handshake under way between two calls is not lost.
-template <class Have>
-ternResult_t acceptUntil(Comm& c, Mesh& m, Have have) {
-  while (!have()) {
-    Admitted a;
-    TERN_CHECK(m.gate.next(m.d, &a));
-    int slot = static_cast<unsigned char>(a.trailer[0]);
-    if (a.rank <= c.rank || a.rank >= c.nranks || slot >= kSlots ||
-        slotFd(c, m, a.rank, slot) >= 0) {
-      m.gate.refuse(a, "unexpected rank " + std::to_string(a.rank) + " or socket " +
-                           std::to_string(slot));
-      continue;
-    }
-    slotFd(c, m, a.rank, slot) = a.fd;
-  }
-  return ternSuccess;
+ternResult_t connectControl(Comm& c, Mesh& m, int p) {
+  const char slot = 0;
+  TERN_CHECK(connectBefore(c.peers[p].sockAddr(), m.d, &m.fd[p]));
+  TERN_CHECK(authConnect(m.fd[p], c.secret, ConnKind::Mesh, c.rank, m.d));
+  return sendAll(m.fd[p], &slot, 1, m.d);
 }
 
 // The control sockets: connect to lower ranks, accept from higher ones.
 ternResult_t formMesh(Comm& c, Mesh& m) {
-  c.meshFd.assign(c.nranks, -1);
-  for (auto& v : m.dataFd) v.assign(c.nranks, -1);
-  for (int p = 0; p < c.rank; ++p) TERN_CHECK(connectSlots(c, m, p, 0, 0));
-  TERN_CHECK(acceptUntil(c, m, [&] {
-    for (int p = c.rank + 1; p < c.nranks; ++p)
-      if (c.meshFd[p] < 0) return false;
-    return true;
-  }));
+  m.fd.assign(c.nranks, -1);
+  for (int p = 0; p < c.rank; ++p) TERN_CHECK(connectControl(c, m, p));
+  for (int missing = c.nranks - 1 - c.rank; missing > 0;) {
+    Admitted a;
+    TERN_CHECK(m.gate.next(m.d, &a));
+    if (a.rank <= c.rank || a.rank >= c.nranks || a.trailer[0] != 0 || m.fd[a.rank] >= 0) {
+      m.gate.refuse(a, "unexpected rank " + std::to_string(a.rank) + " or socket " +
+                           std::to_string(static_cast<unsigned char>(a.trailer[0])));
+      continue;
+    }
+    m.fd[a.rank] = a.fd;
+    --missing;
+  }
   // Control traffic travels in the most urgent class (as NCCL_IB_FIFO_TC
   // does for NCCL's fifo): a failure notice must not queue behind bulk data.
   const FlowMark urgent = flowMarkOf(c.cfg, 0);
-  for (int fd : c.meshFd)
+  for (int fd : m.fd)
     if (fd >= 0) TERN_CHECK(markSocket(fd, urgent.dscp, urgent.soPriority));
   return ternSuccess;
-}
-
-// A tcp pair's level sockets, at the pair's turn in setupTransports.
-ternResult_t levelSockets(Comm& c, Mesh& m, int p) {
-  if (p < c.rank) return connectSlots(c, m, p, 1, kLevels);
-  return acceptUntil(c, m, [&] {
-    for (auto& v : m.dataFd)
-      if (v[p] < 0) return false;
-    return true;
-  });
 }
 
 // Hosts in order of their lowest rank, ranks of a host in rank order.
@@ -122,47 +90,47 @@ void orderRing(Comm& c) {
   for (int i = 0; i < c.nranks; ++i) c.ringPos[c.ring[i]] = i;
 }
 
-// Peers are visited in increasing rank order on every rank, which visits the
-// pairs in one global order: the pairwise exchanges below cannot deadlock.
-// Every connection is set up lazy: its fifos cost memory only once an
-// operation uses it (Conn::activate), so a job's memory follows the levels
-// and peers it talks to (perf/memory_per_peer: 8 MB per peer when the default
-// level was pre-faulted at init, whether used or not).
-ternResult_t setupTransports(Comm& c, Mesh& m) {
-  const Deadline d = m.d;
-  const bool rdma = hostHasActiveRdma();
-  TERN_CHECK(makeTransports(c.cfg, rdma, &c.transports));
-  if (c.cfg.transport == "auto")
-    TERN_LOG(Info, "across hosts: %s (TERN_NET=%s, %s)",
-             autoUsesUcx(c.cfg.net, ucxAvailable(), rdma) ? "ucx" : "tcp", c.cfg.net.c_str(),
-             rdma ? "an active RDMA port" : "no active RDMA port");
-  for (auto& lv : c.conns) lv.resize(c.nranks);
+// Both ends of every pair must pick the same transport.  Peers are visited
+// in increasing rank order on every rank, which visits the pairs in one
+// global order: the pairwise exchanges cannot deadlock.
+ternResult_t pickTransports(Comm& c, Mesh& m, const std::vector<std::unique_ptr<Transport>>& ts,
+                            std::vector<Transport*>* of) {
+  of->assign(c.nranks, nullptr);
   for (int p = 0; p < c.nranks; ++p) {
     PeerFacts f{c.rank, p, c.peers[p].hostHash == c.peers[c.rank].hostHash};
-    Transport* t;
-    TERN_CHECK(pickTransport(c.transports, f, c.cfg, &t));
-    if (p != c.rank) {  // both ends must pick the same one
-      char mine[16] = {}, theirs[16] = {};
-      strncpy(mine, t->name(), sizeof mine - 1);
-      TERN_CHECK(sendAll(c.meshFd[p], mine, sizeof mine, d));
-      TERN_CHECK(recvAll(c.meshFd[p], theirs, sizeof theirs, d));
-      theirs[sizeof theirs - 1] = '\0';
-      TERN_CHECK(agreeTransport(c.transports, f, c.cfg, theirs, &t));
-    }
-    const bool tcp = !strcmp(t->name(), "tcp");
-    if (tcp) TERN_CHECK(levelSockets(c, m, p));
-    for (int level = 0; level < kLevels; ++level) {
-      std::unique_ptr<Conn>& conn = c.conns[level][p];
-      ConnSetup s{c.rank, p, p == c.rank ? -1 : c.meshFd[p], m.dataFd[level][p], level,
-                  &c.cfg, d, flowMarkOf(c.cfg, level)};
-      TERN_CHECK(t->connect(s, &conn));
-      if (tcp) m.dataFd[level][p] = -1;  // the connection owns it now
-      conn->peer = p;
-      conn->flowClass = s.mark.flowClass;
-      c.connView[level].push_back(conn.get());
-    }
+    Transport*& t = (*of)[p];
+    TERN_CHECK(pickTransport(ts, f, c.cfg, &t));
+    if (p == c.rank) continue;
+    char mine[16] = {}, theirs[16] = {};
+    strncpy(mine, t->name(), sizeof mine - 1);
+    TERN_CHECK(sendAll(m.fd[p], mine, sizeof mine, m.d));
+    TERN_CHECK(recvAll(m.fd[p], theirs, sizeof theirs, m.d));
+    theirs[sizeof theirs - 1] = '\0';
+    TERN_CHECK(agreeTransport(ts, f, c.cfg, theirs, &t));
   }
   return ternSuccess;
+}
+
+// The table takes the sockets, the listener and the transports: every
+// connection is made unopened and opened on first use (a job's sockets and
+// memory follow the levels and peers it talks to; perf/memory_per_peer).
+void makeTable(Comm& c, Mesh& m, std::unique_ptr<AuthGate> gate, int lfd,
+               std::vector<std::unique_ptr<Transport>> ts, std::vector<Transport*> of) {
+  TableSetup s;
+  s.rank = c.rank;
+  s.nranks = c.nranks;
+  s.cfg = &c.cfg;
+  s.secret = c.secret;
+  s.meshFd = std::move(m.fd);
+  for (const PeerInfo& p : c.peers) s.addrs.push_back(p.sockAddr());
+  s.listenFd = lfd;
+  s.gate = std::move(gate);
+  s.transports = std::move(ts);
+  s.transportOf = std::move(of);
+  for (int level = 0; level < kLevels; ++level) s.marks[level] = flowMarkOf(c.cfg, level);
+  s.onNotice = [&c](int, ternResult_t code, const std::string& why) { c.failWith(code, why); };
+  c.table = std::make_unique<ConnTable>(std::move(s));
+  c.table->start();
 }
 
 }  // namespace
@@ -176,7 +144,13 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   c->secret = id.secret;
   setLogRank(rank);
   TERN_CHECK(resolveConfig(user, nranks, &c->cfg));
-  TERN_CHECK(makeTransports(c->cfg, hostHasActiveRdma(), &c->transports));  // checks TERN_TRANSPORT / TERN_NET early
+  const bool rdma = hostHasActiveRdma();
+  std::vector<std::unique_ptr<Transport>> transports;
+  TERN_CHECK(makeTransports(c->cfg, rdma, &transports));  // checks TERN_TRANSPORT / TERN_NET early
+  if (c->cfg.transport == "auto")
+    TERN_LOG(Info, "across hosts: %s (TERN_NET=%s, %s)",
+             autoUsesUcx(c->cfg.net, ucxAvailable(), rdma) ? "ucx" : "tcp", c->cfg.net.c_str(),
+             rdma ? "an active RDMA port" : "no active RDMA port");
   TERN_LOG(Info, "%s", describeFlows(c->cfg).c_str());
   Deadline d = deadlineAfter(c->cfg.timeoutSec);
   SockAddr bindAddr, listenAddr;
@@ -189,18 +163,20 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   ternResult_t r = exchangeWithRoot(id.root, c->secret, rank, nranks,
                                     makePeerInfo(listenAddr, localHostHash()), d, &c->peers);
   std::vector<int> bindCpus;
-  {
-    AuthGate gate(lfd, c->secret, ConnKind::Mesh, 1, c->cfg.handshakeSec,
-                  "rank " + std::to_string(rank));
-    Mesh mesh{gate, d, {}};
-    if (r == ternSuccess) r = placeComm(*c, &bindCpus);
-    if (r == ternSuccess) r = formMesh(*c, mesh);
-    if (r == ternSuccess) r = setupTransports(*c, mesh);
-    for (auto& v : mesh.dataFd)
-      for (int& fd : v) closeFd(fd);
+  auto gate = std::make_unique<AuthGate>(lfd, c->secret, ConnKind::Mesh, 1, c->cfg.handshakeSec,
+                                         "rank " + std::to_string(rank));
+  Mesh mesh{*gate, d, {}};
+  std::vector<Transport*> transportOf;
+  if (r == ternSuccess) r = placeComm(*c, &bindCpus);
+  if (r == ternSuccess) r = formMesh(*c, mesh);
+  if (r == ternSuccess) r = pickTransports(*c, mesh, transports, &transportOf);
+  if (r != ternSuccess) {
+    for (int& fd : mesh.fd) closeFd(fd);
+    gate.reset();
+    close(lfd);
+    return r;
   }
-  close(lfd);  // after the tcp pairs' level sockets
-  TERN_CHECK(r);
+  makeTable(*c, mesh, std::move(gate), lfd, std::move(transports), std::move(transportOf));
   orderRing(*c);
   c->startBookkeeping();
   c->engine = std::make_unique<Executor>(*c, rank, c->cfg.timeoutSec, c->cfg.priorityHoldSec);
@@ -226,15 +202,13 @@ PlanCtx ternComm::planCtx(int level) const {
   x.ringPos = &ringPos;
   x.cfg = &cfg;
   x.mem = memOps(MemType::Host);  // host buffers; a call on a stream brings its own (issue)
-  x.conns = &connView[level];
+  x.conns = &table->view(level);
   return x;
 }
 
 void ternComm::startBookkeeping() {
   p2pSeq.assign(static_cast<size_t>(nranks) * kLevels, 0);
   streamsOpened.assign(nranks, 0);
-  ctlIn.assign(nranks, std::string());
-  ctlClosed.assign(nranks, false);
 }
 
 void ternComm::issue(const std::vector<OpPtr>& ops, bool wake) {
@@ -251,21 +225,10 @@ void ternComm::issue(const std::vector<OpPtr>& ops, bool wake) {
   engine->submit(ops, wake);
 }
 
-namespace {
-// What a failing rank tells its peers before closing: code and sentence.
-struct NoticeHeader {
-  uint32_t magic, code, len;
-};
-constexpr uint32_t kNoticeMagic = 0x4e544354;  // "TCTN"
-}  // namespace
-
 void ternComm::fail(ternResult_t r) {
   int expected = ternSuccess;
   asyncError.compare_exchange_strong(expected, r);
-  for (auto& lv : conns)
-    for (auto& c : lv) c->gone = true;  // nothing more goes out: no graceful close
-  for (int fd : meshFd)
-    if (fd >= 0) shutdown(fd, SHUT_RDWR);
+  if (table) table->shutDown();
 }
 
 // Every failure path of the communicator (the executor's, a peer's notice)
@@ -282,59 +245,19 @@ void ternComm::failWith(ternResult_t r, const std::string& why) {
 void ternComm::onFailure(ternResult_t r, const std::string& why) {
   // Ranks that called different operations: every peer learns the sentence
   // before our sockets close, so all of them report the same mismatch.
-  if (r == ternInvalidUsage && asyncError.load() == ternSuccess && !aborted.load()) {
-    NoticeHeader h{kNoticeMagic, static_cast<uint32_t>(r), static_cast<uint32_t>(why.size())};
-    std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
-    msg += why;
-    for (int fd : meshFd)
-      if (fd >= 0) (void)!::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  }
+  if (r == ternInvalidUsage && asyncError.load() == ternSuccess && !aborted.load())
+    table->notifyAll(r, why);
   // Before any operation completes with the error (and its caller may reuse
   // its buffers): peers still reading our posted buffers must learn it.
-  for (auto& lv : conns)
-    for (auto& c : lv)
-      if (c) c->directAbandon();
+  // (Only open ones posted anything; one still opening is its thread's.)
+  for (int level = 0; level < kLevels; ++level)
+    for (Conn* c : table->view(level))
+      if (c->openState.load(std::memory_order_acquire) == Conn::kOpen) c->directAbandon();
   failWith(r, why);  // also what a nonblocking caller reads after ternCommGetAsyncError
 }
 
-void ternComm::readNotices(int p) {
-  char buf[4096];
-  for (;;) {
-    ssize_t k = recv(meshFd[p], buf, sizeof buf, MSG_DONTWAIT);
-    if (k > 0) {
-      ctlIn[p].append(buf, static_cast<size_t>(k));
-      continue;
-    }
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
-    for (auto& lv : conns) lv[p]->gone = true;  // closed: the peer exited or failed
-    ctlClosed[p] = true;
-    break;
-  }
-  std::string& in = ctlIn[p];
-  NoticeHeader h;
-  if (in.size() < sizeof h) return;
-  memcpy(&h, in.data(), sizeof h);
-  if (h.magic != kNoticeMagic || h.len > 65536) {
-    in.clear();
-    return;
-  }
-  if (in.size() < sizeof h + h.len) return;
-  failWith(static_cast<ternResult_t>(h.code), in.substr(sizeof h, h.len));
-}
-
 void ternComm::refreshLiveness() {
-  std::vector<pollfd> fds;
-  std::vector<int> who;
-  for (int p = 0; p < nranks; ++p) {
-    // Polled even when a data connection saw the peer go: a notice it sent
-    // before closing must still be read.
-    if (meshFd[p] < 0 || ctlClosed[p]) continue;
-    fds.push_back({meshFd[p], POLLIN, 0});
-    who.push_back(p);
-  }
-  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return;
-  for (size_t i = 0; i < fds.size(); ++i)
-    if (fds[i].revents) readNotices(who[i]);
+  if (table) table->serviceControl();
 }
 
 ternResult_t ternComm::checkHealth() {
@@ -350,8 +273,8 @@ ternResult_t ternComm::checkHealth() {
 void ternComm::wireBytesByClass(uint64_t* sent, uint64_t* recv) const {
   std::fill(sent, sent + kLevels, 0);
   std::fill(recv, recv + kLevels, 0);
-  for (auto& lv : conns)
-    for (auto& c : lv) {
+  for (int level = 0; level < kLevels; ++level)
+    for (Conn* c : table->view(level)) {
       if (c->peer == rank) continue;
       sent[c->flowClass] += c->bytesSent.load(std::memory_order_relaxed);
       recv[c->flowClass] += c->bytesRecv.load(std::memory_order_relaxed);
@@ -366,7 +289,7 @@ void ternComm::wireBytes(uint64_t* sent, uint64_t* recv) const {
 }
 
 const char* ternComm::transportName(int peer) const {
-  return conns[TERN_PRIORITY_DEFAULT][peer]->name();
+  return table->conn(peer, TERN_PRIORITY_DEFAULT)->name();
 }
 
 void ternComm::setLastError(const std::string& e) {
@@ -390,10 +313,8 @@ ternComm::~ternComm() {
   if (engine) {
     engine->drain();  // every admitted operation ends (done, or failed within the timeout)
     engine->stop();
-    engine.reset();   // nothing uses conns after this
+    engine.reset();   // nothing uses the connections after this
   }
   if (trace) trace->write();  // after the drain: every operation has ended
-  for (auto& lv : conns) lv.clear();
-  transports.clear();  // after the connections (UCX's worker outlives its endpoints)
-  for (int& fd : meshFd) closeFd(fd);
+  table.reset();  // its openings end, then its connections, sockets and transports
 }

@@ -1,6 +1,7 @@
-// The communicator: who we are, the connections to every peer (one per
-// priority level, plus an authenticated control socket), the executor that
-// runs operations over them, and the error state every API call consults.
+// The communicator: who we are, the table of connections to every peer (one
+// per priority level, opened on first use, plus an authenticated control
+// socket: transport/conn_table.h), the executor that runs operations over
+// them, and the error state every API call consults.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -12,7 +13,7 @@
 #include "comm/bootstrap.h"
 #include "base/env.h"
 #include "engine/executor.h"
-#include "transport/registry.h"
+#include "transport/conn_table.h"
 #include "transport/transport.h"
 
 struct ternComm : public tern::EngineHost {
@@ -24,12 +25,10 @@ struct ternComm : public tern::EngineHost {
   // contiguous (hosts in order of their lowest rank), so the ring crosses
   // each host boundary once.  ringPos[r] is rank r's position.
   std::vector<int> ring, ringPos;
-  // Control socket per peer (-1 for self): setup exchanges, liveness, and
-  // the notice a failing rank sends before it closes (e.g. a mismatch).
-  std::vector<int> meshFd;
-  std::vector<std::unique_ptr<tern::Transport>> transports;     // from the registry
-  std::vector<std::unique_ptr<tern::Conn>> conns[tern::kLevels];  // [level][peer], self included
-  std::vector<tern::Conn*> connView[tern::kLevels];                // the same, as plans see them
+  // Every (peer, level) connection, self included, and the control socket
+  // to each peer (liveness, the notice a failing rank sends before it
+  // closes, the openings of connections).
+  std::unique_ptr<tern::ConnTable> table;
   std::unique_ptr<tern::Trace> trace;                // TERN_TRACE (null: off)
   std::unique_ptr<tern::Executor> engine;
   // What layers above keep with the communicator (the ternary allreduce's
@@ -58,8 +57,9 @@ struct ternComm : public tern::EngineHost {
   // Marks the communicator failed and shuts every socket down, so peers
   // blocked on us fail fast instead of waiting out their timeout.
   void fail(ternResult_t r);
-  // Polls the control sockets: a notice from a peer fails us with its
-  // sentence; a closed one marks that peer's connections gone.
+  // Reads the control sockets now (the table's thread does as messages
+  // arrive): a notice from a peer fails us with its sentence; a closed one
+  // marks that peer's connections gone.
   void refreshLiveness();
   // Bytes put on / taken off the wire (self connections never leave).
   void wireBytes(uint64_t* sent, uint64_t* recv) const;
@@ -79,19 +79,19 @@ struct ternComm : public tern::EngineHost {
   void onFailure(ternResult_t r, const std::string& why) override;
   void onComplete() override { opsDone.fetch_add(1, std::memory_order_relaxed); }
 
+  // Fails the communicator with the sentence that says why (a peer's notice
+  // comes through here too).
+  void failWith(ternResult_t r, const std::string& why);
+
   ~ternComm() override;
 
  private:
-  void failWith(ternResult_t r, const std::string& why);
-  void readNotices(int peer);
   std::mutex errMu;
   std::string lastError, failReason;
   uint64_t lastErrorStamp = 0;
   std::mutex issueMu;
   uint64_t collSeq[tern::kLevels] = {};
   std::vector<uint64_t> p2pSeq;            // sends issued, [peer * kLevels + level]
-  std::vector<std::string> ctlIn;          // bytes of notices read so far, per peer
-  std::vector<bool> ctlClosed;             // the peer closed its control socket
 };
 
 namespace tern {

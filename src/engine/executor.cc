@@ -375,7 +375,9 @@ ternResult_t Executor::bindSource(const std::vector<OpPtr>& list, size_t i, bool
           return !e->send && e->peer == q; }))
       continue;
     Conn* c = op.ctx.conn(q);
-    TERN_CHECK(c->activate());
+    // Only what is open: a sender opens its connection (asking a receive
+    // from any source to open them all would open every peer's).
+    if (c->openState.load(std::memory_order_acquire) != Conn::kOpen) continue;
     if (c->needsProgress()) {
       bool m = false;
       TERN_CHECK(c->progress(&m));
@@ -465,21 +467,48 @@ ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
       *finished = true;
       return ternSuccess;
     }
-    takeSmallChannels(op);
     op.pumps.clear();
+    op.opening.clear();
     bool any = false;
     for (Program& p : op.phase.progs) {
       any |= !p.steps.empty();
       for (const Step& s : p.steps)
         for (Conn* k : {s.in, s.out}) {
-          if (!k || std::find(op.pumps.begin(), op.pumps.end(), k) != op.pumps.end()) continue;
-          TERN_CHECK(k->activate());
-          if (k->needsProgress()) op.pumps.push_back(k);
+          if (!k || std::find(op.pumps.begin(), op.pumps.end(), k) != op.pumps.end() ||
+              std::find(op.opening.begin(), op.opening.end(), k) != op.opening.end())
+            continue;
+          TERN_CHECK(adopt(op, k));
         }
     }
     if (any || op.phase.listening) break;  // else a phase of local work only: go on to the next
   }
+  // The low-latency siblings exist (and both ends agreed on their limit)
+  // once a connection is open: chosen now, or when the last opening ends.
+  if (op.opening.empty()) takeSmallChannels(op);
   op.moves += !op.phase.listening;  // a new phase is progress
+  return ternSuccess;
+}
+
+// A connection the phase uses: pumped if open (and its transport needs it),
+// else awaited (its opening runs on the connection table's thread).
+// A low-latency sibling (Conn::owner) opens with its connection.
+ternResult_t Executor::adopt(Operation& op, Conn* k) {
+  bool ready;
+  if (k->owner) k = k->owner;
+  TERN_CHECK(k->use(&ready));
+  if (!ready) op.opening.push_back(k);
+  else if (k->needsProgress()) op.pumps.push_back(k);
+  return ternSuccess;
+}
+
+// The phase's programs run once all its connections are open; an opening
+// that fails fails the operation, one that never ends times it out.
+ternResult_t Executor::awaitOpen(Operation& op) {
+  std::vector<Conn*> waiting;
+  waiting.swap(op.opening);
+  for (Conn* k : waiting) TERN_CHECK(adopt(op, k));
+  op.moves += op.opening.size() < waiting.size();  // a connection opened: progress
+  if (op.opening.empty()) takeSmallChannels(op);
   return ternSuccess;
 }
 
@@ -525,6 +554,10 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pum
     TERN_CHECK(beginPhase(op, finished));
     if (*finished) return ternSuccess;
   }
+  if (!op.opening.empty()) {
+    TERN_CHECK(awaitOpen(op));
+    if (!op.opening.empty()) return ternSuccess;
+  }
   for (Conn* k : op.pumps) {
     bool m = false;
     TERN_CHECK(k->progress(&m));
@@ -541,7 +574,8 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pum
   // An unordered operation's next message takes its stream now, before an
   // ordered operation issued after that message was posted gets its turn
   // in this round (see Phase::postedAt).
-  if (op.unordered && !*finished && !op.phase.listening) TERN_CHECK(runPrograms(op, budget, moved, &done));
+  if (op.unordered && !*finished && !op.phase.listening && op.opening.empty())
+    TERN_CHECK(runPrograms(op, budget, moved, &done));
   return ternSuccess;
 }
 
@@ -621,7 +655,7 @@ ternResult_t Executor::checkIdle(Clock::time_point now) {
     for (size_t i = 0; i < list.size(); ++i) {
       Operation& op = *list[i];
       if ((!op.begun && !op.unbound()) || !runnable(list, i) || op.phase.listening) continue;
-      if (op.begun) TERN_CHECK(checkBlockedOnGone(op.phase, rank_, op.phase.what));
+      if (op.begun && op.opening.empty()) TERN_CHECK(checkBlockedOnGone(op.phase, rank_, op.phase.what));
       if (op.begun) TERN_CHECK(checkOtherStream(op, op.phase));
       if (op.moves != op.movesSeen || !watched) {  // moved since the last check: idle from now
         op.movesSeen = op.moves;

@@ -90,6 +90,8 @@ class Executor {
   ternResult_t step(Operation& op, size_t budget, bool* moved, bool* pumped, bool* finished);
   ternResult_t runPrograms(Operation& op, size_t budget, bool* moved, bool* done);
   ternResult_t beginPhase(Operation& op, bool* finished);
+  ternResult_t adopt(Operation& op, Conn* k);
+  ternResult_t awaitOpen(Operation& op);
   bool greetNeighbours(Operation& op);
   bool settled(Operation& op, ternResult_t* r);
   void complete(Operation& op, ternResult_t r, const std::string& err);

@@ -117,6 +117,7 @@ void Operation::reset() {
   draining = false;
   drainFence = 0;
   pumps.clear();
+  opening.clear();
   greetedIn.clear();
   greetedOut.clear();
   held.clear();

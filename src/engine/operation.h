@@ -147,6 +147,7 @@ struct Operation {
   bool draining = false;
   uint64_t drainFence = 0;
   std::vector<Conn*> pumps;                    // connections the phase must pump
+  std::vector<Conn*> opening;                  // the phase's connections still opening: it waits
   std::vector<const Conn*> greetedIn, greetedOut;  // streams the descriptor went over
   std::vector<Conn*> held;                     // streams it reads / writes a message on (letGo)
   bool greetedInFrom(const Conn* c) const { return has(greetedIn, c); }

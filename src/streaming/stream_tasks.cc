@@ -41,7 +41,9 @@ const bool registered = registerOpKind(kKind);
 // peer has gone and nothing is left to read.
 ternResult_t peekMine(const StreamState& s, Conn* c, OpDesc* d, bool* mine) {
   *mine = false;
-  TERN_CHECK(c->activate());
+  bool ready;
+  TERN_CHECK(c->use(&ready));
+  if (!ready) return ternSuccess;  // still opening: nothing there yet
   if (c->needsProgress()) {
     bool moved = false;
     TERN_CHECK(c->progress(&moved));

@@ -14,45 +14,37 @@ class SelfTransport : public Transport {
  public:
   const char* name() const override { return "self"; }
   bool canConnect(const PeerFacts& f) const override { return f.peer == f.rank; }
-  ternResult_t connect(const ConnSetup& s, std::unique_ptr<Conn>* out) override {
-    return makeSelfConn(*s.cfg, out);
-  }
+  std::unique_ptr<Conn> make(const ConnSetup& s) override { return makeSelfConn(*s.cfg); }
 };
 
 class ShmTransport : public Transport {
  public:
   const char* name() const override { return "shm"; }
   bool canConnect(const PeerFacts& f) const override { return f.sameHost && f.peer != f.rank; }
-  ternResult_t connect(const ConnSetup& s, std::unique_ptr<Conn>* out) override {
-    return makeShmConn(s, out);
-  }
+  std::unique_ptr<Conn> make(const ConnSetup& s) override { return makeShmConn(s); }
 };
 
 class TcpTransport : public Transport {
  public:
   const char* name() const override { return "tcp"; }
   bool canConnect(const PeerFacts& f) const override { return f.peer != f.rank; }
-  ternResult_t connect(const ConnSetup& s, std::unique_ptr<Conn>* out) override {
-    return makeTcpConn(s, out);
-  }
+  std::unique_ptr<Conn> make(const ConnSetup& s) override { return makeTcpConn(s); }
 };
 
 class UcxTransport : public Transport {
  public:
   // Across hosts only under auto (inside one host shm is faster); anywhere
   // when asked for by name.
-  explicit UcxTransport(bool anyPeer) : anyPeer_(anyPeer) {}
+  explicit UcxTransport(bool anyPeer) : anyPeer_(anyPeer), shared_(makeUcxShared()) {}
   const char* name() const override { return "ucx"; }
   bool canConnect(const PeerFacts& f) const override {
     return f.peer != f.rank && (anyPeer_ || !f.sameHost);
   }
-  ternResult_t connect(const ConnSetup& s, std::unique_ptr<Conn>* out) override {
-    return makeUcxConn(s, &shared_, out);
-  }
+  std::unique_ptr<Conn> make(const ConnSetup& s) override { return makeUcxConn(s, shared_); }
 
  private:
   bool anyPeer_;
-  std::shared_ptr<UcxShared> shared_;  // context and worker, made by the first connection
+  std::shared_ptr<UcxShared> shared_;  // the context, made by the first connection that opens
 };
 
 }  // namespace

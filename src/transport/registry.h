@@ -1,6 +1,6 @@
 // The transport registry: a transport is a named entry that says whether it
 // can connect this rank to a peer and makes the connection (one per priority
-// level).  The communicator asks the registry, never a transport by name;
+// level, opened lazily by the connection table).  The communicator asks the registry, never a transport by name;
 // TERN_TRANSPORT / TERN_NET filter what the registry offers.  Shared state a
 // transport needs (UCX's context and worker) lives in its instance, one set
 // of instances per communicator.
@@ -24,7 +24,9 @@ class Transport {
   virtual ~Transport() = default;
   virtual const char* name() const = 0;
   virtual bool canConnect(const PeerFacts& f) const = 0;
-  virtual ternResult_t connect(const ConnSetup& s, std::unique_ptr<Conn>* out) = 0;
+  // The connection to s.peer at s.level, unopened: the connection table
+  // (conn_table.h) opens it on first use (Conn::open).
+  virtual std::unique_ptr<Conn> make(const ConnSetup& s) = 0;
 };
 
 // Whether TERN_TRANSPORT=auto carries traffic between hosts over UCX: when

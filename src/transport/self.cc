@@ -27,9 +27,8 @@ class SelfConn : public Conn {
 };
 }  // namespace
 
-ternResult_t makeSelfConn(const Config& cfg, std::unique_ptr<Conn>* out) {
-  *out = std::make_unique<SelfConn>(cfg.fifoBytes);
-  return ternSuccess;
+std::unique_ptr<Conn> makeSelfConn(const Config& cfg) {
+  return std::make_unique<SelfConn>(cfg.fifoBytes);
 }
 
 }  // namespace tern

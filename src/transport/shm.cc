@@ -147,6 +147,7 @@ class ShmConn : public Conn {
     return ternSuccess;
   }
   bool touched_ = false;
+  ternResult_t open(const ConnSetup& s) override;
   size_t sendSpace(char** p) override { return send_.writable(p); }
   void sendCommit(size_t n) override {
     send_.produce(n);
@@ -196,11 +197,14 @@ bool probePeer(const NameMsg& theirs) {
 
 }  // namespace
 
-ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
-  // Default-initialised, not value-initialised: the LL stream's private
-  // buffers (32 KiB per connection and level) stay untouched, so cost no
-  // memory, until the connection carries a small operation.
-  std::unique_ptr<ShmConn> c(new ShmConn);
+// Default-initialised, not value-initialised: the LL stream's private
+// buffers (32 KiB per connection and level) stay untouched, so cost no
+// memory, until the connection carries a small operation.
+std::unique_ptr<Conn> makeShmConn(const ConnSetup&) { return std::unique_ptr<Conn>(new ShmConn); }
+
+// Made when the level is first used (the connection table's opener thread):
+// the names travel over the control channel's share for this level.
+ternResult_t ShmConn::open(const ConnSetup& s) {
   size_t bytes = segmentBytes(s.cfg->fifoBytes);
   NameMsg mine{};
   mine.pid = getpid();
@@ -213,37 +217,34 @@ ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
   snprintf(mine.name, sizeof mine.name, "/tern-%d-%d-%d-%d-%016llx", (int)getpid(), s.rank, s.peer,
            s.level, (unsigned long long)nonce);
   mine.bytes = bytes;
-  TERN_CHECK(mapSegment(mine.name, bytes, true, &c->recvSeg));
-  c->recv_.attach(c->recvSeg.mem, s.cfg->fifoBytes, true);
+  TERN_CHECK(mapSegment(mine.name, bytes, true, &recvSeg));
+  recv_.attach(recvSeg.mem, s.cfg->fifoBytes, true);
 
   // Exchange names; each side maps the other's segment, then acknowledges.
   NameMsg theirs{};
-  ternResult_t r = sendAll(s.meshFd, &mine, sizeof mine, s.deadline);
-  if (r == ternSuccess) r = recvAll(s.meshFd, &theirs, sizeof theirs, s.deadline);
+  ternResult_t r = s.ch->send(&mine, sizeof mine, s.deadline);
+  if (r == ternSuccess) r = s.ch->recv(&theirs, sizeof theirs, s.deadline);
   theirs.name[sizeof theirs.name - 1] = '\0';
   if (r == ternSuccess && theirs.bytes != bytes)
     r = setError(ternInvalidUsage, "ranks " + std::to_string(s.rank) + " and " +
                                        std::to_string(s.peer) +
                                        " disagree on TERN_BUFFSIZE; set it the same everywhere");
-  if (r == ternSuccess) r = mapSegment(theirs.name, bytes, false, &c->sendSeg);
+  if (r == ternSuccess) r = mapSegment(theirs.name, bytes, false, &sendSeg);
   // The acknowledgement says whether we could read the peer's memory.
   char ack = static_cast<char>(1 | (r == ternSuccess && mine.directMin > 0 && probePeer(theirs) ? 2 : 0)), peerAck = 0;
-  if (r == ternSuccess) r = sendAll(s.meshFd, &ack, 1, s.deadline);
-  if (r == ternSuccess) r = recvAll(s.meshFd, &peerAck, 1, s.deadline);
+  if (r == ternSuccess) r = s.ch->send(&ack, 1, s.deadline);
+  if (r == ternSuccess) r = s.ch->recv(&peerAck, 1, s.deadline);
   shm_unlink(mine.name);
   TERN_CHECK(r);
   if ((ack & 2) && (peerAck & 2)) {
-    c->directMin_ = std::max<size_t>(mine.directMin, theirs.directMin);
-    c->peerPid_ = static_cast<pid_t>(theirs.pid);
+    directMin_ = std::max<size_t>(mine.directMin, theirs.directMin);
+    peerPid_ = static_cast<pid_t>(theirs.pid);
   }
-  c->send_.attach(c->sendSeg.mem, s.cfg->fifoBytes, false);
-  c->peer = s.peer;
-  c->flowClass = s.mark.flowClass;
-  c->ll_.attach(c.get(), llRing(c->recvSeg, s.cfg->fifoBytes), llRing(c->sendSeg, s.cfg->fifoBytes),
-                std::min<uint64_t>(mine.llBytes, theirs.llBytes));
+  send_.attach(sendSeg.mem, s.cfg->fifoBytes, false);
+  ll_.attach(this, llRing(recvSeg, s.cfg->fifoBytes), llRing(sendSeg, s.cfg->fifoBytes),
+             std::min<uint64_t>(mine.llBytes, theirs.llBytes));
   TERN_LOG(Trace, "shm connection to rank %d at level %d (%zu-byte fifos, single copy %s)", s.peer,
-           s.level, s.cfg->fifoBytes, c->directMin_ ? "on" : "off");
-  *out = std::move(c);
+           s.level, s.cfg->fifoBytes, directMin_ ? "on" : "off");
   return ternSuccess;
 }
 

@@ -1,6 +1,10 @@
 // TCP transport: one authenticated socket per peer and priority level,
-// nonblocking, with private pre-faulted staging fifos on both sides
-// (allocated on the level's first use).  progress() pushes committed bytes
+// made when the level is first used: the lower rank dials the higher one's
+// listener (so two ranks that start using a level at once make one socket,
+// not two), authenticates and names the level; the higher rank's connection
+// table admits it through its gate.  Both ends mark the socket with the
+// level's flow class.  Nonblocking, with private pre-faulted staging fifos
+// on both sides.  progress() pushes committed bytes
 // to the kernel and pulls whatever has arrived, in bursts, never blocking.
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/auth.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "transport/fifo.h"
@@ -19,9 +24,7 @@ namespace {
 
 class TcpConn : public Conn {
  public:
-  TcpConn(int fd, int peer, size_t cap) : fd_(fd), peer_(peer), st_(cap) {
-    setNonBlocking(fd_, true);
-  }
+  TcpConn(int peer, size_t cap) : peer_(peer), st_(cap) {}
   ~TcpConn() override { closeFd(fd_); }
   ternResult_t activate() override {
     if (st_.allocate() != ternSuccess) return setSysError("cannot allocate tcp staging buffers");
@@ -36,6 +39,7 @@ class TcpConn : public Conn {
   void recvConsume(size_t n) override { st_.recv().consume(n); }
   bool flushed() const override { return !st_.ready() || send_().empty(); }
   int pollFd() const override { return fd_; }
+  ternResult_t open(const ConnSetup& s) override;
 
   ternResult_t progress(bool* moved) override {
     *moved = false;
@@ -106,22 +110,39 @@ class TcpConn : public Conn {
     return ternSuccess;
   }
 
-  int fd_, peer_;
+  int fd_ = -1, peer_;
   bool eof_ = false;
   Staging st_;
 };
 
 }  // namespace
 
-ternResult_t makeTcpConn(const ConnSetup& s, std::unique_ptr<Conn>* out) {
-  // Marked before the connection owns the socket: a failure leaves the fd
-  // with the caller, which closes it.
-  TERN_CHECK(markSocket(s.dataFd, s.mark.dscp, s.mark.soPriority));
-  auto c = std::make_unique<TcpConn>(s.dataFd, s.peer, s.cfg->fifoBytes);
+// The lower rank dials: connect, prove the job secret, name the level (the
+// gate's trailer: 1 + level, slot 0 being the control socket).
+ternResult_t dialLevel(const ConnSetup& s, int* fd) {
+  TERN_CHECK(connectBefore(s.peerAddr, s.deadline, fd));
+  char slot = static_cast<char>(1 + s.level);
+  TERN_CHECK(authConnect(*fd, *s.secret, ConnKind::Mesh, s.rank, s.deadline));
+  return sendAll(*fd, &slot, 1, s.deadline);
+}
+
+// The higher rank first says it is there (its table admits the socket): the
+// lower one dials only then, so a peer that died is seen on the control
+// channel at once instead of by dialling a dead listener until the deadline.
+ternResult_t TcpConn::open(const ConnSetup& s) {
+  char here = 'r';
+  ternResult_t r = s.rank < s.peer ? s.ch->recv(&here, 1, s.deadline) : s.ch->send(&here, 1, s.deadline);
+  if (r == ternSuccess) r = s.rank < s.peer ? dialLevel(s, &fd_) : s.ch->accepted(s.deadline, &fd_);
+  if (r == ternSuccess) r = markSocket(fd_, s.mark.dscp, s.mark.soPriority);
+  if (r != ternSuccess) return r;  // the destructor closes what was made
+  setNonBlocking(fd_, true);
   TERN_LOG(Trace, "tcp connection to rank %d at level %d (flow class %d, DSCP %d)", s.peer,
            s.level, s.mark.flowClass, s.mark.dscp);
-  *out = std::move(c);
   return ternSuccess;
+}
+
+std::unique_ptr<Conn> makeTcpConn(const ConnSetup& s) {
+  return std::make_unique<TcpConn>(s.peer, s.cfg->fifoBytes);
 }
 
 }  // namespace tern

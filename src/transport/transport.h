@@ -9,12 +9,24 @@
 #include <memory>
 #include <string>
 
+#include "base/auth.h"
 #include "base/env.h"
 #include "base/socket.h"
 #include "transport/fifo.h"
 #include "tern/tern.h"
 
 namespace tern {
+
+struct ConnSetup;
+class Conn;
+
+// What opens connections on first use (transport/conn_table.h).
+class ConnOpener {
+ public:
+  virtual ~ConnOpener() = default;
+  // Starts opening `c` unless it is open or under way; *ready when it is open.
+  virtual ternResult_t request(Conn& c, bool* ready) = 0;
+};
 
 class Conn {
  public:
@@ -52,10 +64,29 @@ class Conn {
   virtual int pollFd() const { return -1; }
   // Whether progress() must be called to move bytes (tcp, ucx; not shm).
   virtual bool needsProgress() const { return pollFd() >= 0; }
-  // Called before the first byte moves.  Connections (levels, peers) a job
-  // never uses cost no memory: every connection's staging buffers are
-  // allocated and pre-faulted here, once, on first use.
+  // A connection exists from the communicator's creation but unopened: no
+  // socket, segment or endpoint, no memory.  The connection table opens it
+  // (on a thread of its own, blocking until s.deadline) on its first use or
+  // when the peer asks: open() makes the endpoint with the peer, over the
+  // control channel s.ch; activate() then allocates and pre-faults its
+  // staging buffers.  So a job's sockets and memory follow the levels and
+  // peers it talks to.
+  virtual ternResult_t open(const ConnSetup& s) {
+    (void)s;
+    return ternSuccess;
+  }
   virtual ternResult_t activate() { return ternSuccess; }
+  // Before the engine touches the connection: *ready once it is open; until
+  // then the step waits (nothing else is held up).  An error when it cannot
+  // be opened (the peer died, refused or stayed silent past TERN_TIMEOUT).
+  ternResult_t use(bool* ready) {
+    *ready = openState.load(std::memory_order_acquire) == kOpen;
+    return *ready ? ternSuccess : opener->request(*this, ready);
+  }
+  enum OpenState : int { kUnopened, kOpening, kOpen, kFailed };
+  std::atomic<int> openState{kUnopened};
+  ConnOpener* opener = nullptr;
+  int level = 0;
 
   // Single copy (shm between processes that may read each other's memory).
   // A direct step (Step::direct) of at least directMin() bytes does not
@@ -120,30 +151,46 @@ struct FlowMark {
   int soPriority = 0;  // SO_PRIORITY set after IP_TOS
 };
 
+// One (peer, level)'s share of the control socket while its connection
+// opens (framed by the connection table: its messages never mix with
+// another level's or with failure notices).
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  virtual ternResult_t send(const void* p, size_t n, Deadline d) = 0;
+  virtual ternResult_t recv(void* p, size_t n, Deadline d) = 0;
+  // tcp, higher rank: the socket the peer dialled to our listener for this
+  // level, once the table's gate has authenticated it.
+  virtual ternResult_t accepted(Deadline d, int* fd) = 0;
+};
+
 // Each priority level has its own connection to each peer (see
 // docs/ARCHITECTURE.md, "Why one connection per level").
 struct ConnSetup {
   int rank, peer;      // this rank and the peer
-  int meshFd;          // authenticated control socket to the peer (setup exchanges)
-  int dataFd;          // tcp: the level's own authenticated socket (taken over)
   int level;           // priority level this connection carries
   const Config* cfg;
-  Deadline deadline;
+  Deadline deadline;   // open(): the whole opening
   FlowMark mark{};     // tcp marks its socket with it
+  Channel* ch = nullptr;            // open(): the control channel's share for (peer, level)
+  SockAddr peerAddr;                // tcp: the peer's listener
+  const Secret* secret = nullptr;   // tcp: authenticates the sockets it dials
 };
 
+// Unopened connections (Conn::open makes the endpoint).
 // shm: two segments, one per direction, each created by its reader.
-ternResult_t makeShmConn(const ConnSetup& s, std::unique_ptr<Conn>* out);
-// tcp: the level's socket, nonblocking, with private staging fifos.
-ternResult_t makeTcpConn(const ConnSetup& s, std::unique_ptr<Conn>* out);
-// ucx: UCP stream endpoints on one worker per communicator (`shared` is
-// created by the first connection and kept by the communicator).
+std::unique_ptr<Conn> makeShmConn(const ConnSetup& s);
+// tcp: the level's socket, dialled by the lower rank, nonblocking, with
+// private staging fifos.
+std::unique_ptr<Conn> makeTcpConn(const ConnSetup& s);
+// ucx: a UCP stream endpoint on a worker of its own (`shared`: the
+// transport's context, made by the first connection that opens).
 struct UcxShared;
-ternResult_t makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared>* shared,
-                         std::unique_ptr<Conn>* out);
+std::unique_ptr<Conn> makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared> shared);
+std::shared_ptr<UcxShared> makeUcxShared();
 bool ucxAvailable();
 // self: one private fifo, for a rank sending to itself inside a group.
-ternResult_t makeSelfConn(const Config& cfg, std::unique_ptr<Conn>* out);
+std::unique_ptr<Conn> makeSelfConn(const Config& cfg);
 
 // Private staging fifo pair, allocated and pre-faulted on first use (tcp,
 // ucx and self keep their bytes in these).

@@ -1,14 +1,18 @@
-// UCX transport (UCP stream API, UCX 1.13).  One context and worker per
-// communicator, shared by its UCX connections; worker addresses travel over
-// the authenticated mesh socket.  A connection keeps the same two fifos as
+// UCX transport (UCP stream API, UCX 1.13).  One context per communicator;
+// each connection has a worker of its own, made when the connection is first
+// used, on the connection table's opener thread (a worker shared with
+// connections already moving bytes could not be touched from there: its
+// thread mode is serialized), and the worker addresses travel over the
+// control channel's share for the level.  A connection keeps the same two fifos as
 // tcp: committed bytes are posted with ucp_stream_send_nbx straight from the
 // send fifo (released when UCX completes them), and a ucp_stream_recv_nbx is
 // kept posted on the free part of the receive fifo.  UCX picks the wire
 // (UCX_TLS: shared memory, tcp, RDMA verbs); its variables keep working.
 // Not marked per flow class: one context serves every level, and UCX_IB_SL /
-// UCX_IB_TRAFFIC_CLASS are per context (a context per class comes with the
-// per-(peer, flow) connection table); UCX's tcp transport has no DSCP
-// setting at all, so marking over TCP is the tern tcp transport's (README).
+// UCX_IB_TRAFFIC_CLASS are per context (a context per class is the next
+// step: the connection table already opens each level's endpoint on its
+// own); UCX's tcp transport has no DSCP setting at all, so marking over TCP
+// is the tern tcp transport's (README).
 // A peer that dies raises the endpoint's error handler: the connection is
 // marked gone, which fails only the steps that still need it.
 #include <ucp/api/ucp.h>
@@ -16,6 +20,7 @@
 
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <vector>
 
 #include "base/error.h"
@@ -26,10 +31,9 @@
 namespace tern {
 
 struct UcxShared {
+  std::mutex mu;  // opener threads make the context once
   ucp_context_h context = nullptr;
-  ucp_worker_h worker = nullptr;
   ~UcxShared() {
-    if (worker) ucp_worker_destroy(worker);
     if (context) ucp_cleanup(context);
   }
 };
@@ -43,8 +47,9 @@ ternResult_t ucxError(const char* what, ucs_status_t st) {
   return setError(ternSystemError, std::string(what) + ": " + ucs_status_string(st));
 }
 
-ternResult_t makeShared(const Config& tc, std::shared_ptr<UcxShared>* out) {
-  auto s = std::make_shared<UcxShared>();
+ternResult_t makeContext(const Config& tc, UcxShared* s) {
+  std::lock_guard<std::mutex> lk(s->mu);
+  if (s->context) return ternSuccess;
   ucp_config_t* cfg;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
   if (st != UCS_OK) return ucxError("ucp_config_read", st);
@@ -55,17 +60,12 @@ ternResult_t makeShared(const Config& tc, std::shared_ptr<UcxShared>* out) {
     return ucxError("ucp_config_modify(NET_DEVICES)", st);
   }
   ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_STREAM;
+  params.mt_workers_shared = 1;  // workers are made and driven on different threads
   st = ucp_init(&params, cfg, &s->context);
   ucp_config_release(cfg);
   if (st != UCS_OK) return ucxError("ucp_init", st);
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // one operation at a time, any thread
-  st = ucp_worker_create(s->context, &wp, &s->worker);
-  if (st != UCS_OK) return ucxError("ucp_worker_create", st);
-  *out = std::move(s);
   return ternSuccess;
 }
 
@@ -73,9 +73,15 @@ class UcxConn : public Conn {
  public:
   UcxConn(std::shared_ptr<UcxShared> shared, size_t cap) : shared_(std::move(shared)), st_(cap) {}
   ~UcxConn() override {
+    if (!worker_) return;  // never opened
+    closeEndpoint();
+    ucp_worker_destroy(worker_);
+  }
+
+  void closeEndpoint() {
     // Close gracefully (delivering what is in flight) for up to a second,
     // then by force; outstanding requests then complete and can be freed.
-    if (recvReq_) ucp_request_cancel(shared_->worker, recvReq_);
+    if (recvReq_) ucp_request_cancel(worker_, recvReq_);
     if (ep_) {
       bool closed = false;
       for (uint32_t flags : {0u, static_cast<uint32_t>(UCP_EP_CLOSE_FLAG_FORCE)}) {
@@ -87,7 +93,7 @@ class UcxConn : public Conn {
         Deadline d = deadlineAfter(flags ? 1.0 : (gone ? 0.0 : 1.0));
         while (UCS_PTR_IS_PTR(req) && ucp_request_check_status(req) == UCS_INPROGRESS &&
                Clock::now() < d)
-          ucp_worker_progress(shared_->worker);
+          ucp_worker_progress(worker_);
         closed = !UCS_PTR_IS_PTR(req) || ucp_request_check_status(req) != UCS_INPROGRESS;
         if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
         if (!closed && flags) break;  // leave it to ucp_worker_destroy
@@ -108,22 +114,35 @@ class UcxConn : public Conn {
     return mapStaging(st_.recvMem(), &recvMemh_);
   }
 
-  // Every level's endpoint is made in the same order on both sides, which is
-  // how UCP pairs the endpoints two workers create to each other.
-  ternResult_t connect(const ConnSetup& s) {
+  // One endpoint per worker pair: UCP pairs the endpoints two workers create
+  // to each other in creation order, which a worker per connection keeps
+  // trivially right however the levels' openings interleave.
+  ternResult_t open(const ConnSetup& s) override {
+    TERN_CHECK(makeContext(*s.cfg, shared_.get()));
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // one operation at a time, any thread
+    ucs_status_t st = ucp_worker_create(shared_->context, &wp, &worker_);
+    if (st != UCS_OK) return ucxError("ucp_worker_create", st);
+    TERN_CHECK(connectTo(s));
+    TERN_LOG(Trace, "ucx connection to rank %d at level %d", s.peer, s.level);
+    return ternSuccess;
+  }
+
+  ternResult_t connectTo(const ConnSetup& s) {
     ucp_address_t* addr;
     size_t len;
-    ucs_status_t st = ucp_worker_get_address(shared_->worker, &addr, &len);
+    ucs_status_t st = ucp_worker_get_address(worker_, &addr, &len);
     if (st != UCS_OK) return ucxError("ucp_worker_get_address", st);
     uint64_t mine = len, theirs = 0;
-    ternResult_t r = sendAll(s.meshFd, &mine, sizeof mine, s.deadline);
-    if (r == ternSuccess) r = sendAll(s.meshFd, addr, len, s.deadline);
-    ucp_worker_release_address(shared_->worker, addr);
-    if (r == ternSuccess) r = recvAll(s.meshFd, &theirs, sizeof theirs, s.deadline);
+    ternResult_t r = s.ch->send(&mine, sizeof mine, s.deadline);
+    if (r == ternSuccess) r = s.ch->send(addr, len, s.deadline);
+    ucp_worker_release_address(worker_, addr);
+    if (r == ternSuccess) r = s.ch->recv(&theirs, sizeof theirs, s.deadline);
     if (r == ternSuccess && (theirs == 0 || theirs > (1 << 20)))
       r = setError(ternRemoteError, "rank " + std::to_string(s.peer) + " sent a bad UCX address");
     std::vector<char> remote(theirs);
-    if (r == ternSuccess) r = recvAll(s.meshFd, remote.data(), theirs, s.deadline);
+    if (r == ternSuccess) r = s.ch->recv(remote.data(), theirs, s.deadline);
     TERN_CHECK(r);
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -132,14 +151,14 @@ class UcxConn : public Conn {
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t) { static_cast<UcxConn*>(arg)->gone = true; };
     ep.err_handler.arg = this;
-    st = ucp_ep_create(shared_->worker, &ep, &ep_);
+    st = ucp_ep_create(worker_, &ep, &ep_);
     if (st != UCS_OK) {
       // UCX 1.13's shared-memory transports cannot report peer failures; a
       // dead peer is still seen through the idle mesh socket.
       TERN_LOG(Info, "ucx endpoint to rank %d without peer-failure handling (%s)", s.peer,
                ucs_status_string(st));
       ep.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
-      st = ucp_ep_create(shared_->worker, &ep, &ep_);
+      st = ucp_ep_create(worker_, &ep, &ep_);
     }
     if (st != UCS_OK) return ucxError("ucp_ep_create", st);
     return ternSuccess;
@@ -156,7 +175,7 @@ class UcxConn : public Conn {
   bool needsProgress() const override { return true; }
 
   ternResult_t progress(bool* moved) override {
-    *moved = ucp_worker_progress(shared_->worker) > 0;
+    *moved = ucp_worker_progress(worker_) > 0;
     TERN_CHECK(reapSends(moved));
     TERN_CHECK(postSends(moved));
     return pumpRecv(moved);
@@ -243,14 +262,17 @@ class UcxConn : public Conn {
         ucp_request_free(recvReq_);
         recvReq_ = nullptr;
         if (st != UCS_OK) {
-          gone = true;  // like a closed socket: what arrived stays readable
+          gone = recvEnded_ = true;  // like a closed socket: what arrived stays readable
           return ternSuccess;
         }
         recv_().produce(len);
         countRecv(len);
         *moved = true;
       }
-      if (gone) return ternSuccess;
+      // Not `gone`: the control socket may report the peer's exit (its
+      // connection table reads it at once) while what it sent before still
+      // waits inside UCX; only our own endpoint's failure ends receiving.
+      if (recvEnded_) return ternSuccess;
       char* p;
       size_t space = recv_().writable(&p);
       if (space == 0) return ternSuccess;
@@ -258,7 +280,7 @@ class UcxConn : public Conn {
       ucp_request_param_t prm = withMemh(recvMemh_);
       void* req = ucp_stream_recv_nbx(ep_, p, space, &len, &prm);
       if (UCS_PTR_IS_ERR(req)) {
-        gone = true;
+        gone = recvEnded_ = true;
         return ternSuccess;
       }
       if (req == nullptr) {
@@ -277,27 +299,24 @@ class UcxConn : public Conn {
   Staging& cst() const { return const_cast<Staging&>(st_); }
 
   std::shared_ptr<UcxShared> shared_;
+  ucp_worker_h worker_ = nullptr;
   ucp_ep_h ep_ = nullptr;
   Staging st_;
   ucp_mem_h sendMemh_ = nullptr, recvMemh_ = nullptr;  // the fifos, mapped once
   std::deque<Send> sends_;
   size_t posted_ = 0;  // bytes handed to UCX and not yet released
   void* recvReq_ = nullptr;
+  bool recvEnded_ = false;  // our endpoint failed: nothing more arrives
 };
 
 }  // namespace
 
 bool ucxAvailable() { return true; }
 
-ternResult_t makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared>* shared,
-                         std::unique_ptr<Conn>* out) {
-  if (!*shared) TERN_CHECK(makeShared(*s.cfg, shared));
-  auto c = std::make_unique<UcxConn>(*shared, s.cfg->fifoBytes);
-  c->peer = s.peer;
-  TERN_CHECK(c->connect(s));
-  TERN_LOG(Trace, "ucx connection to rank %d at level %d", s.peer, s.level);
-  *out = std::move(c);
-  return ternSuccess;
+std::shared_ptr<UcxShared> makeUcxShared() { return std::make_shared<UcxShared>(); }
+
+std::unique_ptr<Conn> makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared> shared) {
+  return std::make_unique<UcxConn>(std::move(shared), s.cfg->fifoBytes);
 }
 
 }  // namespace tern

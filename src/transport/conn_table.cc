@@ -1,0 +1,374 @@
+#include "transport/conn_table.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace tern {
+
+namespace {
+
+// Every message on a control socket after the mesh is formed.
+struct Frame {
+  uint32_t magic;
+  uint16_t type;
+  uint16_t level;
+  uint32_t len;  // payload bytes that follow
+};
+constexpr uint32_t kFrameMagic = 0x4e544346;  // "FCTN"
+constexpr uint32_t kMaxPayload = 1 << 20;     // a UCX worker address is the largest
+enum FrameType : uint16_t {
+  kNotice = 1,  // payload: uint32 code, then the sentence (why this rank failed)
+  kOpen = 2,    // open (peer, level): the sender's end is opening
+  kData = 3,    // a transport's opening message for (peer, level)
+};
+
+std::string frame(uint16_t type, int level, const void* p, size_t n) {
+  Frame h{kFrameMagic, type, static_cast<uint16_t>(level), static_cast<uint32_t>(n)};
+  std::string out(reinterpret_cast<const char*>(&h), sizeof h);
+  out.append(static_cast<const char*>(p), n);
+  return out;
+}
+
+}  // namespace
+
+// A (peer, level): its connection, and its share of the control socket
+// while it opens (what the peer sent for it; the socket it dialled).
+struct ConnTable::Slot : Channel {
+  ConnTable* table = nullptr;
+  int peer = 0, level = 0;
+  std::unique_ptr<Conn> conn;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string in;        // opening messages from the peer, not yet read
+  int fd = -1;           // tcp: the socket the peer dialled, until open() takes it
+  bool closed = false;   // the control socket closed, or the table stops
+  std::string error;     // why opening failed (written before openState = kFailed)
+  ternResult_t code = ternSuccess;
+  std::thread th;        // the opening
+
+  ~Slot() override { closeFd(fd); }
+
+  ternResult_t send(const void* p, size_t n, Deadline d) override {
+    return table->sendFrame(peer, kData, level, p, n, d);
+  }
+
+  // Waits for `ready` (under mu) until d; the failure says what was awaited.
+  template <class Ready>
+  ternResult_t await(Deadline d, Ready ready, std::unique_lock<std::mutex>& lk) {
+    if (cv.wait_until(lk, d, [&] { return ready() || closed; }) && ready()) return ternSuccess;
+    if (closed)
+      return setError(ternRemoteError, "rank " + std::to_string(peer) +
+                                           " closed its control connection while the connection "
+                                           "at level " + std::to_string(level) + " was opening");
+    return setError(ternTimeout, "rank " + std::to_string(peer) + " did not answer within "
+                                     "TERN_TIMEOUT while the connection at level " +
+                                     std::to_string(level) + " was opening: dead or stalled peer?");
+  }
+
+  ternResult_t recv(void* p, size_t n, Deadline d) override {
+    std::unique_lock<std::mutex> lk(mu);
+    TERN_CHECK(await(d, [&] { return in.size() >= n; }, lk));
+    memcpy(p, in.data(), n);
+    in.erase(0, n);
+    return ternSuccess;
+  }
+
+  // A peer may dial, send and exit before its socket is through our gate:
+  // once its control socket has closed, what it dialled before still gets
+  // the gate's handshake time to arrive.
+  ternResult_t accepted(Deadline d, int* out) override {
+    std::unique_lock<std::mutex> lk(mu);
+    auto have = [&] { return fd >= 0; };
+    if (!cv.wait_until(lk, d, [&] { return have() || closed; }) || !have())
+      cv.wait_until(lk, std::min(d, deadlineAfter(table->cfg_->handshakeSec)), have);
+    TERN_CHECK(await(Clock::now(), have, lk));
+    *out = fd;
+    fd = -1;
+    return ternSuccess;
+  }
+
+  void close() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      closed = true;
+    }
+    cv.notify_all();
+  }
+};
+
+ConnTable::ConnTable(TableSetup s)
+    : rank_(s.rank), nranks_(s.nranks), cfg_(s.cfg), secret_(s.secret), addrs_(std::move(s.addrs)),
+      transports_(std::move(s.transports)), onNotice_(std::move(s.onNotice)),
+      meshFd_(std::move(s.meshFd)), lfd_(s.listenFd), gate_(std::move(s.gate)) {
+  std::copy(std::begin(s.marks), std::end(s.marks), marks_);
+  for (int p = 0; p < nranks_; ++p) sendMu_.push_back(std::make_unique<std::mutex>());
+  ctlIn_.assign(nranks_, std::string());
+  ctlClosed_.assign(nranks_, false);
+  for (int p = 0; p < nranks_; ++p)
+    for (int level = 0; level < TERN_PRIORITY_LEVELS; ++level) {
+      auto sl = std::make_unique<Slot>();
+      sl->table = this;
+      sl->peer = p;
+      sl->level = level;
+      sl->conn = s.transportOf[p]->make(setupFor(p, level));
+      sl->conn->peer = p;
+      sl->conn->level = level;
+      sl->conn->flowClass = marks_[level].flowClass;
+      sl->conn->opener = this;
+      view_[level].push_back(sl->conn.get());
+      slots_.push_back(std::move(sl));
+    }
+  if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) wake_[0] = wake_[1] = -1;
+}
+
+void ConnTable::start() { ctl_ = std::thread(&ConnTable::controlLoop, this); }
+
+ConnTable::~ConnTable() {
+  stop_ = true;
+  wake();
+  if (ctl_.joinable()) ctl_.join();
+  for (auto& s : slots_) s->close();
+  for (auto& s : slots_)
+    if (s->th.joinable()) s->th.join();
+  for (int& fd : meshFd_) closeFd(fd);
+  gate_.reset();  // drops handshakes under way; the listener is ours to close
+  closeFd(lfd_);
+  closeFd(wake_[0]);
+  closeFd(wake_[1]);
+}
+
+ConnSetup ConnTable::setupFor(int peer, int level) const {
+  ConnSetup cs{rank_, peer, level, cfg_, Deadline{}, marks_[level], nullptr, addrs_[peer], nullptr};
+  cs.secret = &secret_;
+  return cs;
+}
+
+ternResult_t ConnTable::connect(int peer, int level) {
+  if (peer < 0 || peer >= nranks_ || level < 0 || level >= TERN_PRIORITY_LEVELS)
+    return setError(ternInvalidArgument, "no connection to rank " + std::to_string(peer) +
+                                             " at level " + std::to_string(level));
+  bool ready;
+  return request(*conn(peer, level), &ready);
+}
+
+ternResult_t ConnTable::request(Conn& c, bool* ready) {
+  Slot& s = slot(c.peer, c.level);
+  int st = c.openState.load(std::memory_order_acquire);
+  if (st == Conn::kUnopened) {
+    if (c.gone)
+      return setError(ternRemoteError, "rank " + std::to_string(c.peer) +
+                                           " exited or failed before the connection at level " +
+                                           std::to_string(c.level) + " was opened");
+    begin(s, true);
+    st = c.openState.load(std::memory_order_acquire);
+  }
+  *ready = st == Conn::kOpen;
+  if (st == Conn::kFailed) return setError(s.code, s.error);
+  return ternSuccess;
+}
+
+void ConnTable::begin(Slot& s, bool announce) {
+  int expected = Conn::kUnopened;
+  if (!s.conn->openState.compare_exchange_strong(expected, Conn::kOpening)) return;
+  if (s.peer == rank_) {  // a loop in this process: nothing to agree on
+    finish(s, s.conn->activate());
+    return;
+  }
+  opening_.fetch_add(1);
+  wake();  // the control thread serves the gate's handshakes more often now
+  s.th = std::thread(&ConnTable::runOpen, this, std::ref(s), announce);
+}
+
+void ConnTable::runOpen(Slot& s, bool announce) {
+  setLogRank(rank_);
+  ConnSetup cs = setupFor(s.peer, s.level);
+  cs.deadline = deadlineAfter(cfg_->timeoutSec);
+  cs.ch = &s;
+  ternResult_t r = announce ? sendFrame(s.peer, kOpen, s.level, nullptr, 0, cs.deadline) : ternSuccess;
+  if (r == ternSuccess) r = s.conn->open(cs);
+  if (r == ternSuccess) r = s.conn->activate();
+  finish(s, r);
+  opening_.fetch_sub(1);
+}
+
+void ConnTable::finish(Slot& s, ternResult_t r) {
+  if (r != ternSuccess) {  // the operations waiting for it report it (Conn::use)
+    s.code = r == ternTimeout ? ternTimeout : ternRemoteError;
+    s.error = "cannot open the " + std::string(s.conn->name()) + " connection to rank " +
+              std::to_string(s.peer) + " at level " + std::to_string(s.level) + ": " +
+              lastThreadError();
+    s.conn->openState.store(Conn::kFailed, std::memory_order_release);
+    return;
+  }
+  if (s.peer != rank_) {
+    opened_.fetch_add(1);
+    TERN_LOG(Info, "opened the %s connection to rank %d at level %d (flow class %d)",
+             s.conn->name(), s.peer, s.level, marks_[s.level].flowClass);
+  }
+  s.conn->openState.store(Conn::kOpen, std::memory_order_release);
+}
+
+ternResult_t ConnTable::sendFrame(int peer, int type, int level, const void* p, size_t n,
+                                  Deadline d) {
+  const std::string f = frame(static_cast<uint16_t>(type), level, p, n);
+  std::lock_guard<std::mutex> lk(*sendMu_[peer]);
+  return sendAll(meshFd_[peer], f.data(), f.size(), d);
+}
+
+void ConnTable::notifyAll(ternResult_t code, const std::string& why) {
+  std::string payload(4, '\0');
+  const uint32_t c = static_cast<uint32_t>(code);
+  memcpy(&payload[0], &c, 4);
+  payload += why.substr(0, kMaxPayload - 4);
+  const std::string f = frame(kNotice, 0, payload.data(), payload.size());
+  for (int p = 0; p < nranks_; ++p) {
+    if (meshFd_[p] < 0) continue;
+    std::lock_guard<std::mutex> lk(*sendMu_[p]);
+    (void)!::send(meshFd_[p], f.data(), f.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+}
+
+void ConnTable::shutDown() {
+  for (auto& s : slots_) s->conn->gone = true;  // nothing more goes out: no graceful close
+  for (int fd : meshFd_)
+    if (fd >= 0) shutdown(fd, SHUT_RDWR);
+}
+
+void ConnTable::wake() {
+  const char b = 1;
+  if (wake_[1] >= 0) (void)!write(wake_[1], &b, 1);
+}
+
+// Polled even when a data connection saw the peer go: a notice it sent
+// before closing must still be read.
+void ConnTable::serviceControl() {
+  std::lock_guard<std::mutex> lk(serveMu_);
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  for (int p = 0; p < nranks_; ++p) {
+    if (meshFd_[p] < 0 || ctlClosed_[p]) continue;
+    fds.push_back({meshFd_[p], POLLIN, 0});
+    who.push_back(p);
+  }
+  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (size_t i = 0; i < fds.size(); ++i)
+    if (fds[i].revents) readControl(who[i]);
+}
+
+void ConnTable::readControl(int p) {
+  char buf[4096];
+  bool closed = false;
+  for (;;) {
+    ssize_t k = ::recv(meshFd_[p], buf, sizeof buf, MSG_DONTWAIT);
+    if (k > 0) {
+      ctlIn_[p].append(buf, static_cast<size_t>(k));
+      continue;
+    }
+    closed = !(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+    break;
+  }
+  std::string& in = ctlIn_[p];
+  size_t off = 0;
+  Frame h;
+  while (in.size() - off >= sizeof h) {
+    memcpy(&h, in.data() + off, sizeof h);
+    if (h.magic != kFrameMagic || h.len > kMaxPayload || h.level >= TERN_PRIORITY_LEVELS) {
+      TERN_LOG(Warn, "rank %d sent a malformed control message: its control connection is dropped", p);
+      off = in.size();
+      closed = true;
+      break;
+    }
+    if (in.size() - off < sizeof h + h.len) break;
+    dispatch(p, h.type, h.level, in.substr(off + sizeof h, h.len));
+    off += sizeof h + h.len;
+  }
+  in.erase(0, off);
+  if (closed) peerClosed(p);
+}
+
+void ConnTable::dispatch(int peer, int type, int level, const std::string& payload) {
+  Slot& s = slot(peer, level);
+  if (type == kNotice && payload.size() >= 4) {
+    uint32_t code;
+    memcpy(&code, payload.data(), 4);
+    if (onNotice_) onNotice_(peer, static_cast<ternResult_t>(code), payload.substr(4));
+  } else if (type == kOpen) {
+    begin(s, false);
+  } else if (type == kData) {
+    {
+      std::lock_guard<std::mutex> lk(s.mu);
+      s.in += payload;
+    }
+    s.cv.notify_all();
+  }
+}
+
+// The peer exited or failed: its connections are gone (what it sent before
+// stays readable) and its openings end now.
+void ConnTable::peerClosed(int p) {
+  ctlClosed_[p] = true;
+  for (int level = 0; level < TERN_PRIORITY_LEVELS; ++level) {
+    Slot& s = slot(p, level);
+    s.conn->gone = true;
+    s.close();
+  }
+}
+
+// A lower rank dialled the socket of a level it opens with us.
+void ConnTable::takeLevelSocket(Admitted& a) {
+  const int level = a.trailer.empty() ? -1 : static_cast<unsigned char>(a.trailer[0]) - 1;
+  if (a.rank < 0 || a.rank >= rank_ || level < 0 || level >= TERN_PRIORITY_LEVELS) {
+    gate_->refuse(a, "unexpected rank " + std::to_string(a.rank) + " or level " + std::to_string(level));
+    return;
+  }
+  Slot& s = slot(a.rank, level);
+  std::unique_lock<std::mutex> lk(s.mu);
+  if (s.fd >= 0 || s.conn->openState.load() != Conn::kOpening) {
+    lk.unlock();
+    gate_->refuse(a, "a socket for level " + std::to_string(level) + " that is not opening");
+    return;
+  }
+  s.fd = a.fd;
+  lk.unlock();
+  s.cv.notify_all();
+}
+
+void ConnTable::admitLevelSockets() {
+  Admitted a;
+  // A short wait serves the handshakes under way; a timeout just means none is complete.
+  while (gate_->tryNext(deadlineAfter(0.001), &a)) takeLevelSocket(a);
+}
+
+// Reads the control sockets as messages arrive (a notice, a peer opening a
+// level with us, its opening messages) and admits the level sockets lower
+// ranks dial.  While openings are under way it wakes every few milliseconds
+// so that the gate's handshakes (their sockets are the gate's) move on;
+// otherwise it sleeps until a socket or the table wakes it (an idle
+// communicator costs no wake-ups; a stranger's handshake waits for the next
+// event, holding one socket, at most the gate's 256).
+void ConnTable::controlLoop() {
+  setLogRank(rank_);
+  while (!stop_.load()) {
+    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {lfd_, POLLIN, 0}};
+    {
+      std::lock_guard<std::mutex> lk(serveMu_);  // ctlClosed_ changes under it
+      for (int p = 0; p < nranks_; ++p)
+        if (meshFd_[p] >= 0 && !ctlClosed_[p]) fds.push_back({meshFd_[p], POLLIN, 0});
+    }
+    const bool opening = opening_.load() > 0;
+    if (poll(fds.data(), fds.size(), opening ? 5 : -1) < 0 && errno != EINTR) break;
+    char drain[64];
+    if (fds[0].revents) (void)!read(wake_[0], drain, sizeof drain);
+    serviceControl();
+    if (gate_ && (fds[1].revents || opening)) admitLevelSockets();
+  }
+}
+
+}  // namespace tern

@@ -1,0 +1,119 @@
+// The connection table: every (peer, level) connection of a communicator,
+// made unopened at creation (no socket, segment, endpoint or memory) and
+// opened on first use or whenever asked (connect), by the transport the
+// registry picked for the peer.  The table owns the control socket to each
+// peer and frames it: a failure notice, a request to open a level, and the
+// transports' own opening messages per (peer, level) travel on it without
+// mixing.  It also owns this rank's listener, where lower ranks dial the tcp
+// sockets of the levels they open.
+//
+// Opening runs on a thread per connection being opened (blocking, until
+// TERN_TIMEOUT), never on the progress thread: the engine's step that first
+// touches a connection waits for it (Conn::use) while every other step runs.
+// Either end may start an opening, both at once included: each end sends one
+// request per (peer, level) at most, and a request for a connection already
+// opening is the same opening.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/auth.h"
+#include "base/gate.h"
+#include "transport/registry.h"
+#include "transport/transport.h"
+
+namespace tern {
+
+// What the communicator hands over once its mesh stands.
+struct TableSetup {
+  int rank = 0, nranks = 0;
+  const Config* cfg = nullptr;
+  Secret secret{};
+  std::vector<int> meshFd;                       // control sockets (-1: self), taken over
+  std::vector<SockAddr> addrs;                   // every rank's listener
+  int listenFd = -1;                             // this rank's listener, taken over
+  std::unique_ptr<AuthGate> gate;                // its gate, taken over
+  std::vector<std::unique_ptr<Transport>> transports;
+  std::vector<Transport*> transportOf;           // per peer, agreed by both ends
+  FlowMark marks[TERN_PRIORITY_LEVELS];                       // each level's flow class and marking
+  // A peer's failure notice: its code and sentence (called on any thread).
+  std::function<void(int peer, ternResult_t code, const std::string& why)> onNotice;
+};
+
+class ConnTable : public ConnOpener {
+ public:
+  explicit ConnTable(TableSetup s);
+  // Starts reading the control sockets (once whoever handles the notices
+  // can be reached through the table).
+  void start();
+  // Stops the control thread, ends the openings under way (their peers see
+  // the control socket close), then closes every connection.
+  ~ConnTable() override;
+
+  // The connections of a level, per peer (self included), as plans see them.
+  const std::vector<Conn*>& view(int level) const { return view_[level]; }
+  Conn* conn(int peer, int level) const { return view_[level][peer]; }
+  // Starts opening (peer, level) now, if it is not open or opening.
+  ternResult_t connect(int peer, int level);
+  // ConnOpener: the engine's first use.
+  ternResult_t request(Conn& c, bool* ready) override;
+  // Connections to other ranks opened so far (statistics, tests).
+  int openedCount() const { return opened_.load(); }
+
+  // Sends a failure notice to every peer (best effort: it never blocks).
+  void notifyAll(ternResult_t code, const std::string& why);
+  // Reads what the control sockets hold now (notices first of all).
+  void serviceControl();
+  // Every connection is gone and the control sockets are shut down: peers
+  // blocked on us fail fast.
+  void shutDown();
+  int controlFd(int peer) const { return meshFd_[peer]; }
+
+ private:
+  struct Slot;
+  Slot& slot(int peer, int level) { return *slots_[static_cast<size_t>(peer) * TERN_PRIORITY_LEVELS + level]; }
+  ConnSetup setupFor(int peer, int level) const;
+  void begin(Slot& s, bool announce);
+  void runOpen(Slot& s, bool announce);
+  void finish(Slot& s, ternResult_t r);
+  void wake();
+  ternResult_t sendFrame(int peer, int type, int level, const void* p, size_t n, Deadline d);
+  void controlLoop();
+  void readControl(int peer);
+  void dispatch(int peer, int type, int level, const std::string& payload);
+  void admitLevelSockets();
+  void takeLevelSocket(Admitted& a);
+  void peerClosed(int peer);
+
+  int rank_, nranks_;
+  const Config* cfg_;
+  Secret secret_;
+  std::vector<SockAddr> addrs_;
+  FlowMark marks_[TERN_PRIORITY_LEVELS];
+  std::vector<std::unique_ptr<Transport>> transports_;  // outlive the connections below
+  std::vector<std::unique_ptr<Slot>> slots_;           // [peer * TERN_PRIORITY_LEVELS + level]
+  std::vector<Conn*> view_[TERN_PRIORITY_LEVELS];
+  std::function<void(int, ternResult_t, const std::string&)> onNotice_;
+
+  // The control sockets.  serveMu_: one reader at a time (the control thread
+  // or a health check); sendMu_[peer]: whole frames.
+  std::vector<int> meshFd_;
+  std::vector<std::unique_ptr<std::mutex>> sendMu_;
+  std::vector<std::string> ctlIn_;
+  std::vector<bool> ctlClosed_;
+  std::mutex serveMu_;
+  int lfd_;
+  std::unique_ptr<AuthGate> gate_;
+  int wake_[2] = {-1, -1};
+  std::atomic<bool> stop_{false};
+  std::atomic<int> opening_{0}, opened_{0};
+  std::thread ctl_;
+};
+
+}  // namespace tern
