@@ -6,6 +6,17 @@
 // plain transfers between the callers' buffers, so large ones between ranks
 // on one host go single copy (Step::direct).
 //
+// Small all-to-all blocks (allToAllFitsFifos) go as one program instead:
+// every send, then every receive.  Each send fits in its fifo whatever the
+// peer does, so the sends never wait on anyone and the receives only on
+// sends that are under way: no deadlock; and one program instead of
+// 2(n-1) is less bookkeeping per call (it reuses the kept step storage: no
+// allocation).  Since every send has left before the first receive writes,
+// in place needs no staging copy either.  Peers are visited in shifted
+// order (rank r sends to r+1, r+2, ... and receives from r-1, r-2, ...), so
+// the peer a rank waits on first is the one that sent to it first, and no
+// rank is everyone's first peer.
+//
 // The rank that only receives (gather's root, scatter's non-roots) also sends
 // its descriptor the other way (a zero-byte step): two ranks that both think
 // they are the root then find out, because each reads the other's
@@ -29,20 +40,47 @@ void transfer(Phase* ph, Conn* in, Conn* out, const char* src, char* dst, size_t
   ph->progs.push_back(std::move(p));
 }
 
+// The peer k places after this rank (k = 1 .. n-1) and its block's offset.
+int shifted(const PlanCtx& x, int k) { return (x.rank + k) % x.nranks; }
+size_t blockAt(int peer, size_t blockBytes) { return static_cast<size_t>(peer) * blockBytes; }
+
+// Sends first, then receives, in one program (see the file comment).  Plain
+// steps, never single copy: a direct send is done only once its receiver has
+// read it, and that receiver reads only after its own sends.
+void planAllToAllSmall(const PlanCtx& x, const char* s, char* d, size_t blockBytes, Phase* ph) {
+  const int n = x.nranks;
+  ph->progs.resize(1);
+  Program& prog = ph->progs[0];
+  for (int k = 1; k < n; ++k) {
+    const int p = shifted(x, k);
+    prog.add({nullptr, x.conn(p), s + blockAt(p, blockBytes), nullptr, blockBytes});
+  }
+  for (int k = 1; k < n; ++k) {
+    const int p = shifted(x, n - k);
+    prog.add({x.conn(p), nullptr, nullptr, d + blockAt(p, blockBytes), blockBytes});
+  }
+}
+
 }  // namespace
+
+bool allToAllFitsFifos(const PlanCtx& x, size_t blockBytes) {
+  // A quarter of the fifo: the block, its descriptor and padding fit beside
+  // a previous call's message that the peer has not read yet.
+  return blockBytes <= x.cfg->smallBytes && blockBytes + 2 * sizeof(OpDesc) <= x.cfg->fifoBytes / 4;
+}
 
 void planAllToAll(const PlanCtx& x, const void* src, void* dst, size_t blockBytes, Phase* ph) {
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
+  const size_t mine = blockAt(x.rank, blockBytes);
   ph->what = "all-to-all";
-  for (int p = 0; p < x.nranks; ++p) {
-    size_t off = static_cast<size_t>(p) * blockBytes;
-    if (p == x.rank) {
-      if (s != d) x.mem->copy(d + off, s + off, blockBytes);
-      continue;
-    }
-    transfer(ph, nullptr, x.conn(p), s + off, nullptr, blockBytes);
-    transfer(ph, x.conn(p), nullptr, nullptr, d + off, blockBytes);
+  if (s != d) x.mem->copy(d + mine, s + mine, blockBytes);
+  if (x.nranks == 1) return;
+  if (allToAllFitsFifos(x, blockBytes)) return planAllToAllSmall(x, s, d, blockBytes, ph);
+  for (int k = 1; k < x.nranks; ++k) {
+    const int to = shifted(x, k), from = shifted(x, x.nranks - k);
+    transfer(ph, nullptr, x.conn(to), s + blockAt(to, blockBytes), nullptr, blockBytes);
+    transfer(ph, x.conn(from), nullptr, nullptr, d + blockAt(from, blockBytes), blockBytes);
   }
 }
 
