@@ -172,13 +172,34 @@ int alltoallRepeated(RankCtx& ctx, ternComm_t comm, ternDataType_t dt, size_t co
   return 0;
 }
 
-// Default settings: the threshold is TERN_SMALL_THRESHOLD (32 KiB blocks).
+// A gather to the last rank and a scatter from it, checked.
+template <class T>
+int rootedOnce(RankCtx& ctx, ternComm_t comm, ternDataType_t dt, size_t count) {
+  const int n = ctx.nranks, me = ctx.rank, root = n - 1;
+  std::vector<T> all(count * n), got(count * n, T(7)), mine(count, T(7));
+  for (int j = 0; j < n; ++j)
+    for (size_t i = 0; i < count; ++i) all[j * count + i] = static_cast<T>(value(me, j, i));
+  if (ternGather(all.data() + root * count, got.data(), count, dt, root, comm, nullptr) != ternSuccess ||
+      (me == root && checkBlocks(ctx, got, count, "gather", [&](int j, size_t i) { return value(j, root, i); })))
+    return failf(ctx, "gather count %zu: %s", count, ternGetLastError(comm));
+  if (ternScatter(all.data(), mine.data(), count, dt, root, comm, nullptr) != ternSuccess)
+    return failf(ctx, "scatter count %zu: %s", count, ternGetLastError(comm));
+  for (size_t i = 0; i < count; ++i)
+    if (mine[i] != static_cast<T>(value(root, me, i)))
+      return failf(ctx, "scatter count %zu element %zu is %g", count, i, static_cast<double>(mine[i]));
+  return 0;
+}
+
+// Default settings: the threshold is TERN_SMALL_THRESHOLD (32 KiB blocks);
+// gather and scatter take the same form.
 int thresholdDefaultBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm();
   for (size_t count : {8191, 8192, 8193})
     if (alltoallRepeated<float>(ctx, comm, ternFloat32, count, 2)) return 1;
   for (size_t count : {32767, 32768, 32769})
     if (alltoallRepeated<uint8_t>(ctx, comm, ternUint8, count, 2)) return 1;
+  for (size_t count : {8192, 8193})
+    if (rootedOnce<float>(ctx, comm, ternFloat32, count)) return 1;
   return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
 }
 
@@ -205,6 +226,13 @@ TEST_P(AllToAllThreshold, EitherSideOfTheSmallBlockPath) {
                                                      {"TERN_BUFFSIZE", "8192"},
                                                      {"TERN_SMALL_THRESHOLD", "4096"}}),
                             thresholdSmallFifoBody, 1, 120));
+  // Single copy from below the threshold: small blocks must stay in the
+  // fifo (a direct send in the one-program form would wait for a receiver
+  // that reads only after its own sends), large ones go direct.
+  if (transport == "shm")
+    expectAllRanksOk(runRanks(nranks,
+                              transportEnv(transport, {{"TERN_TIMEOUT", "30"}, {"TERN_SHM_DIRECT", "4096"}}),
+                              thresholdDefaultBody, 1, 120));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, AllToAllThreshold,
