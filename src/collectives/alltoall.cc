@@ -6,6 +6,17 @@
 // plain transfers between the callers' buffers, so large ones between ranks
 // on one host go single copy (Step::direct).
 //
+// Small blocks (allToAllFitsFifos) go as one program instead: every send,
+// then every receive.  Each send fits in its fifo whatever the peer does, so
+// the sends never wait on anyone and the receives only on sends that are
+// under way: no deadlock; and one program instead of 2(n-1) is less
+// bookkeeping per call (it reuses the kept step storage: no allocation).
+// Since every all-to-all send has left before the first receive writes, in
+// place needs no staging copy either.  Peers are visited in shifted order
+// (rank r sends to r+1, r+2, ... and receives from r-1, r-2, ...), so the
+// peer a rank waits on first is the one that sent to it first, and no rank
+// is everyone's first peer.
+//
 // The rank that only receives (gather's root, scatter's non-roots) also sends
 // its descriptor the other way (a zero-byte step): two ranks that both think
 // they are the root then find out, because each reads the other's
@@ -16,33 +27,62 @@ namespace tern {
 
 namespace {
 
-void transfer(Phase* ph, Conn* in, Conn* out, const char* src, char* dst, size_t bytes) {
-  Program p;
-  if (bytes == 0) {  // the descriptor alone
-    Step s;
-    s.in = in;
-    s.out = out;
-    p.steps.push_back(s);
-  } else {
-    p.addTransfer(in, out, src, dst, bytes);
+// Adds a plan's transfers, sends before receives: each its own program, or
+// all in one (`one`: the small-block form).  A zero-byte transfer is the
+// descriptor alone.
+class Transfers {
+ public:
+  // A fresh phase may hold one empty program whose step storage was kept
+  // (resetPhase): the first program is that one.
+  Transfers(Phase* ph, bool one)
+      : ph_(ph), one_(one), spare_(ph->progs.size() == 1 && ph->progs[0].steps.empty()) {
+    if (one) ph->progs.resize(1);
   }
-  ph->progs.push_back(std::move(p));
-}
+  void send(Conn* to, const char* src, size_t bytes) { add(nullptr, to, src, nullptr, bytes); }
+  void recv(Conn* from, char* dst, size_t bytes) { add(from, nullptr, nullptr, dst, bytes); }
+
+ private:
+  void add(Conn* in, Conn* out, const char* src, char* dst, size_t bytes) {
+    Step s{in, out, src, dst, bytes};
+    // Single copy only as programs of their own: a direct send is done once
+    // its receiver has read it, and in one program that receiver reads only
+    // after its own sends.
+    s.direct = !one_ && bytes > 0;
+    if (!one_ && !spare_) ph_->progs.emplace_back();
+    spare_ = false;
+    ph_->progs.back().steps.push_back(s);
+  }
+  Phase* ph_;
+  bool one_, spare_;
+};
+
+// The peer k places after this rank (k = 1 .. n-1) and its block's offset.
+int shifted(const PlanCtx& x, int k) { return (x.rank + k) % x.nranks; }
+size_t blockAt(int peer, size_t blockBytes) { return static_cast<size_t>(peer) * blockBytes; }
 
 }  // namespace
+
+bool allToAllFitsFifos(const PlanCtx& x, size_t blockBytes) {
+  // A quarter of the fifo: the block, its descriptor and padding fit beside
+  // a previous call's message that the peer has not read yet.
+  return blockBytes <= x.cfg->smallBytes && blockBytes + 2 * sizeof(OpDesc) <= x.cfg->fifoBytes / 4;
+}
 
 void planAllToAll(const PlanCtx& x, const void* src, void* dst, size_t blockBytes, Phase* ph) {
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
+  const size_t mine = blockAt(x.rank, blockBytes);
   ph->what = "all-to-all";
-  for (int p = 0; p < x.nranks; ++p) {
-    size_t off = static_cast<size_t>(p) * blockBytes;
-    if (p == x.rank) {
-      if (s != d) x.mem->copy(d + off, s + off, blockBytes);
-      continue;
-    }
-    transfer(ph, nullptr, x.conn(p), s + off, nullptr, blockBytes);
-    transfer(ph, x.conn(p), nullptr, nullptr, d + off, blockBytes);
+  if (s != d) x.mem->copy(d + mine, s + mine, blockBytes);
+  if (x.nranks == 1) return;
+  Transfers t(ph, allToAllFitsFifos(x, blockBytes));
+  for (int k = 1; k < x.nranks; ++k) {
+    const int to = shifted(x, k);
+    t.send(x.conn(to), s + blockAt(to, blockBytes), blockBytes);
+  }
+  for (int k = 1; k < x.nranks; ++k) {
+    const int from = shifted(x, x.nranks - k);
+    t.recv(x.conn(from), d + blockAt(from, blockBytes), blockBytes);
   }
 }
 
@@ -51,19 +91,22 @@ void planGather(const PlanCtx& x, const void* src, void* dst, size_t blockBytes,
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
   ph->what = "gather";
-  if (x.rank != root) {
-    transfer(ph, nullptr, x.conn(root), s, nullptr, blockBytes);
-    transfer(ph, x.conn(root), nullptr, nullptr, nullptr, 0);
+  if (x.nranks == 1) {
+    if (d != s) x.mem->copy(d, s, blockBytes);
     return;
   }
-  for (int p = 0; p < x.nranks; ++p) {
-    char* at = d + static_cast<size_t>(p) * blockBytes;
-    if (p != root) {
-      transfer(ph, x.conn(p), nullptr, nullptr, at, blockBytes);
-      transfer(ph, nullptr, x.conn(p), nullptr, nullptr, 0);
-    } else if (at != s) {
-      x.mem->copy(at, s, blockBytes);
-    }
+  Transfers t(ph, allToAllFitsFifos(x, blockBytes));
+  if (x.rank != root) {
+    t.send(x.conn(root), s, blockBytes);
+    t.recv(x.conn(root), nullptr, 0);
+    return;
+  }
+  char* mine = d + blockAt(root, blockBytes);
+  if (mine != s) x.mem->copy(mine, s, blockBytes);
+  for (int k = 1; k < x.nranks; ++k) t.send(x.conn(shifted(x, k)), nullptr, 0);
+  for (int k = 1; k < x.nranks; ++k) {
+    const int from = shifted(x, k);
+    t.recv(x.conn(from), d + blockAt(from, blockBytes), blockBytes);
   }
 }
 
@@ -72,20 +115,23 @@ void planScatter(const PlanCtx& x, const void* src, void* dst, size_t blockBytes
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
   ph->what = "scatter";
-  if (x.rank != root) {
-    transfer(ph, x.conn(root), nullptr, nullptr, d, blockBytes);
-    transfer(ph, nullptr, x.conn(root), nullptr, nullptr, 0);
+  if (x.nranks == 1) {
+    if (d != s) x.mem->copy(d, s, blockBytes);
     return;
   }
-  for (int p = 0; p < x.nranks; ++p) {
-    const char* at = s + static_cast<size_t>(p) * blockBytes;
-    if (p != root) {
-      transfer(ph, nullptr, x.conn(p), at, nullptr, blockBytes);
-      transfer(ph, x.conn(p), nullptr, nullptr, nullptr, 0);
-    } else if (at != d) {
-      x.mem->copy(d, at, blockBytes);
-    }
+  Transfers t(ph, allToAllFitsFifos(x, blockBytes));
+  if (x.rank != root) {
+    t.send(x.conn(root), nullptr, 0);
+    t.recv(x.conn(root), d, blockBytes);
+    return;
   }
+  const char* mine = s + blockAt(root, blockBytes);
+  if (mine != d) x.mem->copy(d, mine, blockBytes);
+  for (int k = 1; k < x.nranks; ++k) {
+    const int to = shifted(x, k);
+    t.send(x.conn(to), s + blockAt(to, blockBytes), blockBytes);
+  }
+  for (int k = 1; k < x.nranks; ++k) t.recv(x.conn(shifted(x, k)), nullptr, 0);
 }
 
 }  // namespace tern

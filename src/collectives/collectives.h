@@ -38,7 +38,10 @@ void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPer
 void planReduceScatter(const PlanCtx& x, const void* src, void* dst, size_t recvcount,
                        ternDataType_t dt, ternRedOp_t op, Phase* ph);
 
-// Direct transfers (alltoall.cc): blockBytes per rank pair.
+// Direct transfers (alltoall.cc): blockBytes per rank pair.  Blocks that fit
+// the fifos go as one program, sends before receives, so in place (sendbuff
+// == recvbuff) needs no staging copy then.
+bool allToAllFitsFifos(const PlanCtx& x, size_t blockBytes);
 void planAllToAll(const PlanCtx& x, const void* src, void* dst, size_t blockBytes, Phase* ph);
 void planGather(const PlanCtx& x, const void* src, void* dst, size_t blockBytes, int root, Phase* ph);
 void planScatter(const PlanCtx& x, const void* src, void* dst, size_t blockBytes, int root, Phase* ph);

@@ -85,11 +85,13 @@ class DenseTask final : public Task {
 
   // All-to-all sends blocks while others arrive: when the buffers overlap
   // (in place), the send blocks are copied aside first, into scratch kept
-  // between calls.
+  // between calls; unless the blocks are small and exactly in place (every
+  // send leaves before the first receive writes: planAllToAll).
   const void* stagedIfOverlapping(const PlanCtx& x, size_t blockBytes) {
     const size_t total = blockBytes * x.nranks;
     const char *s = static_cast<const char*>(a_.src), *d = static_cast<const char*>(a_.dst);
     if (!(s < d + total && d < s + total)) return a_.src;
+    if (s == d && allToAllFitsFifos(x, blockBytes)) return a_.src;
     staged_ = stagingPool().borrow(total);
     x.mem->copy(staged_.data(), s, total);
     return staged_.data();
