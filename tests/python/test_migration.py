@@ -13,7 +13,9 @@ and live layer migration (seed 000)"), both schedules:
   weight version, no micro-batch dropped or repeated, the micro-batch
   offsets of the protocol;
 - --rebalance: a layer moved off a slowed stage, decided and logged with
-  the planner's predicted gain, bitwise equal to the run without it;
+  the planner's predicted gain, bitwise equal to the run without it; and
+  moved back when the stage recovers, ending on the partition it started
+  with, still bitwise;
 - the demo CLI and its refusals.
 """
 import json
@@ -257,3 +259,66 @@ def test_rebalance_moves_a_layer_off_the_slowed_stage(tmp_path):
     assert rep["partition_by_iter"][-1][1] == 1
     run(Config(stages=3, layers=6, **cfg), str(tmp_path / "plain"))
     assert_bitwise(tmp_path / "re", tmp_path / "plain")
+
+
+def test_rebalance_moves_the_layer_back_when_the_stage_recovers(tmp_path):
+    """Stage 1 is slowed 6x in batches 0-4 only (--slow-stage 1:6.0@0-5): a
+    layer moves off it, and once it computes at full speed again the policy
+    undoes that move ("move back", logged with its predicted gain), so the
+    run ends on the partition it started with; the weights stay bitwise
+    those of the same run without rebalancing.  The threshold (30%) keeps
+    a loaded host's noise from moving layers between healthy stages."""
+    cfg = dict(BASE, width=512, iterations=18, slow={"1": [6.0, 0, 5]})
+    rep = run(Config(stages=3, layers=6, rebalance=True, rebalance_threshold=0.3, **cfg), str(tmp_path / "re"))
+    acted = [e for e in rep["rebalance"] if e["action"] != "hold"]
+    assert [e["action"] for e in acted] == ["move", "move back"], rep["rebalance"]
+    off, back = acted
+    assert off["best_move"][0] == 1 and off["predicted_gain"] > 1.3 and off["iteration"] < 5
+    assert back["best_move"] == off["best_move"][::-1] and back["iteration"] >= 5
+    assert back["predicted_gain"] > 1 / 1.3 and back["new_partition"] == [2, 2, 2]
+    assert len(rep["rebalance"]) == 17  # every boundary evaluated and logged
+    out, home = rep["migrations"]
+    assert (out["from"], out["to"]) == tuple(off["best_move"]) and (home["from"], home["to"]) == (out["to"], 1)
+    assert home["layers"] == out["layers"]  # the same layer went back
+    parts = rep["partition_by_iter"]
+    assert parts[0] == parts[-1] == [2, 2, 2] and [2, 2, 2] not in parts[out["done_iter"]:home["done_iter"]]
+    run(Config(stages=3, layers=6, **cfg), str(tmp_path / "plain"))
+    assert_bitwise(tmp_path / "re", tmp_path / "plain")
+
+
+# ---- the migration's own flow ----
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_the_migration_travels_at_levels_of_its_own(tmp_path, transport):
+    """With every priority level its own network flow class (flow_classes=8),
+    the per-class byte counts (ternCommGetFlowStats) after a migration show
+    the moving weights only at the stream's level and the message only at
+    the migration's: the activations' level carries the activations,
+    gradients and probes of the event log and nothing else, so no migration
+    byte ever sat in the activations' fifo (tern gives each level its own
+    connection).  The wire adds the same framing to every message: stage 0,
+    which takes no part in the migration, gives the per-message figure."""
+    rep = run(Config(stages=3, layers=7, partition=[2, 3, 2], migrate=[[1, 1, 2, 1]], flow_classes=8,
+                     transport=transport, **BASE), str(tmp_path))
+    lv, flows = rep["levels"], rep["flow_stats"]
+    assert len({lv["migration"], lv["pipeline"], lv["control"], lv["stream"]}) == 4
+    layer_bytes = (64 * 64 + 64) * 4
+    pushes = len([e for e in events(tmp_path, 1) if e["kind"] == "mig_push"])
+    framing = []  # (wire bytes beyond the payloads, messages) at the pipeline's level, per stage
+    for s, fs in enumerate(flows):
+        assert fs["flow_classes"] == 8
+        ops = [e for e in events(tmp_path, s)
+               if e["kind"] in ("send_act", "send_grad", "recv_act", "recv_grad", "probe")]
+        wire = fs["bytes_sent"][lv["pipeline"]] + fs["bytes_recv"][lv["pipeline"]]
+        framing.append((wire - sum(e["bytes"] for e in ops), len(ops)))
+    extra0, ops0 = framing[0]
+    assert 0 <= extra0 < 64 * ops0
+    assert all(extra * ops0 == extra0 * ops for extra, ops in framing), framing
+    # The weights: from stage 1 to stage 2 at the stream's level, at least the final version
+    # and at most every pushed one (a push may supersede one that had not started to move).
+    sent, got = flows[1]["bytes_sent"][lv["stream"]], flows[2]["bytes_recv"][lv["stream"]]
+    assert layer_bytes <= sent <= pushes * layer_bytes + 4096 and got == sent
+    # The message (3 floats) and the one-float warm-up of each level: tiny, at the migration's level.
+    assert 0 < flows[1]["bytes_sent"][lv["migration"]] < 1024
+    # Stage 0 takes no part: nothing at either migration level.
+    assert flows[0]["bytes_sent"][lv["stream"]] == flows[0]["bytes_sent"][lv["migration"]] == 0

@@ -12,7 +12,12 @@ import torch
 
 import tern
 
+from .links import CONTROL_LEVEL, PIPELINE_LEVEL
+from .migration import MIGRATION_LEVEL, STREAM_LEVEL
 from .runtime import StageRuntime
+
+# Which tern priority level carries what (the report's "levels"; flow_stats is per class).
+LEVELS = {"migration": MIGRATION_LEVEL, "pipeline": PIPELINE_LEVEL, "control": CONTROL_LEVEL, "stream": STREAM_LEVEL}
 
 
 def run(cfg, save_dir, deadline_s=600):
@@ -99,5 +104,7 @@ def _report(cfg, summaries):
             "loss": tail["losses"],
             "decisions": head["decisions"],
             "rebalance": head["rebalance"],
+            "flow_stats": [s["flow_stats"] for s in summaries],
+            "levels": LEVELS,
             "schedule": cfg.schedule, "stages": cfg.stages, "layers": cfg.layers, "width": cfg.width,
             "batch": cfg.batch}

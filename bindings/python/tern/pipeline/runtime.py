@@ -94,6 +94,9 @@ class StageRuntime:
             m, k = self.cfg.sweep[0]
         for it in range(self.cfg.iterations):
             self._set_emulation(it)
+            if self.partitions[it][self.rank] != self.partition[self.rank]:
+                for cost in self.cost.values():  # an op's cost depends on its layers: measure the new ones
+                    cost.reset()
             self.partition = list(self.partitions[it])
             self.migrator.begin_batch(it)
             self.plan_by_iter.append([m, k])
@@ -280,7 +283,9 @@ class StageRuntime:
                 "version_checks": len(self.stage.version_checks),
                 "decisions": self.replanner.decisions if self.replanner else [],
                 "migrations": self.migrator.done,
-                "rebalance": self.rebalancer.log if self.rebalancer else []}
+                "rebalance": self.rebalancer.log if self.rebalancer else [],
+                # bytes per network flow class: the migration's levels are classes of their own
+                "flow_stats": self.comm.flow_stats() if self.comm is not None else None}
 
     def save(self, directory):
         torch.save(state_dict(self.stage.layers), os.path.join(directory, f"stage{self.rank}.pt"))
