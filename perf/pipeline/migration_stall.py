@@ -4,10 +4,16 @@ stages, shm and tcp, flush and async, one run that migrates a layer at batch
 partition, so the batches after it are no slower by themselves), and
 per run: the median iteration before the migration, the median during it
 (message batch .. completion batch), their ratio, and the largest single
-iteration after warm-up over the run's median.  --plot draws every run's
-iteration times with the migration window shaded.
+iteration after warm-up over the run's median; the same ratio for the
+period (one batch's first start to the next one's: the batch plus its
+boundary, where a flushing migration completes).  The runs without
+migration give each figure's noise floor on the same host at the same
+time.  At the end, one line per setup over the repeats: the median ratio
+and its spread (min..max), the worst single iteration.  --plot draws every
+run's iteration times with the migration window shaded.
 
-  PYTHONPATH=build/python /usr/bin/python3 perf/pipeline/migration_stall.py --plot perf/plots/migration_stall.png
+  PYTHONPATH=build/python /usr/bin/python3 perf/pipeline/migration_stall.py --repeats 5 \
+      --json perf/pipeline/migration_stall.json --plot perf/plots/migration_stall.png
 """
 import argparse
 import json
@@ -17,9 +23,6 @@ import sys
 import tempfile
 
 from tern.pipeline import Config, run
-
-SETUPS = [(3, "shm"), (3, "tcp"), (4, "shm"), (4, "tcp")]
-
 
 def migration_for(stages):
     """Stage 1 hands one layer to stage 2: from the partition below to an
@@ -58,14 +61,31 @@ def steps_ms(out, stages):
 
 
 def stall(rep, at):
-    ms = rep["iteration_ms"]
+    ms, period = rep["iteration_ms"], rep["period_ms"]
     (m,) = rep["migrations"] or [{"message_iter": at, "done_iter": at + 1}]
-    before = ms[1:m["message_iter"]]  # batch 0 pays the warm-up
-    during = ms[m["message_iter"]:m["done_iter"] + 1]
+    k, done = m["message_iter"], m["done_iter"]
+    before = ms[1:k]  # batch 0 pays the warm-up
+    during = ms[k:done + 1]
     med = statistics.median(ms[1:])
     return {"before_ms": statistics.median(before), "during_ms": statistics.median(during),
             "ratio": statistics.median(during) / statistics.median(before), "max_over_median": max(ms[1:]) / med,
-            "window": [m["message_iter"], m["done_iter"]], "iteration_ms": ms, "steps_ms": rep["steps_ms"]}
+            "period_ratio": statistics.median(period[k:done + 1]) / statistics.median(period[1:k]),
+            "window": [k, done], "iteration_ms": ms, "period_ms": period, "steps_ms": rep["steps_ms"]}
+
+
+def summary(rows):
+    """One line per (stages, transport, schedule, migrate) over the repeats."""
+    keys = sorted({(r["stages"], r["transport"], r["schedule"], r["migrate"]) for r in rows})
+    out = []
+    for key in keys:
+        runs = [r for r in rows if (r["stages"], r["transport"], r["schedule"], r["migrate"]) == key]
+        ratios, periods = [r["ratio"] for r in runs], [r["period_ratio"] for r in runs]
+        out.append({"stages": key[0], "transport": key[1], "schedule": key[2], "migrate": key[3], "runs": len(runs),
+                    "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+                    "period_ratio_median": statistics.median(periods),
+                    "worst_max_over_median": max(r["max_over_median"] for r in runs),
+                    "steps_ms_median": statistics.median(r["steps_ms"] for r in runs)})
+    return out
 
 
 def main(argv=None):
@@ -77,12 +97,14 @@ def main(argv=None):
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--schedules", default="flush,async")
+    p.add_argument("--setups", default="3:shm,3:tcp,4:shm,4:tcp", help="STAGES:TRANSPORT,...")
     p.add_argument("--json", help="write every run here")
     p.add_argument("--plot", help="a PNG of the iteration times")
     args = p.parse_args(argv)
+    setups = [(int(a), b) for a, b in (t.split(":") for t in args.setups.split(","))]
     rows = []
     for rep_i in range(args.repeats):
-        for stages, transport in SETUPS:
+        for stages, transport in setups:
             for schedule in args.schedules.split(","):
                 for migrate in (True, False):  # interleaved: the host's load hits both alike
                     r = stall(one(stages, transport, schedule, migrate, args), args.at)
@@ -90,10 +112,18 @@ def main(argv=None):
                     rows.append(r)
                     print(f"{rep_i} {stages} {transport:3} {schedule:5} {'migrate' if migrate else 'none   '} "
                           f"before {r['before_ms']:7.2f} during {r['during_ms']:7.2f} ratio {r['ratio']:.3f} "
-                          f"max/median {r['max_over_median']:.2f} steps {r['steps_ms']:.2f} ms", flush=True)
+                          f"max/median {r['max_over_median']:.2f} period ratio {r['period_ratio']:.3f} "
+                          f"steps {r['steps_ms']:.2f} ms", flush=True)
+    table = summary(rows)
+    print("stages transport schedule migrate runs | during/before median (min..max) | period ratio | worst max/median")
+    for t in table:
+        print(f"{t['stages']} {t['transport']:3} {t['schedule']:5} {'migrate' if t['migrate'] else 'none   '} {t['runs']} | "
+              f"{t['ratio_median']:.3f} ({t['ratio_min']:.3f}..{t['ratio_max']:.3f}) | {t['period_ratio_median']:.3f} | "
+              f"{t['worst_max_over_median']:.2f}")
+    print(f"load average {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"summary": table, "runs": rows, "loadavg": os.getloadavg()}, f, indent=1)
     if args.plot:
         plot(rows, args.plot)
     return 0

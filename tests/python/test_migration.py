@@ -75,13 +75,13 @@ def check_timing(out, k, src, dst, n):
     assert got["end"] <= first(r, op, k)
     (prep,) = [e for e in r if e["kind"] == "mig_prepare"]
     assert prep["iteration"] == k and prep["end"] <= first(r, op, k) and len(prep["layers"]) == n
-    # Step 3: pushed before each forward from the message on, installed after each backward.
+    # Step 3: pushed before each forward from the split on (right after the step that
+    # made the weights), installed after each backward.
     pushes = [e for e in o if e["kind"] == "mig_push"]
-    assert [e["iteration"] for e in pushes] == list(range(k if src < dst else k + 1, switch + 1))
+    assert [e["iteration"] for e in pushes] == list(range(k + 1, switch + 1))
     for e in pushes:
         assert e["version"] == e["iteration"] and e["end"] <= first(o, "fwd", e["iteration"])
-        if e["iteration"] > k:
-            assert e["start"] >= last(o, "opt", e["iteration"] - 1)
+        assert e["start"] >= last(o, "opt", e["iteration"] - 1)
     installs = [e for e in r if e["kind"] == "mig_install"]
     assert [e["iteration"] for e in installs] == list(range(k, switch))
     for e in installs:
@@ -89,7 +89,7 @@ def check_timing(out, k, src, dst, n):
         assert e["version"] == b + 1
         assert e["start"] >= last(r, "bwd", b) and e["start"] >= last(r, "opt", b)
         assert e["end"] <= first(r, "fwd", b + 1)
-    # Step 4: both switch at the start of batch `switch`, after the last batch on the old partition.
+    # Step 4: both switch between the last batch on the old partition and the first on the new.
     for evs in (o, r):
         (sw,) = [e for e in evs if e["kind"] == "mig_switch"]
         assert sw["iteration"] == switch and len(sw["layers"]) == n

@@ -93,7 +93,11 @@ def _report(cfg, summaries):
                         for i in range(iters)]
     else:  # async: the pipeline never drains; the time between batch completions at stage 0
         iteration_ms = [(head["ends"][i] - head["starts"][i]) * 1e3 for i in range(iters)]
+    firsts = [min(s["starts"][i] for s in summaries) for i in range(iters)]
     return {"iteration_ms": iteration_ms,
+            # wall time from one batch's first start to the next one's: the batch, its
+            # boundary (measure, plan, a completing migration) and any wait between
+            "period_ms": [(b - a) * 1e3 for a, b in zip(firsts, firsts[1:])],
             "partition_by_iter": head["partition_by_iter"],
             "plan_by_iter": head["plan_by_iter"],
             "predicted_ms": head["predicted_ms"],

@@ -47,11 +47,13 @@ class at_level:
 
 
 class Link:
-    def __init__(self, comm, peer, log, send_kind, recv_kind, level=PIPELINE_LEVEL):
+    def __init__(self, comm, peer, log, send_kind, recv_kind, level=PIPELINE_LEVEL, after=None):
+        """after: a link this one replaces (`successor`)."""
         self.comm, self.peer, self.log, self.level = comm, peer, log, level
         self.send_kind, self.recv_kind = send_kind, recv_kind
-        self.emulate_gbps = None
-        self._wire_free = 0.0  # monotonic time the emulated wire is free again
+        self.emulate_gbps = after.emulate_gbps if after else None
+        self._wire_free = after._wire_free if after else 0.0  # monotonic time the emulated wire is free again
+        self._after = after
         self._out = queue.Queue()
         self._error = None
         self._thread = threading.Thread(target=self._sender, name=f"tern-link-{peer}", daemon=True)
@@ -85,6 +87,15 @@ class Link:
         self._out.put(None)
         self._thread.join(timeout=5)
 
+    def successor(self):
+        """A new connection to the same neighbour that replaces this one (a
+        live migration's completion) without blocking the compute thread:
+        its sender thread first waits until this link has sent everything
+        queued to it, then closes it.  tern matches a pair's sends in issue
+        order, so the new link's sends must follow the old one's; receives
+        stay on the compute thread, in order."""
+        return Link(self.comm, self.peer, self.log, self.send_kind, self.recv_kind, self.level, after=self)
+
     def _raise_if_failed(self):
         if self._error is not None:
             raise self._error
@@ -93,6 +104,11 @@ class Link:
 
     def _sender(self):
         tern.set_priority(self.level)  # per thread: this thread's sends only
+        if self._after is not None:
+            self._after._out.join()
+            self._after.close()
+            self._error = self._after._error
+            self._after = None
         while True:
             item = self._out.get()
             try:

@@ -59,14 +59,12 @@ class StageRuntime:
                                                    else ("send_act", "recv_grad")))
 
     def replace_link(self, peer):
-        """A migration's completion: the pair's connection is replaced by a new one."""
-        old = self.up if peer < self.rank else self.down
-        old.drain()
-        old.close()
+        """A migration's completion: the pair's connection is replaced by a new
+        one, which takes over once the old one has sent what was queued to it."""
         if peer < self.rank:
-            self.up = self._link(peer)
+            self.up = self.up.successor()
         else:
-            self.down = self._link(peer)
+            self.down = self.down.successor()
 
     def _calibrate(self):
         """{"fwd"|"bwd": Cost} from one micro-batch of 1 sample and one of the whole batch."""
@@ -82,6 +80,7 @@ class StageRuntime:
                 self._run_flush()
             else:
                 self._run_async()
+            self.migrator.finish()
         finally:
             self.migrator.close()
             for link in (self.up, self.down):
@@ -98,7 +97,6 @@ class StageRuntime:
                 for cost in self.cost.values():  # an op's cost depends on its layers: measure the new ones
                     cost.reset()
             self.partition = list(self.partitions[it])
-            self.migrator.begin_batch(it)
             self.plan_by_iter.append([m, k])
             self.predicted_ms.append(predicted)
             self.partition_by_iter.append(list(self.partition))
