@@ -120,12 +120,17 @@ def main(argv=None):
         print(f"{t['stages']} {t['transport']:3} {t['schedule']:5} {'migrate' if t['migrate'] else 'none   '} {t['runs']} | "
               f"{t['ratio_median']:.3f} ({t['ratio_min']:.3f}..{t['ratio_max']:.3f}) | {t['period_ratio_median']:.3f} | "
               f"{t['worst_max_over_median']:.2f}")
+    return finish(args, {"summary": table, "runs": rows}, lambda path: plot(rows, path))
+
+
+def finish(args, data, draw):
+    """The host's load average (printed and kept: this VM is shared), --json, --plot."""
     print(f"load average {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"summary": table, "runs": rows, "loadavg": os.getloadavg()}, f, indent=1)
+            json.dump(dict(data, loadavg=os.getloadavg(), args=vars(args)), f, indent=1)
     if args.plot:
-        plot(rows, args.plot)
+        draw(args.plot)
     return 0
 
 

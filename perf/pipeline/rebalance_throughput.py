@@ -13,12 +13,11 @@ migration windows shaded.
       --json perf/pipeline/rebalance_throughput.json --plot perf/plots/rebalance_throughput.png
 """
 import argparse
-import json
-import os
 import statistics
 import sys
 import tempfile
 
+from migration_stall import finish  # beside this script
 from tern.pipeline import Config, run
 
 
@@ -80,13 +79,7 @@ def main(argv=None):
             print(f"{transport}: speedup median {statistics.median(sp):.3f} ({min(sp):.3f}..{max(sp):.3f}), "
                   f"after/balanced median {statistics.median(ab):.3f} ({min(ab):.3f}..{max(ab):.3f}), "
                   f"{len(got)} of {args.repeats} runs rebalanced")
-    print(f"load average {os.getloadavg()}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"runs": rows, "loadavg": os.getloadavg(), "args": vars(args)}, f, indent=1)
-    if args.plot:
-        plot(rows, args.plot)
-    return 0
+    return finish(args, {"runs": rows}, lambda path: plot(rows, path))
 
 
 def plot(rows, path):

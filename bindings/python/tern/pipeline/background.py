@@ -1,11 +1,13 @@
-"""A thread that runs a stage's slow one-off calls in order, off its compute
-thread: opening a live migration's weight stream on the receiving stage (a
-handshake that waits for the outgoing stage) and closing it (Close waits for
-the peer's acknowledgement).  The compute thread waits for it only where it
-needs the result (`wait`: the stream before the first install), so a
-handshake's round trip falls in time the stage would spend waiting on its
-neighbours anyway.  An error raised by a call surfaces on the compute
-thread's next `wait` or `check`."""
+"""A thread that runs a stage's calls in order, off its compute thread: a
+Link's sends (so the compute thread only ever blocks in receives, links.py)
+and a live migration's slow one-off calls, opening the weight stream on
+the receiving stage (a handshake that waits for the outgoing stage) and
+closing it (Close waits for the peer's acknowledgement).  The compute
+thread waits for it only where it needs the result (`wait`: a batch's
+sends done, the stream open before the first install), so a handshake's
+round trip falls in time the stage would spend waiting on its neighbours
+anyway.  After a call fails the later ones are skipped, and the error
+surfaces on the compute thread's next `submit`, `wait` or `check`."""
 import queue
 import threading
 

@@ -28,6 +28,7 @@ from .stage import Stage
 PROBE_SMALL = 8            # bytes: latency
 PROBE_LARGE = 64 * 1024    # bytes (at least one activation message): bandwidth
 PROBE_REPEATS = 2
+SETTLE = 3                 # batches measured on a new partition before --rebalance moves again
 
 
 class StageRuntime:
@@ -214,8 +215,11 @@ class StageRuntime:
         return int(decision[0]), int(decision[1]), float(decision[2])
 
     def _idle(self, it):
-        """No migration in progress, and one started now would complete in the run."""
-        return (all(switch_batch(k, s, d) <= it for k, s, d, _ in self.migrations)
+        """No migration in progress or just done (the new partition measured for
+        SETTLE batches: a stage's cost history restarts when its layers change,
+        and one batch on a loaded host can be far off), and one started now
+        would complete in the run."""
+        return (all(switch_batch(k, s, d) + SETTLE - 1 <= it for k, s, d, _ in self.migrations)
                 and it + 3 < self.cfg.iterations)
 
     def _add_migration(self, mig):
