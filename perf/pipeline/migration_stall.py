@@ -41,27 +41,45 @@ def one(stages, transport, schedule, migrate, args):
                  migrate=[[args.at] + migration_for(stages) + [1]] if migrate else [])
     with tempfile.TemporaryDirectory() as out:
         rep = run(cfg, out)
-        rep["steps_ms"] = steps_ms(out, stages)
+        rep["steps_ms"], rep["inside_ms"] = steps_ms(out, stages)
     return rep
 
 
 def steps_ms(out, stages):
-    """The longest time any stage's compute thread spent in the migration's
-    own steps (receiving the message, instantiating, pushing, installing,
-    switching): the stall it adds, read from the event logs, which a loaded
-    host's swings in iteration time do not blur.  FROM's message send runs
-    on its link's sender thread and is not counted."""
-    worst = 0.0
+    """(all, inside): the longest time any stage's compute thread spent in
+    the migration's own steps (receiving the message, instantiating,
+    pushing, installing, switching), and the part of it that can delay a
+    batch: what overlaps the batch's start (its first op on any stage) to
+    this stage's own last op of it.  The rest falls after the stage's own
+    part of the batch, where it waits for the others and the boundary
+    anyway.  Read from the event logs, which a loaded host's swings in
+    iteration time do not blur.  FROM's message send runs on its link's
+    sender thread and is not counted."""
+    logs = []
     for s in range(stages):
         with open(os.path.join(out, f"events-stage{s}.json")) as f:
-            evs = [e for e in json.load(f) if e["kind"].startswith("mig_")]
+            logs.append(json.load(f))
+    starts = {}
+    for e in (e for log in logs for e in log if e["kind"] in ("fwd", "bwd")):
+        starts[e["iteration"]] = min(starts.get(e["iteration"], e["start"]), e["start"])
+    worst, inside = 0.0, 0.0
+    for log in logs:
+        own_end = {}
+        for e in (e for e in log if e["kind"] in ("fwd", "bwd")):
+            own_end[e["iteration"]] = max(own_end.get(e["iteration"], e["end"]), e["end"])
+        windows = {it: (starts[it], own_end[it]) for it in own_end}
+        evs = [e for e in log if e["kind"].startswith("mig_")]
         sent = {id(e) for e in evs if e["kind"] == "mig_msg" and any(x["kind"] == "mig_push" for x in evs)}
-        worst = max(worst, sum(e["end"] - e["start"] for e in evs if id(e) not in sent) * 1e3)
-    return worst
+        mine = [e for e in evs if id(e) not in sent]
+        worst = max(worst, sum(e["end"] - e["start"] for e in mine) * 1e3)
+        inside = max(inside, sum(max(0.0, min(e["end"], b) - max(e["start"], a))
+                                 for e in mine for a, b in windows.values()) * 1e3)
+    return worst, inside
 
 
 def stall(rep, at):
-    ms, period = rep["iteration_ms"], rep["period_ms"]
+    ms = rep["iteration_ms"]
+    period = rep.get("period_ms") or ms  # (reports before period_ms: the iteration)
     (m,) = rep["migrations"] or [{"message_iter": at, "done_iter": at + 1}]
     k, done = m["message_iter"], m["done_iter"]
     before = ms[1:k]  # batch 0 pays the warm-up
@@ -70,7 +88,8 @@ def stall(rep, at):
     return {"before_ms": statistics.median(before), "during_ms": statistics.median(during),
             "ratio": statistics.median(during) / statistics.median(before), "max_over_median": max(ms[1:]) / med,
             "period_ratio": statistics.median(period[k:done + 1]) / statistics.median(period[1:k]),
-            "window": [k, done], "iteration_ms": ms, "period_ms": period, "steps_ms": rep["steps_ms"]}
+            "window": [k, done], "iteration_ms": ms, "period_ms": period, "steps_ms": rep["steps_ms"],
+            "inside_ms": rep["inside_ms"]}
 
 
 def summary(rows):
@@ -84,7 +103,9 @@ def summary(rows):
                     "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
                     "period_ratio_median": statistics.median(periods),
                     "worst_max_over_median": max(r["max_over_median"] for r in runs),
-                    "steps_ms_median": statistics.median(r["steps_ms"] for r in runs)})
+                    "steps_ms_median": statistics.median(r["steps_ms"] for r in runs),
+                    "inside_ms_median": statistics.median(r["inside_ms"] for r in runs),
+                    "inside_ms_max": max(r["inside_ms"] for r in runs)})
     return out
 
 
@@ -113,13 +134,14 @@ def main(argv=None):
                     print(f"{rep_i} {stages} {transport:3} {schedule:5} {'migrate' if migrate else 'none   '} "
                           f"before {r['before_ms']:7.2f} during {r['during_ms']:7.2f} ratio {r['ratio']:.3f} "
                           f"max/median {r['max_over_median']:.2f} period ratio {r['period_ratio']:.3f} "
-                          f"steps {r['steps_ms']:.2f} ms", flush=True)
+                          f"steps {r['steps_ms']:.2f} ms, inside batches {r['inside_ms']:.2f} ms", flush=True)
     table = summary(rows)
-    print("stages transport schedule migrate runs | during/before median (min..max) | period ratio | worst max/median")
+    print("stages transport schedule migrate runs | during/before median (min..max) | period ratio | worst max/median "
+          "| steps in batches ms median (max)")
     for t in table:
         print(f"{t['stages']} {t['transport']:3} {t['schedule']:5} {'migrate' if t['migrate'] else 'none   '} {t['runs']} | "
               f"{t['ratio_median']:.3f} ({t['ratio_min']:.3f}..{t['ratio_max']:.3f}) | {t['period_ratio_median']:.3f} | "
-              f"{t['worst_max_over_median']:.2f}")
+              f"{t['worst_max_over_median']:.2f} | {t['inside_ms_median']:.2f} ({t['inside_ms_max']:.2f})")
     return finish(args, {"summary": table, "runs": rows}, lambda path: plot(rows, path))
 
 
