@@ -93,6 +93,7 @@ def plot(rows, path):
         ax.plot(r["balanced_period_ms"], marker=".", label=f"started on {r['final_partition']}")
         for a, b in r["windows"]:
             ax.axvspan(a - 0.5, b + 0.5, alpha=0.15)
+        ax.set_yscale("log")  # a loaded host's preemptions are 10-50x a batch
         ax.set_ylabel("batch period, ms")
         ax.set_title(f"stage 1 slowed, {r['transport']}", fontsize=9)
         ax.legend(fontsize=7)
