@@ -67,14 +67,25 @@ def steps_ms(out, stages):
         own_end = {}
         for e in (e for e in log if e["kind"] in ("fwd", "bwd")):
             own_end[e["iteration"]] = max(own_end.get(e["iteration"], e["end"]), e["end"])
-        windows = {it: (starts[it], own_end[it]) for it in own_end}
+        windows = merged([(starts[it], own_end[it]) for it in own_end])  # async batches overlap
         evs = [e for e in log if e["kind"].startswith("mig_")]
         sent = {id(e) for e in evs if e["kind"] == "mig_msg" and any(x["kind"] == "mig_push" for x in evs)}
         mine = [e for e in evs if id(e) not in sent]
         worst = max(worst, sum(e["end"] - e["start"] for e in mine) * 1e3)
         inside = max(inside, sum(max(0.0, min(e["end"], b) - max(e["start"], a))
-                                 for e in mine for a, b in windows.values()) * 1e3)
+                                 for e in mine for a, b in windows) * 1e3)
     return worst, inside
+
+
+def merged(spans):
+    """The union of (start, end) spans as disjoint spans."""
+    out = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def stall(rep, at):

@@ -7,8 +7,10 @@ A layer's cost at a stage is the stage's measured compute over its layers
 job) stays slow per layer, so a candidate partition's model is the measured
 one with each stage's compute scaled by new/old layer counts; the planner
 predicts both iteration times for the (m, K) the pipeline runs.  A move is
-made when the predicted gain exceeds `threshold` at two boundaries in a row
-(one batch's measurement on a loaded host can be far off), and only when no
+made when its predicted gain exceeds `threshold` at two boundaries in a row
+(one batch's measurement on a loaded host can be far off; the best move may
+flip between a slowed stage's two neighbours, so it is enough that this
+boundary's best was worth making at the previous one too), and only when no
 migration is in progress.  Every boundary's evaluation is logged with the
 predicted times and gain, moves and holds alike.
 
@@ -59,8 +61,8 @@ class Rebalancer:
     def __init__(self, replanner, threshold):
         self.replanner, self.threshold = replanner, threshold
         self.log = []
-        self.made = []     # the moves made, in order (the last one is undone first)
-        self._last = None  # the move the previous boundary found worth making
+        self.made = []       # the moves made, in order (the last one is undone first)
+        self._worth = set()  # the moves the previous boundary found worth making
 
     def decide(self, iteration, partition, rows, m, k, idle):
         """(from, to) to move one layer after `iteration`, or None; `idle`:
@@ -72,6 +74,9 @@ class Rebalancer:
         back = next((o for o in options if self.made and (o[2], o[1]) == self.made[-1]), None)
         if back is not None and old_ms / back[0] > 1 / (1 + self.threshold):
             best = back  # the relieved stage recovered: undo the last move rather than make a new one
+        # Worth making: a gain above the threshold (undoing: no loss beyond it).
+        worth = {o[1:3] for o in options
+                 if old_ms / o[0] > (1 / (1 + self.threshold) if o is back else 1 + self.threshold)}
         entry = {"iteration": iteration, "partition": list(partition), "predicted_old_ms": old_ms,
                  # each stage's forward + backward of one micro-batch, as the model has it
                  "stage_op_ms": [round(op_ms(r, self.replanner.cfg.batch // m), 4) for r in rows]}
@@ -81,14 +86,14 @@ class Rebalancer:
             gain = old_ms / new_ms
             entry.update({"best_move": [src, dst], "new_partition": new, "predicted_new_ms": new_ms,
                           "predicted_gain": gain, "back": best is back})
-            worth = gain > (1 / (1 + self.threshold) if best is back else 1 + self.threshold)
-            if worth and idle and self._last == (src, dst):
+            # Made when the previous boundary found it worth making too (the best
+            # move itself may flip between a slowed stage's two neighbours).
+            if (src, dst) in worth and idle and (src, dst) in self._worth:
                 move = (src, dst)
-            self._last = (src, dst) if worth else None
+        self._worth = set() if move else worth
         entry["action"] = ("move back" if best is back else "move") if move else "hold"
         self.log.append(entry)
         if move:
-            self._last = None
             if best is back:
                 self.made.pop()
             else:
