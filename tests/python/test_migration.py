@@ -171,6 +171,8 @@ def test_demo_cli_migrates(tmp_path):
     (["--migrate", "1:0:1"], "must look like ITER:FROM:TO:NLAYERS"),
     (["--rebalance", "--schedule", "async", "--microbatches", "4"], "only --schedule flush has"),
     (["--migrate", "0:0:1:1", "--schedule", "async", "--microbatches", "4"], "under async it spans micro-batches -1..3"),
+    (["--slow-stage", "1:2.0@5-3"], "must look like STAGE:FACTOR@FROM-TO (batches FROM..TO-1, 0 <= FROM < TO)"),
+    (["--slow-stage", "1:2.0@x"], "not '1:2.0@x'"),
 ])
 def test_bad_migrations_are_refused_with_a_sentence(flags, sentence, capsys, tmp_path):
     refused(flags + ["--iterations", "3"], sentence, capsys, tmp_path)
