@@ -12,9 +12,10 @@ batch (batch = iteration):
    TO, before its next backward of batch k if after.  TO receives it at the
    same point of its own batch k.
 2. Preparation.  Both open a weight stream for the moving layers
-   (STREAM_LEVEL, its own flow): TO at once, on its background thread
-   (background.py), FROM at its first push; TO instantiates the layers at
-   once, uninitialised (the first install fills them).  The
+   (STREAM_LEVEL, its own flow), between batches: FROM at its first push,
+   TO at its first install (under async TO opens at the message, on its
+   background thread, background.py); TO instantiates the layers at once,
+   uninitialised (the first install fills them).  The
    protocol's receiver offsets (backward k-N+t+1 / k-N+t+2) count batches in
    flight in an asynchronous pipeline; a flushing batch has none in flight at
    its boundary, so they fall at or before batch k: the earliest point TO can
@@ -40,10 +41,10 @@ batch (batch = iteration):
 
 Where the time goes (perf/pipeline/migration_stall.py, docs/PIPELINE.md):
 nothing of the migration waits on the compute thread inside a batch except
-sending (queued) and receiving the 12-byte message, allocating the layers
-and a snapshot copy per push.  The stream's open handshake runs on TO's
-background thread, FROM opens after its optimizer step (TO is waiting by
-then), the install's wait and the completion fall between batches.
+sending (queued) and receiving the 12-byte message and allocating the
+layers; the stream's open handshake, the pushes, the install's wait and the
+completion fall between batches (a thread left waiting in the handshake
+through batch k cost that batch 10-100% over tcp on 2 cores).
 
 Disjoint adjacent pairs may migrate at once; a stage takes part in one
 migration at a time (checked by `plan_partitions`).
@@ -119,10 +120,13 @@ class Steps:
     calls them at the schedule's points.  `at` is (iteration, micro) for the
     event log, plus extras (`n`, the async micro-batch number)."""
 
-    def __init__(self, runtime, migrations, make, neighbours=False):
+    def __init__(self, runtime, migrations, make, neighbours=False, open_early=True):
         """neighbours: connect the migration levels to both neighbours (a
-        policy may start a migration with either later)."""
-        self.rt, self.make = runtime, make
+        policy may start a migration with either later); open_early: TO opens
+        the stream on its background thread at the message (async), else at
+        its first install (flush: between batches, when FROM opens too, so
+        no thread of TO waits in the handshake through batch k)."""
+        self.rt, self.make, self.open_early = runtime, make, open_early
         self.todo = [make(*mig, runtime.rank) for mig in migrations if runtime.rank in mig[1:3]]
         self.active, self.done = [], []
         self.helper = Background(f"tern-migration-{runtime.rank}")
@@ -151,9 +155,10 @@ class Steps:
 
     def message(self, m, at):
         """Steps 1-2: FROM sends the message (its link's thread sends it); TO
-        receives it, instantiates the layers (uninitialised: the first install
-        fills them) and opens the weight stream in the background, a handshake
-        that completes when FROM opens its end at its first push."""
+        receives it and instantiates the layers (uninitialised: the first
+        install fills them).  The weight stream's open is a handshake that
+        completes when FROM opens its end at its first push: TO opens at its
+        first install, or (open_early) at once in the background."""
         rt = self.rt
         self.todo.remove(m)
         m.link = self._link(m.peer)
@@ -172,7 +177,7 @@ class Steps:
                        layers=list(range(first, first + n)), **at[2])
         m.indices = [layer.index for layer in m.layers]
         m.arrays = [p.detach().numpy() for layer in m.layers for p in (layer.weight, layer.bias)]
-        if not m.outgoing:
+        if not m.outgoing and self.open_early:
             self.helper.submit(lambda: self._open(m))
         self.active.append(m)
 
@@ -195,7 +200,9 @@ class Steps:
         last install (its backwards of micro-batches on the new partition) are
         kept on top: each gradient is applied once, at FROM or at TO."""
         start = time.monotonic()
-        self.helper.wait()  # the stream is open
+        self.helper.wait()  # the stream is open (or, flush, opened here)
+        if m.stream is None:
+            self._open(m)
         own = [a - b for a, b in zip(m.arrays, m.installed)] if keep_own and m.installed else None
         got = m.stream.wait(m.arrays, version)
         m.installed = [a.copy() for a in m.arrays] if keep_own else None
@@ -239,7 +246,7 @@ class Migrator(Steps):
     """A stage's migrations under flush: the runtime calls the hooks at its points of a batch."""
 
     def __init__(self, runtime, migrations):
-        super().__init__(runtime, migrations, Migration, neighbours=runtime.cfg.rebalance)
+        super().__init__(runtime, migrations, Migration, neighbours=runtime.cfg.rebalance, open_early=False)
 
     def before_forward(self, it):
         """First forward of batch `it`: step 1 when FROM stands before TO."""
