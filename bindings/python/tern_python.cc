@@ -304,6 +304,19 @@ void bindTernaryOptions(py::class_<Comm>& c) {
   c.def("release_tensor", [](Comm& self, uintptr_t handle) {
     check(ternCommReleaseTensor(self.get(), reinterpret_cast<const void*>(handle)), self.get());
   });
+  // ternCommGetFlowStats: bytes per network flow class (a level's class is
+  // flowClassOf(level); with flow_classes=8 every level is a class of its own).
+  c.def("flow_stats", [](Comm& self) {
+    ternFlowStats_t s{};
+    s.size = sizeof s;
+    check(ternCommGetFlowStats(self.get(), &s), self.get());
+    py::dict d;
+    d["flow_classes"] = s.flowClasses;
+    d["dscp"] = std::vector<int>(s.dscp, s.dscp + s.flowClasses);
+    d["bytes_sent"] = std::vector<unsigned long long>(s.bytesSent, s.bytesSent + s.flowClasses);
+    d["bytes_recv"] = std::vector<unsigned long long>(s.bytesRecv, s.bytesRecv + s.flowClasses);
+    return d;
+  });
   c.def("ternary_stats", [](Comm& self) {
     ternTernaryStats_t s;
     check(ternCommGetTernaryStats(self.get(), &s), self.get());

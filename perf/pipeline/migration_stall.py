@@ -4,10 +4,16 @@ stages, shm and tcp, flush and async, one run that migrates a layer at batch
 partition, so the batches after it are no slower by themselves), and
 per run: the median iteration before the migration, the median during it
 (message batch .. completion batch), their ratio, and the largest single
-iteration after warm-up over the run's median.  --plot draws every run's
-iteration times with the migration window shaded.
+iteration after warm-up over the run's median; the same ratio for the
+period (one batch's first start to the next one's: the batch plus its
+boundary, where a flushing migration completes).  The runs without
+migration give each figure's noise floor on the same host at the same
+time.  At the end, one line per setup over the repeats: the median ratio
+and its spread (min..max), the worst single iteration.  --plot draws every
+run's iteration times with the migration window shaded.
 
-  PYTHONPATH=build/python /usr/bin/python3 perf/pipeline/migration_stall.py --plot perf/plots/migration_stall.png
+  PYTHONPATH=build/python /usr/bin/python3 perf/pipeline/migration_stall.py --repeats 5 \
+      --json perf/pipeline/migration_stall.json --plot perf/plots/migration_stall.png
 """
 import argparse
 import json
@@ -17,9 +23,6 @@ import sys
 import tempfile
 
 from tern.pipeline import Config, run
-
-SETUPS = [(3, "shm"), (3, "tcp"), (4, "shm"), (4, "tcp")]
-
 
 def migration_for(stages):
     """Stage 1 hands one layer to stage 2: from the partition below to an
@@ -38,34 +41,83 @@ def one(stages, transport, schedule, migrate, args):
                  migrate=[[args.at] + migration_for(stages) + [1]] if migrate else [])
     with tempfile.TemporaryDirectory() as out:
         rep = run(cfg, out)
-        rep["steps_ms"] = steps_ms(out, stages)
+        rep["steps_ms"], rep["inside_ms"] = steps_ms(out, stages)
     return rep
 
 
 def steps_ms(out, stages):
-    """The longest time any stage's compute thread spent in the migration's
-    own steps (receiving the message, instantiating, pushing, installing,
-    switching): the stall it adds, read from the event logs, which a loaded
-    host's swings in iteration time do not blur.  FROM's message send runs
-    on its link's sender thread and is not counted."""
-    worst = 0.0
+    """(all, inside): the longest time any stage's compute thread spent in
+    the migration's own steps (receiving the message, instantiating,
+    pushing, installing, switching), and the part of it that can delay a
+    batch: what overlaps the batch's start (its first op on any stage) to
+    this stage's own last op of it.  The rest falls after the stage's own
+    part of the batch, where it waits for the others and the boundary
+    anyway.  Read from the event logs, which a loaded host's swings in
+    iteration time do not blur.  FROM's message send runs on its link's
+    sender thread and is not counted."""
+    logs = []
     for s in range(stages):
         with open(os.path.join(out, f"events-stage{s}.json")) as f:
-            evs = [e for e in json.load(f) if e["kind"].startswith("mig_")]
+            logs.append(json.load(f))
+    starts = {}
+    for e in (e for log in logs for e in log if e["kind"] in ("fwd", "bwd")):
+        starts[e["iteration"]] = min(starts.get(e["iteration"], e["start"]), e["start"])
+    worst, inside = 0.0, 0.0
+    for log in logs:
+        own_end = {}
+        for e in (e for e in log if e["kind"] in ("fwd", "bwd")):
+            own_end[e["iteration"]] = max(own_end.get(e["iteration"], e["end"]), e["end"])
+        windows = merged([(starts[it], own_end[it]) for it in own_end])  # async batches overlap
+        evs = [e for e in log if e["kind"].startswith("mig_")]
         sent = {id(e) for e in evs if e["kind"] == "mig_msg" and any(x["kind"] == "mig_push" for x in evs)}
-        worst = max(worst, sum(e["end"] - e["start"] for e in evs if id(e) not in sent) * 1e3)
-    return worst
+        mine = [e for e in evs if id(e) not in sent]
+        worst = max(worst, sum(e["end"] - e["start"] for e in mine) * 1e3)
+        inside = max(inside, sum(max(0.0, min(e["end"], b) - max(e["start"], a))
+                                 for e in mine for a, b in windows) * 1e3)
+    return worst, inside
+
+
+def merged(spans):
+    """The union of (start, end) spans as disjoint spans."""
+    out = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def stall(rep, at):
     ms = rep["iteration_ms"]
+    period = rep.get("period_ms") or ms  # (reports before period_ms: the iteration)
     (m,) = rep["migrations"] or [{"message_iter": at, "done_iter": at + 1}]
-    before = ms[1:m["message_iter"]]  # batch 0 pays the warm-up
-    during = ms[m["message_iter"]:m["done_iter"] + 1]
+    k, done = m["message_iter"], m["done_iter"]
+    before = ms[1:k]  # batch 0 pays the warm-up
+    during = ms[k:done + 1]
     med = statistics.median(ms[1:])
     return {"before_ms": statistics.median(before), "during_ms": statistics.median(during),
             "ratio": statistics.median(during) / statistics.median(before), "max_over_median": max(ms[1:]) / med,
-            "window": [m["message_iter"], m["done_iter"]], "iteration_ms": ms, "steps_ms": rep["steps_ms"]}
+            "period_ratio": statistics.median(period[k:done + 1]) / statistics.median(period[1:k]),
+            "window": [k, done], "iteration_ms": ms, "period_ms": period, "steps_ms": rep["steps_ms"],
+            "inside_ms": rep["inside_ms"]}
+
+
+def summary(rows):
+    """One line per (stages, transport, schedule, migrate) over the repeats."""
+    keys = sorted({(r["stages"], r["transport"], r["schedule"], r["migrate"]) for r in rows})
+    out = []
+    for key in keys:
+        runs = [r for r in rows if (r["stages"], r["transport"], r["schedule"], r["migrate"]) == key]
+        ratios, periods = [r["ratio"] for r in runs], [r["period_ratio"] for r in runs]
+        out.append({"stages": key[0], "transport": key[1], "schedule": key[2], "migrate": key[3], "runs": len(runs),
+                    "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+                    "period_ratio_median": statistics.median(periods),
+                    "worst_max_over_median": max(r["max_over_median"] for r in runs),
+                    "steps_ms_median": statistics.median(r["steps_ms"] for r in runs),
+                    "inside_ms_median": statistics.median(r["inside_ms"] for r in runs),
+                    "inside_ms_max": max(r["inside_ms"] for r in runs)})
+    return out
 
 
 def main(argv=None):
@@ -77,12 +129,14 @@ def main(argv=None):
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--schedules", default="flush,async")
+    p.add_argument("--setups", default="3:shm,3:tcp,4:shm,4:tcp", help="STAGES:TRANSPORT,...")
     p.add_argument("--json", help="write every run here")
     p.add_argument("--plot", help="a PNG of the iteration times")
     args = p.parse_args(argv)
+    setups = [(int(a), b) for a, b in (t.split(":") for t in args.setups.split(","))]
     rows = []
     for rep_i in range(args.repeats):
-        for stages, transport in SETUPS:
+        for stages, transport in setups:
             for schedule in args.schedules.split(","):
                 for migrate in (True, False):  # interleaved: the host's load hits both alike
                     r = stall(one(stages, transport, schedule, migrate, args), args.at)
@@ -90,12 +144,26 @@ def main(argv=None):
                     rows.append(r)
                     print(f"{rep_i} {stages} {transport:3} {schedule:5} {'migrate' if migrate else 'none   '} "
                           f"before {r['before_ms']:7.2f} during {r['during_ms']:7.2f} ratio {r['ratio']:.3f} "
-                          f"max/median {r['max_over_median']:.2f} steps {r['steps_ms']:.2f} ms", flush=True)
+                          f"max/median {r['max_over_median']:.2f} period ratio {r['period_ratio']:.3f} "
+                          f"steps {r['steps_ms']:.2f} ms, inside batches {r['inside_ms']:.2f} ms", flush=True)
+    table = summary(rows)
+    print("stages transport schedule migrate runs | during/before median (min..max) | period ratio | worst max/median "
+          "| steps in batches ms median (max)")
+    for t in table:
+        print(f"{t['stages']} {t['transport']:3} {t['schedule']:5} {'migrate' if t['migrate'] else 'none   '} {t['runs']} | "
+              f"{t['ratio_median']:.3f} ({t['ratio_min']:.3f}..{t['ratio_max']:.3f}) | {t['period_ratio_median']:.3f} | "
+              f"{t['worst_max_over_median']:.2f} | {t['inside_ms_median']:.2f} ({t['inside_ms_max']:.2f})")
+    return finish(args, {"summary": table, "runs": rows}, lambda path: plot(rows, path))
+
+
+def finish(args, data, draw):
+    """The host's load average (printed and kept: this VM is shared), --json, --plot."""
+    print(f"load average {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(dict(data, loadavg=os.getloadavg(), args=vars(args)), f, indent=1)
     if args.plot:
-        plot(rows, args.plot)
+        draw(args.plot)
     return 0
 
 

@@ -13,7 +13,9 @@ and live layer migration (seed 000)"), both schedules:
   weight version, no micro-batch dropped or repeated, the micro-batch
   offsets of the protocol;
 - --rebalance: a layer moved off a slowed stage, decided and logged with
-  the planner's predicted gain, bitwise equal to the run without it;
+  the planner's predicted gain, bitwise equal to the run without it; and
+  moved back when the stage recovers, ending on the partition it started
+  with, still bitwise;
 - the demo CLI and its refusals.
 """
 import json
@@ -73,13 +75,13 @@ def check_timing(out, k, src, dst, n):
     assert got["end"] <= first(r, op, k)
     (prep,) = [e for e in r if e["kind"] == "mig_prepare"]
     assert prep["iteration"] == k and prep["end"] <= first(r, op, k) and len(prep["layers"]) == n
-    # Step 3: pushed before each forward from the message on, installed after each backward.
+    # Step 3: pushed before each forward from the split on (right after the step that
+    # made the weights), installed after each backward.
     pushes = [e for e in o if e["kind"] == "mig_push"]
-    assert [e["iteration"] for e in pushes] == list(range(k if src < dst else k + 1, switch + 1))
+    assert [e["iteration"] for e in pushes] == list(range(k + 1, switch + 1))
     for e in pushes:
         assert e["version"] == e["iteration"] and e["end"] <= first(o, "fwd", e["iteration"])
-        if e["iteration"] > k:
-            assert e["start"] >= last(o, "opt", e["iteration"] - 1)
+        assert e["start"] >= last(o, "opt", e["iteration"] - 1)
     installs = [e for e in r if e["kind"] == "mig_install"]
     assert [e["iteration"] for e in installs] == list(range(k, switch))
     for e in installs:
@@ -87,7 +89,7 @@ def check_timing(out, k, src, dst, n):
         assert e["version"] == b + 1
         assert e["start"] >= last(r, "bwd", b) and e["start"] >= last(r, "opt", b)
         assert e["end"] <= first(r, "fwd", b + 1)
-    # Step 4: both switch at the start of batch `switch`, after the last batch on the old partition.
+    # Step 4: both switch between the last batch on the old partition and the first on the new.
     for evs in (o, r):
         (sw,) = [e for e in evs if e["kind"] == "mig_switch"]
         assert sw["iteration"] == switch and len(sw["layers"]) == n
@@ -169,6 +171,8 @@ def test_demo_cli_migrates(tmp_path):
     (["--migrate", "1:0:1"], "must look like ITER:FROM:TO:NLAYERS"),
     (["--rebalance", "--schedule", "async", "--microbatches", "4"], "only --schedule flush has"),
     (["--migrate", "0:0:1:1", "--schedule", "async", "--microbatches", "4"], "under async it spans micro-batches -1..3"),
+    (["--slow-stage", "1:2.0@5-3"], "must look like STAGE:FACTOR@FROM-TO (batches FROM..TO-1, 0 <= FROM < TO)"),
+    (["--slow-stage", "1:2.0@x"], "not '1:2.0@x'"),
 ])
 def test_bad_migrations_are_refused_with_a_sentence(flags, sentence, capsys, tmp_path):
     refused(flags + ["--iterations", "3"], sentence, capsys, tmp_path)
@@ -257,3 +261,66 @@ def test_rebalance_moves_a_layer_off_the_slowed_stage(tmp_path):
     assert rep["partition_by_iter"][-1][1] == 1
     run(Config(stages=3, layers=6, **cfg), str(tmp_path / "plain"))
     assert_bitwise(tmp_path / "re", tmp_path / "plain")
+
+
+def test_rebalance_moves_the_layer_back_when_the_stage_recovers(tmp_path):
+    """Stage 1 is slowed 6x in batches 0-7 only (--slow-stage 1:6.0@0-8): a
+    layer moves off it, and once it computes at full speed again the policy
+    undoes that move ("move back", logged with its predicted gain), so the
+    run ends on the partition it started with; the weights stay bitwise
+    those of the same run without rebalancing.  The threshold (30%) keeps
+    a loaded host's noise from moving layers between healthy stages."""
+    cfg = dict(BASE, width=512, iterations=28, slow={"1": [6.0, 0, 8]})
+    rep = run(Config(stages=3, layers=6, rebalance=True, rebalance_threshold=0.3, **cfg), str(tmp_path / "re"))
+    acted = [e for e in rep["rebalance"] if e["action"] != "hold"]
+    assert [e["action"] for e in acted] == ["move", "move back"], rep["rebalance"]
+    off, back = acted
+    assert off["best_move"][0] == 1 and off["predicted_gain"] > 1.3 and off["iteration"] < 8
+    assert back["best_move"] == off["best_move"][::-1] and back["iteration"] >= 8
+    assert back["predicted_gain"] > 1 / 1.3 and back["new_partition"] == [2, 2, 2]
+    assert len(rep["rebalance"]) == 27  # every boundary evaluated and logged
+    out, home = rep["migrations"]
+    assert (out["from"], out["to"]) == tuple(off["best_move"]) and (home["from"], home["to"]) == (out["to"], 1)
+    assert home["layers"] == out["layers"]  # the same layer went back
+    parts = rep["partition_by_iter"]
+    assert parts[0] == parts[-1] == [2, 2, 2] and [2, 2, 2] not in parts[out["done_iter"]:home["done_iter"]]
+    run(Config(stages=3, layers=6, **cfg), str(tmp_path / "plain"))
+    assert_bitwise(tmp_path / "re", tmp_path / "plain")
+
+
+# ---- the migration's own flow ----
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_the_migration_travels_at_levels_of_its_own(tmp_path, transport):
+    """With every priority level its own network flow class (flow_classes=8),
+    the per-class byte counts (ternCommGetFlowStats) after a migration show
+    the moving weights only at the stream's level and the message only at
+    the migration's: the activations' level carries the activations,
+    gradients and probes of the event log and nothing else, so no migration
+    byte ever sat in the activations' fifo (tern gives each level its own
+    connection).  The wire adds the same framing to every message: stage 0,
+    which takes no part in the migration, gives the per-message figure."""
+    rep = run(Config(stages=3, layers=7, partition=[2, 3, 2], migrate=[[1, 1, 2, 1]], flow_classes=8,
+                     transport=transport, **BASE), str(tmp_path))
+    lv, flows = rep["levels"], rep["flow_stats"]
+    assert len({lv["migration"], lv["pipeline"], lv["control"], lv["stream"]}) == 4
+    layer_bytes = (64 * 64 + 64) * 4
+    pushes = len([e for e in events(tmp_path, 1) if e["kind"] == "mig_push"])
+    framing = []  # (wire bytes beyond the payloads, messages) at the pipeline's level, per stage
+    for s, fs in enumerate(flows):
+        assert fs["flow_classes"] == 8
+        ops = [e for e in events(tmp_path, s)
+               if e["kind"] in ("send_act", "send_grad", "recv_act", "recv_grad", "probe")]
+        wire = fs["bytes_sent"][lv["pipeline"]] + fs["bytes_recv"][lv["pipeline"]]
+        framing.append((wire - sum(e["bytes"] for e in ops), len(ops)))
+    extra0, ops0 = framing[0]
+    assert 0 <= extra0 < 64 * ops0
+    assert all(extra * ops0 == extra0 * ops for extra, ops in framing), framing
+    # The weights: from stage 1 to stage 2 at the stream's level, at least the final version
+    # and at most every pushed one (a push may supersede one that had not started to move).
+    sent, got = flows[1]["bytes_sent"][lv["stream"]], flows[2]["bytes_recv"][lv["stream"]]
+    assert layer_bytes <= sent <= pushes * layer_bytes + 4096 and got == sent
+    # The message (3 floats) and the one-float warm-up of each level: tiny, at the migration's level.
+    assert 0 < flows[1]["bytes_sent"][lv["migration"]] < 1024
+    # Stage 0 takes no part: nothing at either migration level.
+    assert flows[0]["bytes_sent"][lv["stream"]] == flows[0]["bytes_sent"][lv["migration"]] == 0

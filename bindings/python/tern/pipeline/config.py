@@ -20,7 +20,7 @@ class Config:
     seed: int = 0
     data: str = "digits"             # "digits" (sklearn) | "fashion" (Debian's Fashion-MNIST)
     partition: list = None           # layers per stage; default as even as possible
-    slow: dict = dataclasses.field(default_factory=dict)   # {stage: compute-time factor}
+    slow: dict = dataclasses.field(default_factory=dict)   # {stage: factor | [factor, from, to]}: compute-time factor (in batches from..to-1)
     stash: bool = True               # async weight stashing (False only to show the check fails)
     emulate: list = dataclasses.field(default_factory=list)  # [[iteration, gbps]]: emulated link rate from then on
     replan_threshold: float = 0.3    # re-plan when a link's measured bandwidth moves by more than this fraction
@@ -33,10 +33,18 @@ class Config:
     rebalance: bool = False          # move layers off slowed stages (flush), decided with the planner's model
     rebalance_threshold: float = 0.15  # the predicted gain a move needs
     migrate: list = dataclasses.field(default_factory=list)  # [[iteration, from, to, nlayers]]: live migrations (flush)
+    flow_classes: int = 0            # tern's network flow classes (0: its default, 3); 8 gives every level its own
     progress: str = ""               # a file stage 0 rewrites with each finished batch's number (perf scripts)
 
-    def slow_factor(self, stage):
-        return float(self.slow.get(str(stage), self.slow.get(stage, 1.0)))
+    def slow_factor(self, stage, iteration=0):
+        """Stage `stage`'s compute-time factor in batch `iteration`: a factor
+        holds for the whole run, [factor, from, to] only in batches
+        from..to-1 (a slowdown that ends: the stage recovers)."""
+        spec = self.slow.get(str(stage), self.slow.get(stage, 1.0))
+        if isinstance(spec, (list, tuple)):
+            factor, first, end = spec
+            return float(factor) if first <= iteration < end else 1.0
+        return float(spec)
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self))

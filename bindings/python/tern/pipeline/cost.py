@@ -29,6 +29,12 @@ class Cost:
         per_sample = max((whole_ms - one_ms) / (batch - 1), 1e-6) if batch > 1 else whole_ms
         return cls(max(one_ms - per_sample, 0.0), per_sample)
 
+    def reset(self):
+        """Forget what was measured (the stage's layers changed: a live
+        migration); the calibration stays as the fixed part's bound."""
+        self.seen = {}
+        self.fixed, self.per_sample = self.calibrated
+
     def observe(self, size, median_op_ms):
         self.seen.setdefault(size, []).append(median_op_ms)
         del self.seen[size][:-KEEP]

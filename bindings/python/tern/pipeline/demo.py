@@ -31,6 +31,23 @@ def _pair(text, shape, kinds):
                                          f"not {text!r}.") from None
 
 
+def _slow(text):
+    """STAGE:FACTOR or STAGE:FACTOR@FROM-TO (slowed in batches FROM..TO-1 only) as
+    (stage, factor, window or None); argparse prints the sentence on failure."""
+    head, at, window = text.partition("@")
+    stage, factor = _pair(head, "STAGE:FACTOR", (int, float))
+    if not at:
+        return stage, factor, None
+    try:
+        first, end = (int(v) for v in window.split("-"))
+        if 0 <= first < end:
+            return stage, factor, [first, end]
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"must look like STAGE:FACTOR@FROM-TO (batches FROM..TO-1, 0 <= FROM < TO), "
+                                     f"not {text!r}.")
+
+
 def _migration(text):
     """ITER:FROM:TO:NLAYERS as four ints; argparse prints the sentence on failure."""
     try:
@@ -53,8 +70,8 @@ def parser():
     p.add_argument("--microbatches", type=int, help="micro-batches per batch (default: the smallest divisor >= stages)")
     p.add_argument("--k", type=int, help="kFkB group size K (1 = 1F1B, M = GPipe; flush only, default 1)")
     p.add_argument("--plan", action="store_true", help="(m, K) from the planner, re-planned when bandwidth changes")
-    p.add_argument("--slow-stage", action="append", default=[], metavar="STAGE:FACTOR",
-                   type=lambda t: _pair(t, "STAGE:FACTOR", (int, float)), help="stretch a stage's compute (repeatable)")
+    p.add_argument("--slow-stage", action="append", default=[], metavar="STAGE:FACTOR[@FROM-TO]", type=_slow,
+                   help="stretch a stage's compute, for the whole run or in batches FROM..TO-1 only (repeatable)")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--save", required=True, metavar="DIR", help="final.pt and the stages' event logs go here")
     p.add_argument("--report", required=True, metavar="FILE.json")
@@ -75,7 +92,8 @@ def parser():
                    help="live migration: at batch ITER, stage FROM starts moving NLAYERS layers to its neighbour "
                         "TO, training on (repeatable; pairs migrating at once must be disjoint)")
     p.add_argument("--rebalance", action="store_true",
-                   help="move layers off a slowed stage to a neighbour when the planner's model predicts a gain (flush)")
+                   help="move layers off a slowed stage to a neighbour, and back when it recovers, when the "
+                        "planner's model predicts a gain (flush)")
     p.add_argument("--rebalance-threshold", type=float, default=0.15,
                    help="the predicted gain a move needs (default 0.15: 15%%)")
     p.add_argument("--timeout", type=float, default=60.0, help="tern's timeout in seconds (a dead stage)")
@@ -105,12 +123,12 @@ def config_of(args, p):
     if not 1 <= k <= m:
         p.error(f"--k {k} must be between 1 and --microbatches {m}.")
     slow = {}
-    for stage, factor in args.slow_stage:
+    for stage, factor, window in args.slow_stage:
         if not 0 <= stage < args.stages:
             p.error(f"--slow-stage names stage {stage}, but the stages are 0..{args.stages - 1}.")
         if not factor >= 1:
             p.error(f"--slow-stage factor must be at least 1 (it slows a stage down), not {factor}.")
-        slow[str(stage)] = factor
+        slow[str(stage)] = [factor] + window if window else factor
     partition = None
     if args.partition:
         try:
@@ -166,6 +184,11 @@ def main(argv=None):
     print(f"{cfg.schedule} {cfg.stages} stages: {len(ms)} batches, median {ms[len(ms) // 2]:.1f} ms, "
           f"plan {report['plan_by_iter'][-1]}, weight_versions_ok {report['weight_versions_ok']}, "
           f"final loss {report['loss'][-1]}")
+    for e in report["rebalance"]:
+        if e["action"] != "hold":
+            print(f"rebalance after batch {e['iteration']}: {e['action']} a layer {e['best_move'][0]} -> "
+                  f"{e['best_move'][1]}, partition {e['partition']} -> {e['new_partition']}, predicted "
+                  f"{e['predicted_old_ms']:.1f} -> {e['predicted_new_ms']:.1f} ms (gain {e['predicted_gain']:.2f}x)")
     for m in report["migrations"]:
         print(f"migration: layers {m['layers']} stage {m['from']} -> {m['to']}, message at batch {m['message_iter']}, "
               f"completed at batch {m['done_iter']}")

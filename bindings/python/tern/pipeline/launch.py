@@ -12,7 +12,12 @@ import torch
 
 import tern
 
+from .links import CONTROL_LEVEL, PIPELINE_LEVEL
+from .migration import MIGRATION_LEVEL, STREAM_LEVEL
 from .runtime import StageRuntime
+
+# Which tern priority level carries what (the report's "levels"; flow_stats is per class).
+LEVELS = {"migration": MIGRATION_LEVEL, "pipeline": PIPELINE_LEVEL, "control": CONTROL_LEVEL, "stream": STREAM_LEVEL}
 
 
 def run(cfg, save_dir, deadline_s=600):
@@ -88,7 +93,11 @@ def _report(cfg, summaries):
                         for i in range(iters)]
     else:  # async: the pipeline never drains; the time between batch completions at stage 0
         iteration_ms = [(head["ends"][i] - head["starts"][i]) * 1e3 for i in range(iters)]
+    firsts = [min(s["starts"][i] for s in summaries) for i in range(iters)]
     return {"iteration_ms": iteration_ms,
+            # wall time from one batch's first start to the next one's: the batch, its
+            # boundary (measure, plan, a completing migration) and any wait between
+            "period_ms": [(b - a) * 1e3 for a, b in zip(firsts, firsts[1:])],
             "partition_by_iter": head["partition_by_iter"],
             "plan_by_iter": head["plan_by_iter"],
             "predicted_ms": head["predicted_ms"],
@@ -99,5 +108,7 @@ def _report(cfg, summaries):
             "loss": tail["losses"],
             "decisions": head["decisions"],
             "rebalance": head["rebalance"],
+            "flow_stats": [s["flow_stats"] for s in summaries],
+            "levels": LEVELS,
             "schedule": cfg.schedule, "stages": cfg.stages, "layers": cfg.layers, "width": cfg.width,
             "batch": cfg.batch}

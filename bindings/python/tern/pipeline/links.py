@@ -19,14 +19,14 @@ serialisation time at that rate before handing it to tern, like a wire of
 that bandwidth: it delays the transfer, not the compute (the sender thread
 is not the compute thread), which is what the planner's link model assumes.
 """
-import queue
-import threading
 import time
 
 import numpy as np
 import torch
 
 import tern
+
+from .background import Background
 
 PIPELINE_LEVEL = 2  # activations and gradients: urgent, but below level 0-1 control traffic
 CONTROL_LEVEL = 4   # plan decisions and measurements at batch boundaries (TERN_PRIORITY_DEFAULT)
@@ -47,27 +47,28 @@ class at_level:
 
 
 class Link:
-    def __init__(self, comm, peer, log, send_kind, recv_kind, level=PIPELINE_LEVEL):
+    def __init__(self, comm, peer, log, send_kind, recv_kind, level=PIPELINE_LEVEL, after=None):
+        """after: a link this one replaces (`successor`)."""
         self.comm, self.peer, self.log, self.level = comm, peer, log, level
         self.send_kind, self.recv_kind = send_kind, recv_kind
-        self.emulate_gbps = None
-        self._wire_free = 0.0  # monotonic time the emulated wire is free again
-        self._out = queue.Queue()
-        self._error = None
-        self._thread = threading.Thread(target=self._sender, name=f"tern-link-{peer}", daemon=True)
-        self._thread.start()
+        self.emulate_gbps = after.emulate_gbps if after else None
+        self._wire_free = after._wire_free if after else 0.0  # monotonic time the emulated wire is free again
+        self._sender = Background(f"tern-link-{peer}")
+        self._sender.submit(lambda: tern.set_priority(level))  # per thread: this thread's sends only
+        if after is not None:
+            self._sender.submit(lambda: _take_over(after))
 
     # ---- compute thread ----
 
     def send(self, tensor, iteration, micro, kind=None):
         """Queues a float32 tensor for the neighbour; returns at once."""
-        self._raise_if_failed()
         data = np.ascontiguousarray(tensor.detach().numpy(), dtype=np.float32)
-        self._out.put((data, iteration, micro, kind or self.send_kind, time.monotonic()))
+        item = (data, iteration, micro, kind or self.send_kind, time.monotonic())
+        self._sender.submit(lambda: self._send_one(*item))
 
     def recv(self, shape, iteration, micro, kind=None):
         """The neighbour's next tensor (blocking, bounded by tern's timeout)."""
-        self._raise_if_failed()
+        self._sender.check()
         buf = np.empty(shape, np.float32)
         start = time.monotonic()
         with at_level(self.level):
@@ -78,32 +79,21 @@ class Link:
 
     def drain(self):
         """Waits until every queued send has been handed over and completed."""
-        self._out.join()
-        self._raise_if_failed()
+        self._sender.wait()
 
     def close(self):
-        self._out.put(None)
-        self._thread.join(timeout=5)
+        self._sender.close()
 
-    def _raise_if_failed(self):
-        if self._error is not None:
-            raise self._error
+    def successor(self):
+        """A new connection to the same neighbour that replaces this one (a
+        live migration's completion) without blocking the compute thread:
+        its sender thread first waits until this link has sent everything
+        queued to it, then closes it.  tern matches a pair's sends in issue
+        order, so the new link's sends must follow the old one's; receives
+        stay on the compute thread, in order."""
+        return Link(self.comm, self.peer, self.log, self.send_kind, self.recv_kind, self.level, after=self)
 
     # ---- sender thread ----
-
-    def _sender(self):
-        tern.set_priority(self.level)  # per thread: this thread's sends only
-        while True:
-            item = self._out.get()
-            try:
-                if item is None:
-                    return
-                if self._error is None:
-                    self._send_one(*item)
-            except Exception as e:  # noqa: BLE001 - surfaces on the compute thread's next call
-                self._error = e
-            finally:
-                self._out.task_done()
 
     def _send_one(self, data, iteration, micro, kind, ready):
         start = time.monotonic()
@@ -116,3 +106,12 @@ class Link:
             time.sleep(max(self._wire_free - time.monotonic(), 0.0))
         self.comm.send(data, self.peer)
         self.log.add(iteration, micro, kind, start, time.monotonic(), peer=self.peer, bytes=data.nbytes)
+
+
+def _take_over(old):
+    """On a successor's sender thread: once `old` has sent its queue, close it
+    (its error, if any, becomes the successor's)."""
+    try:
+        old.drain()
+    finally:
+        old.close()

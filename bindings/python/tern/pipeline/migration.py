@@ -12,14 +12,18 @@ batch (batch = iteration):
    TO, before its next backward of batch k if after.  TO receives it at the
    same point of its own batch k.
 2. Preparation.  Both open a weight stream for the moving layers
-   (STREAM_LEVEL, its own flow); TO instantiates the layers at once.  The
+   (STREAM_LEVEL, its own flow), between batches: FROM at its first push,
+   TO at its first install (under async TO opens at the message, on its
+   background thread, background.py); TO instantiates the layers at once,
+   uninitialised (the first install fills them).  The
    protocol's receiver offsets (backward k-N+t+1 / k-N+t+2) count batches in
    flight in an asynchronous pipeline; a flushing batch has none in flight at
    its boundary, so they fall at or before batch k: the earliest point TO can
    act on the message is receiving it.  FROM splits its model (kept / moving)
    before the forward of batch S, S = k+1 (before TO) or k+2 (after TO).
 3. Migration.  FROM pushes the moving layers' weights before each of its
-   forwards from the message to S (version = its optimizer steps so far);
+   forwards from the split on, k+1 .. S (right after the optimizer step
+   that made them; version = its optimizer steps so far);
    TO installs them after each of its backwards k..S-1 (after that batch's
    optimizer step, waiting for version b+1, the one FROM's next forward
    uses).  Plain SGD has no optimizer state beyond the step count, which is
@@ -29,10 +33,18 @@ batch (batch = iteration):
    "forwards on the new partition, backwards on the old one" never mixes
    inside a batch: batches < S run wholly on the old partition, >= S on the
    new one.
-4. Completion (start of batch S).  FROM frees the moved layers, TO adds the
-   installed ones, every stage switches its partition, the weight stream and
-   the migration connection close, and the pair's pipeline connection is
-   replaced by a new one (the new neighbour connection).
+4. Completion (once every weight has moved: right after the last push and
+   install, after batch S-1's optimizer step, before the boundary).  FROM
+   frees the moved layers, TO adds the installed ones, the weight stream
+   closes, and the pair's pipeline connection is replaced by a new one (the
+   new neighbour connection); every stage switches its partition at batch S.
+
+Where the time goes (perf/pipeline/migration_stall.py, docs/PIPELINE.md):
+nothing of the migration waits on the compute thread inside a batch except
+sending (queued) and receiving the 12-byte message and allocating the
+layers; the stream's open handshake, the pushes, the install's wait and the
+completion fall between batches (a thread left waiting in the handshake
+through batch k cost that batch 10-100% over tcp on 2 cores).
 
 Disjoint adjacent pairs may migrate at once; a stage takes part in one
 migration at a time (checked by `plan_partitions`).
@@ -40,6 +52,7 @@ migration at a time (checked by `plan_partitions`).
 import os
 import time
 
+from .background import Background
 from .links import Link, at_level
 from .model import make_layers
 
@@ -107,18 +120,33 @@ class Steps:
     calls them at the schedule's points.  `at` is (iteration, micro) for the
     event log, plus extras (`n`, the async micro-batch number)."""
 
-    def __init__(self, runtime, migrations, make, eager_open, neighbours=False):
+    def __init__(self, runtime, migrations, make, neighbours=False, open_early=True):
         """neighbours: connect the migration levels to both neighbours (a
-        policy may start a migration with either later)."""
-        self.rt, self.eager_open, self.make = runtime, eager_open, make
+        policy may start a migration with either later); open_early: TO opens
+        the stream on its background thread at the message (async), else at
+        its first install (flush: between batches, when FROM opens too, so
+        no thread of TO waits in the handshake through batch k)."""
+        self.rt, self.make, self.open_early = runtime, make, open_early
         self.todo = [make(*mig, runtime.rank) for mig in migrations if runtime.rank in mig[1:3]]
         self.active, self.done = [], []
+        self.helper = Background(f"tern-migration-{runtime.rank}")
         peers = {m.peer for m in self.todo}
         if neighbours:
             peers |= {p for p in (runtime.rank - 1, runtime.rank + 1) if 0 <= p < runtime.p}
+        # The migration connections, made and connected at start: a level's
+        # first use (its socket or shm ring) and a link's thread cost time that
+        # would otherwise fall inside the migration's batches.
+        self.links = {}
         if runtime.comm is not None:
             for peer in sorted(peers):
                 warm_levels(runtime.comm, runtime.rank, peer)
+                self._link(peer)
+
+    def _link(self, peer):
+        """The message connection to `peer` (MIGRATION_LEVEL), made on first need."""
+        if peer not in self.links:
+            self.links[peer] = Link(self.rt.comm, peer, self.rt.log, "mig_msg", "mig_msg", level=MIGRATION_LEVEL)
+        return self.links[peer]
 
     def add(self, mig):
         """A migration decided during the run (--rebalance), before its message batch."""
@@ -126,14 +154,14 @@ class Steps:
             self.todo.append(self.make(*mig, self.rt.rank))
 
     def message(self, m, at):
-        """Steps 1-2: FROM sends the message; TO receives it, instantiates the
-        layers; both open the weight stream (a handshake).  Under flush both
-        ends meet at the same point of their batch; under async FROM opens at
-        its first push instead, since TO reaches the message after work it
-        needs from FROM."""
+        """Steps 1-2: FROM sends the message (its link's thread sends it); TO
+        receives it and instantiates the layers (uninitialised: the first
+        install fills them).  The weight stream's open is a handshake that
+        completes when FROM opens its end at its first push: TO opens at its
+        first install, or (open_early) at once in the background."""
         rt = self.rt
         self.todo.remove(m)
-        m.link = Link(rt.comm, m.peer, rt.log, "mig_msg", "mig_msg", level=MIGRATION_LEVEL)
+        m.link = self._link(m.peer)
         if m.outgoing:
             # Moving right: the stage's last layers; moving left: its first ones.
             m.layers = rt.stage.layers[-m.n:] if m.dst > m.src else rt.stage.layers[:m.n]
@@ -144,13 +172,13 @@ class Steps:
                 raise RuntimeError(f"stage {rt.rank}: migration message ({k}, {n}) from stage {m.peer} is not "
                                    f"the expected ({m.k}, {m.n}).")
             start = time.monotonic()
-            m.layers = make_layers(range(first, first + n), rt.cfg.layers, rt.cfg.width, rt.cfg.seed)
+            m.layers = make_layers(range(first, first + n), rt.cfg.layers, rt.cfg.width, rt.cfg.seed, init=False)
             rt.log.add(*at[:2], "mig_prepare", start, time.monotonic(), peer=m.peer,
                        layers=list(range(first, first + n)), **at[2])
         m.indices = [layer.index for layer in m.layers]
         m.arrays = [p.detach().numpy() for layer in m.layers for p in (layer.weight, layer.bias)]
-        if self.eager_open or not m.outgoing:
-            self._open(m)
+        if not m.outgoing and self.open_early:
+            self.helper.submit(lambda: self._open(m))
         self.active.append(m)
 
     def _open(self, m):
@@ -172,6 +200,9 @@ class Steps:
         last install (its backwards of micro-batches on the new partition) are
         kept on top: each gradient is applied once, at FROM or at TO."""
         start = time.monotonic()
+        self.helper.wait()  # the stream is open (or, flush, opened here)
+        if m.stream is None:
+            self._open(m)
         own = [a - b for a, b in zip(m.arrays, m.installed)] if keep_own and m.installed else None
         got = m.stream.wait(m.arrays, version)
         m.installed = [a.copy() for a in m.arrays] if keep_own else None
@@ -182,16 +213,17 @@ class Steps:
                         layers=m.indices, **at[2])
 
     def complete(self, m, at, switch_layers=True):
-        """Step 4: FROM frees the moved layers, TO has them, the stream and the
-        migration connection close, the pair's connection is replaced."""
+        """Step 4: FROM frees the moved layers, TO has them, the stream closes
+        (in the background: Close waits for the peer's acknowledgement), the
+        migration connection is drained for the next migration and the pair's
+        connection is replaced."""
         rt, start, moved = self.rt, time.monotonic(), m.indices
         if m.outgoing:
             rt.stage.layers = [layer for layer in rt.stage.layers if layer.index not in moved]  # freed
         elif switch_layers:
             rt.stage.layers = m.layers + rt.stage.layers if m.peer < rt.rank else rt.stage.layers + m.layers
-        m.stream.close()
+        self.helper.submit(m.stream.close)
         m.link.drain()
-        m.link.close()
         rt.replace_link(m.peer)
         self.active.remove(m)
         if m.outgoing:
@@ -200,24 +232,26 @@ class Steps:
         rt.log.add(*at[:2], "mig_switch", start, time.monotonic(), peer=m.peer, layers=moved,
                    outgoing=m.outgoing, **at[2])
 
+    def finish(self):
+        """The run's end: every background call done (raises what failed)."""
+        self.helper.wait()
+
     def close(self):
-        for m in self.active:
-            if m.link:
-                m.link.close()
+        self.helper.close()
+        for link in self.links.values():
+            link.close()
 
 
 class Migrator(Steps):
     """A stage's migrations under flush: the runtime calls the hooks at its points of a batch."""
 
     def __init__(self, runtime, migrations):
-        super().__init__(runtime, migrations, Migration, eager_open=True, neighbours=runtime.cfg.rebalance)
+        super().__init__(runtime, migrations, Migration, neighbours=runtime.cfg.rebalance, open_early=False)
 
     def before_forward(self, it):
-        """First forward of batch `it`: step 1 (FROM before TO) and FROM's push before it."""
+        """First forward of batch `it`: step 1 when FROM stands before TO."""
         for m in [m for m in self.todo if m.k == it and m.msg_on_forward]:
             self.message(m, (it, -1, {}))
-            if m.outgoing:  # the message's own batch; later forwards: after_step
-                self.push(m, self.rt.stage.version, (it, -1, {}))
 
     def before_backward(self, it):
         """First backward of batch `it`: step 1 when FROM stands after TO."""
@@ -227,18 +261,18 @@ class Migrator(Steps):
     def after_step(self, it):
         """After batch `it`'s optimizer step: FROM pushes what its next forward
         uses as soon as it exists (a push waits for nobody), TO installs it
-        (version = optimizer steps = the next batch's number)."""
-        for m in self.active:
+        (version = optimizer steps = the next batch's number).  After the
+        last of them every weight has moved: step 4 at once, before the
+        boundary, so the first batch on the new partition starts ready."""
+        for m in list(self.active):
             if m.k <= it < m.switch:
                 if m.outgoing:
                     self.push(m, self.rt.stage.version, (it + 1, -1, {}))
                 else:
                     self.install(m, it + 1, (it, -1, {}), keep_own=False)
-
-    def begin_batch(self, it):
-        """Step 4 for migrations that complete at this batch (before anything of it runs)."""
-        for m in [m for m in self.active if m.switch == it]:
-            self.complete(m, (it, -1, {}))
+            if it + 1 == m.switch:
+                self.complete(m, (m.switch, -1, {}))
+        self.helper.check()
 
 
 def warm_levels(comm, rank, peer):

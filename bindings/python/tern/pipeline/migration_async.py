@@ -63,7 +63,7 @@ class AsyncMigrator(Steps):
         cfg = runtime.cfg
         check_async(migrations, cfg.microbatches, cfg.stages, cfg.iterations)
         super().__init__(runtime, migrations,
-                         lambda *a: AsyncMigration(*a, m=cfg.microbatches, stages=cfg.stages), eager_open=False)
+                         lambda *a: AsyncMigration(*a, m=cfg.microbatches, stages=cfg.stages))
 
     def layers_for(self, n):
         """The layers forward n runs through (new partition from `switch` on)."""

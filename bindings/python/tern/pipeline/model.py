@@ -15,13 +15,20 @@ import torch.nn.functional as F
 class Layer(torch.nn.Module):
     """y = relu(x W^T + b) (no relu on the model's last layer)."""
 
-    def __init__(self, index, width, last, seed):
+    def __init__(self, index, width, last, seed, init=True):
+        """init=False leaves the tensors uninitialised: a migration's receiver
+        installs the weights from the stream before any use, and drawing the
+        seeded values first would cost its compute thread time for nothing."""
         super().__init__()
         self.index, self.last = index, last
-        gen = torch.Generator().manual_seed(seed * 1000003 + index)
-        bound = 1.0 / math.sqrt(width)  # nn.Linear's default range
-        self.weight = torch.nn.Parameter(torch.empty(width, width).uniform_(-bound, bound, generator=gen))
-        self.bias = torch.nn.Parameter(torch.empty(width).uniform_(-bound, bound, generator=gen))
+        self.weight = torch.nn.Parameter(torch.empty(width, width))
+        self.bias = torch.nn.Parameter(torch.empty(width))
+        if init:
+            gen = torch.Generator().manual_seed(seed * 1000003 + index)
+            bound = 1.0 / math.sqrt(width)  # nn.Linear's default range
+            with torch.no_grad():
+                self.weight.uniform_(-bound, bound, generator=gen)
+                self.bias.uniform_(-bound, bound, generator=gen)
 
     def forward(self, x, weight=None, bias=None):
         """With weight/bias given, computes with those tensors (a stashed version)."""
@@ -29,9 +36,9 @@ class Layer(torch.nn.Module):
         return y if self.last else torch.relu(y)
 
 
-def make_layers(indices, total, width, seed):
+def make_layers(indices, total, width, seed, init=True):
     """The layers with these global indices (of `total`), in order."""
-    return [Layer(i, width, i == total - 1, seed) for i in indices]
+    return [Layer(i, width, i == total - 1, seed, init) for i in indices]
 
 
 def state_dict(layers):

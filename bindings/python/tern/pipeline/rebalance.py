@@ -7,12 +7,32 @@ A layer's cost at a stage is the stage's measured compute over its layers
 job) stays slow per layer, so a candidate partition's model is the measured
 one with each stage's compute scaled by new/old layer counts; the planner
 predicts both iteration times for the (m, K) the pipeline runs.  A move is
-made when the predicted gain exceeds `threshold` at two boundaries in a row
-(one batch's measurement on a loaded host can be far off), and only when no
+made when its predicted gain exceeds `threshold` at two boundaries in a row
+(one batch's measurement on a loaded host can be far off; the best move may
+flip between a slowed stage's two neighbours, so it is enough that this
+boundary's best was worth making at the previous one too), and only when no
 migration is in progress.  Every boundary's evaluation is logged with the
 predicted times and gain, moves and holds alike.
+
+Moving back: the policy remembers the moves it made.  Undoing the last one
+is preferred over any other move as soon as it is not predicted to lose
+more than the threshold (its predicted gain above 1 / (1 + threshold)):
+while the stage it relieved is still slow, undoing is predicted to lose
+clearly (the layer would go back onto the slow device); once that stage
+recovers, undoing costs nothing and restores the partition the run started
+with, chosen for healthy devices, rather than wandering to another one that
+the model finds marginally better.  It is logged as "move back" with its
+predicted gain.  A stage's compute history starts afresh when its layer
+count changes (runtime.py), so the measurement after a move describes the
+new layers, and a stage that recovers shows it within a few batches (the
+per-sample part of `Cost` is the median of the last few batches).
 """
 COMPUTE = ("fwd_fixed_ms", "fwd_ms_per_sample", "bwd_fixed_ms", "bwd_ms_per_sample")
+
+
+def op_ms(row, size):
+    """A stage's forward + backward of one micro-batch of `size` samples, in its model."""
+    return row["fwd_fixed_ms"] + row["bwd_fixed_ms"] + size * (row["fwd_ms_per_sample"] + row["bwd_ms_per_sample"])
 
 
 def scaled(rows, partition, new):
@@ -41,28 +61,41 @@ class Rebalancer:
     def __init__(self, replanner, threshold):
         self.replanner, self.threshold = replanner, threshold
         self.log = []
-        self._last = None  # the move the previous boundary found worth making
+        self.made = []       # the moves made, in order (the last one is undone first)
+        self._worth = set()  # the moves the previous boundary found worth making
 
     def decide(self, iteration, partition, rows, m, k, idle):
         """(from, to) to move one layer after `iteration`, or None; `idle`:
         no migration is in progress (a stage takes part in one at a time)."""
         old_ms = self.replanner.predict(partition, rows, m, k)
-        best = min(((self.replanner.predict(new, scaled(rows, partition, new), m, k), src, dst, new)
-                    for src, dst, new in moves(partition)), default=None)
+        options = [(self.replanner.predict(new, scaled(rows, partition, new), m, k), src, dst, new)
+                   for src, dst, new in moves(partition)]
+        best = min(options, default=None)
+        back = next((o for o in options if self.made and (o[2], o[1]) == self.made[-1]), None)
+        if back is not None and old_ms / back[0] > 1 / (1 + self.threshold):
+            best = back  # the relieved stage recovered: undo the last move rather than make a new one
+        # Worth making: a gain above the threshold (undoing: no loss beyond it).
+        worth = {o[1:3] for o in options
+                 if old_ms / o[0] > (1 / (1 + self.threshold) if o is back else 1 + self.threshold)}
         entry = {"iteration": iteration, "partition": list(partition), "predicted_old_ms": old_ms,
-                 "stage_compute_ms": [round(sum(r[f] for f in COMPUTE), 4) for r in rows]}
+                 # each stage's forward + backward of one micro-batch, as the model has it
+                 "stage_op_ms": [round(op_ms(r, self.replanner.cfg.batch // m), 4) for r in rows]}
         move = None
         if best is not None:
             new_ms, src, dst, new = best
             gain = old_ms / new_ms
             entry.update({"best_move": [src, dst], "new_partition": new, "predicted_new_ms": new_ms,
-                          "predicted_gain": gain})
-            worth = gain > 1 + self.threshold
-            if worth and idle and self._last == (src, dst):
+                          "predicted_gain": gain, "back": best is back})
+            # Made when the previous boundary found it worth making too (the best
+            # move itself may flip between a slowed stage's two neighbours).
+            if (src, dst) in worth and idle and (src, dst) in self._worth:
                 move = (src, dst)
-            self._last = (src, dst) if worth else None
-        entry["action"] = "move" if move else "hold"
+        self._worth = set() if move else worth
+        entry["action"] = ("move back" if best is back else "move") if move else "hold"
         self.log.append(entry)
         if move:
-            self._last = None
+            if best is back:
+                self.made.pop()
+            else:
+                self.made.append(move)
         return move

@@ -28,6 +28,7 @@ from .stage import Stage
 PROBE_SMALL = 8            # bytes: latency
 PROBE_LARGE = 64 * 1024    # bytes (at least one activation message): bandwidth
 PROBE_REPEATS = 2
+SETTLE = 3                 # batches measured on a new partition before --rebalance moves again
 
 
 class StageRuntime:
@@ -59,14 +60,12 @@ class StageRuntime:
                                                    else ("send_act", "recv_grad")))
 
     def replace_link(self, peer):
-        """A migration's completion: the pair's connection is replaced by a new one."""
-        old = self.up if peer < self.rank else self.down
-        old.drain()
-        old.close()
+        """A migration's completion: the pair's connection is replaced by a new
+        one, which takes over once the old one has sent what was queued to it."""
         if peer < self.rank:
-            self.up = self._link(peer)
+            self.up = self.up.successor()
         else:
-            self.down = self._link(peer)
+            self.down = self.down.successor()
 
     def _calibrate(self):
         """{"fwd"|"bwd": Cost} from one micro-batch of 1 sample and one of the whole batch."""
@@ -82,6 +81,7 @@ class StageRuntime:
                 self._run_flush()
             else:
                 self._run_async()
+            self.migrator.finish()
         finally:
             self.migrator.close()
             for link in (self.up, self.down):
@@ -94,8 +94,10 @@ class StageRuntime:
             m, k = self.cfg.sweep[0]
         for it in range(self.cfg.iterations):
             self._set_emulation(it)
+            if self.partitions[it][self.rank] != self.partition[self.rank]:
+                for cost in self.cost.values():  # an op's cost depends on its layers: measure the new ones
+                    cost.reset()
             self.partition = list(self.partitions[it])
-            self.migrator.begin_batch(it)
             self.plan_by_iter.append([m, k])
             self.predicted_ms.append(predicted)
             self.partition_by_iter.append(list(self.partition))
@@ -213,8 +215,11 @@ class StageRuntime:
         return int(decision[0]), int(decision[1]), float(decision[2])
 
     def _idle(self, it):
-        """No migration in progress, and one started now would complete in the run."""
-        return (all(switch_batch(k, s, d) <= it for k, s, d, _ in self.migrations)
+        """No migration in progress or just done (the new partition measured for
+        SETTLE batches: a stage's cost history restarts when its layers change,
+        and one batch on a loaded host can be far off), and one started now
+        would complete in the run."""
+        return (all(switch_batch(k, s, d) + SETTLE - 1 <= it for k, s, d, _ in self.migrations)
                 and it + 3 < self.cfg.iterations)
 
     def _add_migration(self, mig):
@@ -280,7 +285,9 @@ class StageRuntime:
                 "version_checks": len(self.stage.version_checks),
                 "decisions": self.replanner.decisions if self.replanner else [],
                 "migrations": self.migrator.done,
-                "rebalance": self.rebalancer.log if self.rebalancer else []}
+                "rebalance": self.rebalancer.log if self.rebalancer else [],
+                # bytes per network flow class: the migration's levels are classes of their own
+                "flow_stats": self.comm.flow_stats() if self.comm is not None else None}
 
     def save(self, directory):
         torch.save(state_dict(self.stage.layers), os.path.join(directory, f"stage{self.rank}.pt"))

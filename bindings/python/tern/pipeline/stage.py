@@ -47,7 +47,6 @@ class Stage:
         self.inflight = {}          # micro-batch key -> what its backward needs
         self.version_checks = []    # (key, forward version, backward version, same checksum)
         self.loss_sum = 0.0
-        self.slow = cfg.slow_factor(index)
 
     def params(self, layers=None):
         return [p for layer in (self.layers if layers is None else layers) for p in (layer.weight, layer.bias)]
@@ -67,7 +66,7 @@ class Stage:
             self.loss_sum += float(out)
         checksum = weights.checksum() if self.cfg.schedule == "async" else None
         self.inflight[key] = (x, out, weights, weights.version, checksum, labels)
-        self._slow_down(start)
+        self._slow_down(start, iteration)
         self.log.add(iteration, micro, "fwd", start, time.monotonic(), version=weights.version, samples=len(x),
                      layers=[layer.index for layer in weights.layers])
         return None if self.last else out.detach()
@@ -88,7 +87,7 @@ class Stage:
         self.version_checks.append((key, fwd_version, weights.version, same))
         if self.cfg.schedule == "async":
             self._apply(weights)
-        self._slow_down(start)
+        self._slow_down(start, iteration)
         self.log.add(iteration, micro, "bwd", start, time.monotonic(), version=weights.version,
                      forward_version=fwd_version, samples=len(x), layers=[layer.index for layer in weights.layers])
         return None if self.first else x.grad
@@ -112,6 +111,7 @@ class Stage:
         time), on a throw-away copy of the weights (nothing logged, nothing
         updated), stretched by --slow-stage like the real ops."""
         weights = self._snapshot(self.layers)
+        slow = self.cfg.slow_factor(self.index, 0)  # as the first batch will run
         fwd, bwd = [], []
         for _ in range(repeats + 1):  # the first is a warm-up
             x = torch.zeros(size, self.cfg.width, requires_grad=not self.first)
@@ -120,8 +120,8 @@ class Stage:
             t1 = time.perf_counter()
             out.backward(torch.ones_like(out))
             t2 = time.perf_counter()
-            fwd.append((t1 - t0) * 1e3 * self.slow)
-            bwd.append((t2 - t1) * 1e3 * self.slow)
+            fwd.append((t1 - t0) * 1e3 * slow)
+            bwd.append((t2 - t1) * 1e3 * slow)
         return min(fwd[1:]), min(bwd[1:])
 
     # ---- helpers ----
@@ -148,7 +148,9 @@ class Stage:
                 p.add_(w.grad, alpha=-self.cfg.lr)
         self.version += 1
 
-    def _slow_down(self, start):
-        """--slow-stage: stretch this op to `slow` times its measured compute time."""
-        if self.slow != 1.0:
-            time.sleep((self.slow - 1.0) * (time.monotonic() - start))
+    def _slow_down(self, start, iteration):
+        """--slow-stage: stretch this op to `slow` times its measured compute time
+        (in the batches the slowdown lasts)."""
+        slow = self.cfg.slow_factor(self.index, iteration)
+        if slow != 1.0:
+            time.sleep((slow - 1.0) * (time.monotonic() - start))

@@ -38,10 +38,10 @@ def main(argv):
     _die_with_launcher()
     _fault(rank)
     if cfg.stages > 1 and cfg.netns:  # emulated hosts: ternrun's variables (TERN_ROOT, TERN_RANK, ...)
-        comm = tern.Comm.from_env(timeout=cfg.timeout)
+        comm = tern.Comm.from_env(timeout=cfg.timeout, flow_classes=cfg.flow_classes or None)
     elif cfg.stages > 1:
         uid = bytes.fromhex(os.environ["TERN_PIPELINE_UID"])
-        comm = tern.Comm(uid, cfg.stages, rank, timeout=cfg.timeout)
+        comm = tern.Comm(uid, cfg.stages, rank, timeout=cfg.timeout, flow_classes=cfg.flow_classes or None)
     try:
         runtime = StageRuntime(cfg, comm, rank)
         runtime.run()
