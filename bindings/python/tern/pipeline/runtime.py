@@ -27,7 +27,7 @@ from .stage import Stage
 
 PROBE_SMALL = 8            # bytes: latency
 PROBE_LARGE = 64 * 1024    # bytes (at least one activation message): bandwidth
-PROBE_REPEATS = 2
+PROBE_REPEATS = 4          # the fastest of these counts: a loaded host delays some (CI read 3.5x low with 2)
 SETTLE = 3                 # batches measured on a new partition before --rebalance moves again
 
 
