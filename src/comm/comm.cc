@@ -316,5 +316,8 @@ ternComm::~ternComm() {
     engine.reset();   // nothing uses the connections after this
   }
   if (trace) trace->write();  // after the drain: every operation has ended
-  table.reset();  // its openings end, then its connections, sockets and transports
+  // Its threads end while `table` still names it (their failure callbacks
+  // read it: fail()), then its connections, sockets and transports go.
+  if (table) table->quiesce();
+  table.reset();
 }

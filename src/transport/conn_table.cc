@@ -51,7 +51,6 @@ struct ConnTable::Slot : Channel {
   bool closed = false;   // the control socket closed, or the table stops
   std::string error;     // why opening failed (written before openState = kFailed)
   ternResult_t code = ternSuccess;
-  std::thread th;        // the opening
 
   ~Slot() override { closeFd(fd); }
 
@@ -130,13 +129,17 @@ ConnTable::ConnTable(TableSetup s)
 
 void ConnTable::start() { ctl_ = std::thread(&ConnTable::controlLoop, this); }
 
-ConnTable::~ConnTable() {
+void ConnTable::quiesce() {
   stop_ = true;
   wake();
   if (ctl_.joinable()) ctl_.join();
   for (auto& s : slots_) s->close();
-  for (auto& s : slots_)
-    if (s->th.joinable()) s->th.join();
+  std::unique_lock<std::mutex> lk(openingMu_);
+  openingCv_.wait(lk, [this] { return opening_.load() == 0; });
+}
+
+ConnTable::~ConnTable() {
+  quiesce();
   for (int& fd : meshFd_) closeFd(fd);
   gate_.reset();  // drops handshakes under way; the listener is ours to close
   closeFd(lfd_);
@@ -183,7 +186,10 @@ void ConnTable::begin(Slot& s, bool announce) {
   }
   opening_.fetch_add(1);
   wake();  // the control thread serves the gate's handshakes more often now
-  s.th = std::thread(&ConnTable::runOpen, this, std::ref(s), announce);
+  // Detached, counted in opening_ (quiesce waits for none to be left): a
+  // process that exits without destroying its communicator (a peer died)
+  // leaves no finished thread unjoined behind.
+  std::thread(&ConnTable::runOpen, this, std::ref(s), announce).detach();
 }
 
 void ConnTable::runOpen(Slot& s, bool announce) {
@@ -195,7 +201,9 @@ void ConnTable::runOpen(Slot& s, bool announce) {
   if (r == ternSuccess) r = s.conn->open(cs);
   if (r == ternSuccess) r = s.conn->activate();
   finish(s, r);
+  std::lock_guard<std::mutex> lk(openingMu_);  // the last touch of the table
   opening_.fetch_sub(1);
+  openingCv_.notify_all();
 }
 
 void ConnTable::finish(Slot& s, ternResult_t r) {

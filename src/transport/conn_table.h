@@ -52,8 +52,12 @@ class ConnTable : public ConnOpener {
   // Starts reading the control sockets (once whoever handles the notices
   // can be reached through the table).
   void start();
-  // Stops the control thread, ends the openings under way (their peers see
-  // the control socket close), then closes every connection.
+  // Stops the control thread and ends the openings under way (their peers
+  // see the control socket close): after it no thread of the table calls
+  // back into its owner.  Idempotent; the owner calls it before it lets go
+  // of the table, whose callbacks may still reach for it until then.
+  void quiesce();
+  // quiesce(), then closes every connection.
   ~ConnTable() override;
 
   // The connections of a level, per peer (self included), as plans see them.
@@ -113,6 +117,8 @@ class ConnTable : public ConnOpener {
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false};
   std::atomic<int> opening_{0}, opened_{0};
+  std::mutex openingMu_;               // with openingCv_: quiesce waits for openings to end
+  std::condition_variable openingCv_;
   std::thread ctl_;
 };
 

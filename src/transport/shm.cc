@@ -110,7 +110,12 @@ bool readPeer(pid_t pid, void* dst, uint64_t addr, size_t n) {
 class ShmConn : public Conn {
  public:
   const char* name() const override { return "shm"; }
-  Conn* small(uint64_t opBytes) override { return ll_.limit() && opBytes <= ll_.limit() ? &ll_ : nullptr; }
+  // The limit is agreed by open() on the table's opener thread: read only
+  // once the connection is seen open (acquire).
+  Conn* small(uint64_t opBytes) override {
+    if (openState.load(std::memory_order_acquire) != kOpen) return nullptr;
+    return ll_.limit() && opBytes <= ll_.limit() ? &ll_ : nullptr;
+  }
   LlConn ll_;
   size_t directMin() const override { return directMin_; }
   ternResult_t directRead(void* dst, uint64_t addr, size_t n) override {
