@@ -49,6 +49,27 @@ size_t readSome(LlConn& r, size_t n) {
   return k;
 }
 
+// The views keep the stream's alignment in memory whatever byte the last
+// flush ended at: a reduction writes elements straight into sendSpace's view
+// (misaligned, UBSan caught it after a 1-byte message).
+TEST(LlStream, ViewsKeepTheStreamAlignment) {
+  Pair x;
+  std::mt19937 rng(3);
+  for (int i = 0; i < 200; ++i) {
+    writeSome(x.a, rng() % 150 + 1);  // flushed at an odd place now and then
+    char* p;
+    ASSERT_GT(x.a.sendSpace(&p), 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, x.a.sendPos() % 64) << "after " << x.a.sendPos() << " bytes";
+    const char* q;
+    while (x.b.recvPos() < x.a.sendPos()) {
+      size_t k = readSome(x.b, x.a.sendPos() - x.b.recvPos());
+      ASSERT_NE(k, SIZE_MAX);
+    }
+    x.b.recvAvail(&q);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % 64, x.b.recvPos() % 64);
+  }
+}
+
 TEST(LlStream, BytesArriveInOrderAcrossWrapsAndPartialLines) {
   Pair x;
   std::mt19937 rng(7);

@@ -28,8 +28,13 @@ void LlConn::attach(Conn* owner, void* mine, void* theirs, size_t limit) {
 // returned, less what is staged already.  The reader's `freed` is read only
 // when that looks short of a whole private buffer: a small message never
 // waits on that cache line.
+// The private buffer keeps the stream's alignment (a flush may end at any
+// byte; the next message starts 8-aligned on the stream, and so must its
+// payload in memory for the reduction that writes it): staging starts at the
+// flushed position's offset within a line.
 size_t LlConn::sendSpace(char** p) {
   const uint64_t staged = sent_ - flushed_;
+  const size_t off = static_cast<size_t>(flushed_ & 63);
   auto room = [&] {
     const uint64_t lines = freedSeen_ + kLlLines - nextLine_;
     return lines * kLlLineData > staged ? lines * kLlLineData - staged : 0;
@@ -39,8 +44,8 @@ size_t LlConn::sendSpace(char** p) {
     freedSeen_ = tx_->freed.load(std::memory_order_acquire);
     r = room();
   }
-  *p = outStage_ + staged;
-  return static_cast<size_t>(std::min<uint64_t>(r, kLlStage - staged));
+  *p = outStage_ + off + staged;
+  return static_cast<size_t>(std::min<uint64_t>(r, kLlStage - off - staged));
 }
 
 void LlConn::sendCommit(size_t n) {
@@ -58,9 +63,10 @@ void LlConn::sendCommit(size_t n) {
 // simply shorter), so the reader never reads a line being written.
 void LlConn::flush() {
   if (flushed_ == sent_) return;
+  const char* stage = outStage_ + (flushed_ & 63);  // as sendSpace staged it
   const uint64_t first = nextLine_;
   const size_t k0 = static_cast<size_t>(std::min<uint64_t>(kLlLineData, sent_ - flushed_));
-  const char* src = outStage_ + k0;
+  const char* src = stage + k0;
   flushed_ += k0;
   ++nextLine_;
   while (flushed_ < sent_) {
@@ -73,7 +79,7 @@ void LlConn::flush() {
     src += k;
   }
   LlLine& l = tx_->lines[first % kLlLines];
-  memcpy(l.data, outStage_, k0);
+  memcpy(l.data, stage, k0);
   l.flag.store(flagOf(first, k0, nextLine_ - first), std::memory_order_release);
 }
 
