@@ -1,4 +1,4 @@
-// Small operations over shm (up to TERN_LL_BYTES, 24 by default: one line)
+// Small operations over shm (up to TERN_LL_BYTES; these runs set 24, one line)
 // take the LL stream (src/transport/ll.h) instead of the fifo.  Real processes: every
 // collective and send/recv right at 2-4 ranks for every datatype and op at
 // counts on and around the limit, small and large operations in flight
@@ -22,8 +22,9 @@ using namespace terntest;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// TERN_LL_BYTES of this run (each rank is a process of its own): the
-// default (one line), or a limit of many lines with three datatypes.
+// TERN_LL_BYTES of this run (each rank is a process of its own): one line
+// (24, what fits beside the descriptor), or a limit of many lines with three
+// datatypes.  The default is 0 (off): see docs/ENV.md.
 size_t limit = 24;
 
 // Counts whose bytes are just under, at and just over the limit, and one element.
@@ -130,7 +131,7 @@ int mixedBody(RankCtx& ctx) {
 }
 
 TEST_P(SmallMessages, SmallAndLargeInFlightTogether) {
-  expectAllRanksOk(runRanks(GetParam(), transportEnv("shm", {{"TERN_TIMEOUT", "60"}}), mixedBody, 1, 300));
+  expectAllRanksOk(runRanks(GetParam(), transportEnv("shm", {{"TERN_TIMEOUT", "60"}, {"TERN_LL_BYTES", "24"}}), mixedBody, 1, 300));
 }
 
 // A bulk allreduce runs as a request at level 7; a small one at level 0,
@@ -160,7 +161,7 @@ int overtakeBody(RankCtx& ctx) {
 }
 
 TEST_P(SmallMessages, UrgentSmallOperationOvertakesBulk) {
-  expectAllRanksOk(runRanks(GetParam(), transportEnv("shm", {{"TERN_TIMEOUT", "60"}}), overtakeBody, 1, 300));
+  expectAllRanksOk(runRanks(GetParam(), transportEnv("shm", {{"TERN_TIMEOUT", "60"}, {"TERN_LL_BYTES", "24"}}), overtakeBody, 1, 300));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, SmallMessages, ::testing::Values(2, 3, 4),
@@ -207,7 +208,7 @@ TEST(SmallMessagesMismatch, SizesAcrossTheLimitAreInvalidUsageNamingBothCalls) {
         return failf(ctx, "%s gave %s: %s", m.name, ternGetErrorString(r), err.c_str());
       return ternCommAbort(comm) == ternSuccess ? 0 : 1;
     };
-    expectAllRanksOk(runRanks(3, transportEnv("shm", {{"TERN_TIMEOUT", "30"}}), body, 1, 60));
+    expectAllRanksOk(runRanks(3, transportEnv("shm", {{"TERN_TIMEOUT", "30"}, {"TERN_LL_BYTES", "24"}}), body, 1, 60));
   }
 }
 
@@ -252,7 +253,7 @@ TEST(SmallMessagesFaults, DeadPeerDuringASmallAllReduceIsAnError) {
     ternCommAbort(comm);
     return 0;
   };
-  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "60"}}), body, 1, 90));
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "60"}, {"TERN_LL_BYTES", "24"}}), body, 1, 90));
 }
 
 // Rank 1 stays away: rank 0's small allreduce times out after TERN_TIMEOUT
@@ -280,7 +281,7 @@ TEST(SmallMessagesFaults, StalledPeerTimesOutWithoutBurningACore) {
     ternCommAbort(comm);
     return 0;
   };
-  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "1"}}), body, 1, 90));
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "1"}, {"TERN_LL_BYTES", "24"}}), body, 1, 90));
 }
 
 }  // namespace

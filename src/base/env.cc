@@ -73,7 +73,7 @@ Config readConfig() {
   // and more measured slower than the fifo on the 2-core test host
   // (perf/RESULTS.md, 2026-11-25): the fifo's one head word and a plain copy
   // beat a flag per line there.
-  c.llBytes = static_cast<size_t>(std::min<long long>(std::max<long long>(envInt("TERN_LL_BYTES", 24, bad), 0), 32 << 10));
+  c.llBytes = static_cast<size_t>(std::min<long long>(std::max<long long>(envInt("TERN_LL_BYTES", 0, bad), 0), 32 << 10));
   c.ifname = envString("TERN_SOCKET_IFNAME", "");
   c.topoXml = envString("TERN_TOPO_XML", "");
   c.topoDump = envString("TERN_TOPO_DUMP", "");
