@@ -14,8 +14,11 @@ run's iteration times with the migration window shaded.
 
   PYTHONPATH=build/python /usr/bin/python3 perf/pipeline/migration_stall.py --repeats 5 \
       --json perf/pipeline/migration_stall.json --plot perf/plots/migration_stall.png
+  (as root) ... migration_stall.py --setups 3:netns,4:netns --rate 1gbit   # a namespace per stage
 """
 import argparse
+import contextlib
+import importlib.machinery
 import json
 import os
 import statistics
@@ -36,13 +39,32 @@ def start_partition(stages):
 
 
 def one(stages, transport, schedule, migrate, args):
-    cfg = Config(stages=stages, layers=2 * stages, partition=start_partition(stages), width=args.width, batch=args.batch, iterations=args.iterations,
-                 schedule=schedule, microbatches=args.microbatches, k=1, seed=1, transport=transport,
-                 migrate=[[args.at] + migration_for(stages) + [1]] if migrate else [])
-    with tempfile.TemporaryDirectory() as out:
+    with hosts(stages, transport, args.rate) as where, tempfile.TemporaryDirectory() as out:
+        cfg = Config(stages=stages, layers=2 * stages, partition=start_partition(stages), width=args.width, batch=args.batch,
+                     iterations=args.iterations, schedule=schedule, microbatches=args.microbatches, k=1, seed=1,
+                     migrate=[[args.at] + migration_for(stages) + [1]] if migrate else [], **where)
         rep = run(cfg, out)
         rep["steps_ms"], rep["inside_ms"] = steps_ms(out, stages)
     return rep
+
+
+@contextlib.contextmanager
+def hosts(stages, transport, rate):
+    """The Config fields that place the stages: one host over `transport`
+    (shm, tcp), or with "netns" one network namespace per stage on
+    perf/compare's veth star, every link shaped to `rate` by tc htb, tern over
+    tcp (needs root).  The namespaces are removed after the run."""
+    if transport != "netns":
+        yield {"transport": transport}
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    compare = importlib.machinery.SourceFileLoader("compare", os.path.join(here, "..", "compare")).load_module()
+    ns = compare.Netns(stages, rate, prefix="ternms%d" % os.getpid())
+    try:
+        yield {"transport": "tcp", "netns": [ns.ns(s) for s in range(stages)], "timeout": 120,
+               "root": "%s:%d" % (ns.addrs[0], 29631)}
+    finally:
+        ns.close()
 
 
 def steps_ms(out, stages):
@@ -129,11 +151,16 @@ def main(argv=None):
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--schedules", default="flush,async")
-    p.add_argument("--setups", default="3:shm,3:tcp,4:shm,4:tcp", help="STAGES:TRANSPORT,...")
+    p.add_argument("--setups", default="3:shm,3:tcp,4:shm,4:tcp",
+                   help="STAGES:TRANSPORT,... (TRANSPORT shm, tcp, or netns: a namespace per stage, needs root)")
+    p.add_argument("--rate", default="1gbit", help="the netns links' tc htb rate")
     p.add_argument("--json", help="write every run here")
     p.add_argument("--plot", help="a PNG of the iteration times")
     args = p.parse_args(argv)
     setups = [(int(a), b) for a, b in (t.split(":") for t in args.setups.split(","))]
+    if any(t == "netns" for _, t in setups) and os.geteuid() != 0:
+        print("migration_stall: netns setups need root (ip netns, tc); run it with sudo.")
+        return 77
     rows = []
     for rep_i in range(args.repeats):
         for stages, transport in setups:
