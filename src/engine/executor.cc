@@ -36,23 +36,17 @@ uint64_t opBytes(const Operation& op) {
 // the limit both ends of the connection agreed on, so both ends of a stream
 // pick the same sibling; interleaved kinds (weight streams) keep the fifo,
 // whose message boundaries they share with others.
+bool mayGoSmall(const Operation& op) { return !op.unordered && !opKind(op.desc.kind).interleaved; }
+
 Conn* channel(const Operation& op, Conn* c) {
-  if (!c || op.unordered || opKind(op.desc.kind).interleaved) return c;
+  if (!c || !mayGoSmall(op)) return c;
   Conn* ll = c->small(opBytes(op));
   return ll ? ll : c;
 }
 
-// Moves a phase's steps onto the small siblings.  Framed codec phases (the
-// ternary allreduce's) stay where they are: both ends see the same plan.
+// Moves a phase's steps onto the small siblings (program.h).
 void takeSmallChannels(Operation& op) {
-  for (const Program& p : op.phase.progs)
-    for (const Step& s : p.steps)
-      if (s.codec) return;
-  for (Program& p : op.phase.progs)
-    for (Step& s : p.steps) {
-      s.in = channel(op, s.in);
-      s.out = channel(op, s.out);
-    }
+  if (mayGoSmall(op)) takeSmallChannels(op.phase, opBytes(op));
 }
 
 }  // namespace

@@ -324,6 +324,21 @@ bool claimOut(Operation& op, Conn* out) {
 
 }  // namespace
 
+void takeSmallChannels(Phase& ph, uint64_t opBytes) {
+  for (const Program& p : ph.progs)
+    for (const Step& s : p.steps)
+      if (s.codec) return;
+  auto small = [opBytes](Conn* c) {
+    Conn* ll = c ? c->small(opBytes) : nullptr;
+    return ll ? ll : c;
+  };
+  for (Program& p : ph.progs)
+    for (Step& s : p.steps) {
+      s.in = small(s.in);
+      s.out = small(s.out);
+    }
+}
+
 void letGo(Operation& op) {
   for (Conn* c : op.held) {
     if (c->writer == &op) c->writer = nullptr;
