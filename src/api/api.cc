@@ -2,6 +2,7 @@
 // executor (or for the open group).  Every failure returns a ternResult_t
 // with a sentence for ternGetLastError; nothing aborts the caller.
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <functional>
@@ -27,10 +28,26 @@ namespace {
 
 std::mutex registryMu;
 std::unordered_set<const ternComm*> registry;  // live communicators
+// Bumped (under registryMu) whenever a communicator leaves the registry.
+std::atomic<uint64_t> registryGen{0};
+// The communicator this thread last found live, and the generation then:
+// while no communicator has left since, it still is (a new one at the same
+// address needs the old one gone first, which bumps the generation).  Spares
+// a call's liveness check the registry's lock and hash lookup (~90
+// instructions of an 8-byte allreduce's ~4,200).
+struct LiveCache {
+  const ternComm* comm = nullptr;
+  uint64_t gen = 0;
+};
+thread_local LiveCache liveCache;
 
 bool isLive(const ternComm* c) {
+  LiveCache& k = liveCache;
+  if (c && k.comm == c && k.gen == registryGen.load(std::memory_order_acquire)) return true;
   std::lock_guard<std::mutex> lk(registryMu);
-  return registry.count(c) != 0;
+  if (!registry.count(c)) return false;
+  k = {c, registryGen.load(std::memory_order_relaxed)};
+  return true;
 }
 
 // Records an API-level failure both for the thread and on the communicator.
@@ -332,6 +349,7 @@ static ternResult_t unregister(ternComm_t comm) {
   if (!registry.erase(comm))
     return setError(ternInvalidUsage,
                     "comm is not a live communicator (already destroyed or never created)");
+  registryGen.fetch_add(1, std::memory_order_release);  // every thread's liveCache is stale now
   return ternSuccess;
 }
 

@@ -464,13 +464,15 @@ ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
     op.pumps.clear();
     op.opening.clear();
     bool any = false;
+    Conn* last = nullptr;  // steps mostly use one connection in a row: adopted once
     for (Program& p : op.phase.progs) {
       any |= !p.steps.empty();
       for (const Step& s : p.steps)
         for (Conn* k : {s.in, s.out}) {
-          if (!k || std::find(op.pumps.begin(), op.pumps.end(), k) != op.pumps.end() ||
+          if (!k || k == last || std::find(op.pumps.begin(), op.pumps.end(), k) != op.pumps.end() ||
               std::find(op.opening.begin(), op.opening.end(), k) != op.opening.end())
             continue;
+          last = k;
           TERN_CHECK(adopt(op, k));
         }
     }

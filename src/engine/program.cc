@@ -328,9 +328,15 @@ void takeSmallChannels(Phase& ph, uint64_t opBytes) {
   for (const Program& p : ph.progs)
     for (const Step& s : p.steps)
       if (s.codec) return;
-  auto small = [opBytes](Conn* c) {
-    Conn* ll = c ? c->small(opBytes) : nullptr;
-    return ll ? ll : c;
+  // One virtual call per connection in a row, not per step end.
+  Conn *from = nullptr, *to = nullptr;
+  auto small = [&](Conn* c) {
+    if (c && c != from) {
+      Conn* ll = c->small(opBytes);
+      from = c;
+      to = ll ? ll : c;
+    }
+    return c ? to : c;
   };
   for (Program& p : ph.progs)
     for (Step& s : p.steps) {
