@@ -18,6 +18,7 @@
 #include "comm/comm.h"
 #include "comm/config.h"
 #include "comm/env_init.h"
+#include "base/dtype.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "memory/buffer_kind.h"
@@ -268,15 +269,7 @@ ternResult_t ternGetVersion(int* version) {
   return ternSuccess;
 }
 
-size_t ternTypeSize(ternDataType_t dt) {
-  switch (dt) {
-    case ternInt8: case ternUint8: return 1;
-    case ternFloat16: case ternBfloat16: return 2;
-    case ternInt32: case ternUint32: case ternFloat32: return 4;
-    case ternInt64: case ternUint64: case ternFloat64: return 8;
-    default: return 0;
-  }
-}
+size_t ternTypeSize(ternDataType_t dt) { return typeSize(dt); }
 
 ternResult_t ternGetUniqueId(ternUniqueId* uniqueId) {
   if (!uniqueId) return fail(nullptr, ternInvalidArgument, "uniqueId is NULL");

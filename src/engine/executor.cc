@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "base/dtype.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -28,7 +29,7 @@ constexpr size_t kBudgetYielding = 16 << 10;
 // Payload bytes that decide whether an operation is small: the same on
 // every rank that issued it (descriptor fields only).
 uint64_t opBytes(const Operation& op) {
-  return op.desc.count * ternTypeSize(static_cast<ternDataType_t>(op.desc.dtype));
+  return op.desc.count * typeSize(static_cast<ternDataType_t>(op.desc.dtype));
 }
 
 // Small operations move on their connections' low-latency siblings

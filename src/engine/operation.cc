@@ -48,23 +48,27 @@ std::string describe(const OpDesc& d) {
   return s + " at priority level " + std::to_string(d.level) + " (#" + std::to_string(d.seq) + ")";
 }
 
+bool descMatches(const OpDesc& mine, const OpDesc& theirs) {
+  if (theirs.magic != kDescMagic) return false;
+  const OpKindInfo& k = opKind(mine.kind);
+  const uint8_t expectKind = k.peerKind ? k.peerKind : mine.kind;
+  const int32_t expectRoot = k.rootIsMe ? mine.rank : mine.root;
+  auto agree = [&](uint8_t field, bool same) { return !(k.match & field) || same; };
+  return theirs.kind == expectKind && theirs.level == mine.level &&
+         agree(OpKindInfo::kCount, theirs.count == mine.count) &&
+         agree(OpKindInfo::kSeq, theirs.seq == mine.seq) &&
+         agree(OpKindInfo::kDtype, theirs.dtype == mine.dtype) &&
+         agree(OpKindInfo::kRedop, theirs.redop == mine.redop) &&
+         agree(OpKindInfo::kRoot, theirs.root == expectRoot);
+}
+
 std::string descMismatch(const OpDesc& mine, const OpDesc& theirs) {
+  if (descMatches(mine, theirs)) return std::string();
   if (theirs.magic != kDescMagic)
     return "rank " + std::to_string(mine.rank) +
            " received bytes that are not an operation descriptor while starting its " +
            describe(mine) +
            ": the ranks' operations are out of step; the communicator must be aborted";
-  const OpKindInfo& k = opKind(mine.kind);
-  const uint8_t expectKind = k.peerKind ? k.peerKind : mine.kind;
-  const int32_t expectRoot = k.rootIsMe ? mine.rank : mine.root;
-  auto agree = [&](uint8_t field, bool same) { return !(k.match & field) || same; };
-  bool same = theirs.kind == expectKind && theirs.level == mine.level &&
-              agree(OpKindInfo::kCount, theirs.count == mine.count) &&
-              agree(OpKindInfo::kSeq, theirs.seq == mine.seq) &&
-              agree(OpKindInfo::kDtype, theirs.dtype == mine.dtype) &&
-              agree(OpKindInfo::kRedop, theirs.redop == mine.redop) &&
-              agree(OpKindInfo::kRoot, theirs.root == expectRoot);
-  if (same) return std::string();
   return "rank " + std::to_string(theirs.rank) + " called " + describe(theirs) + " but rank " +
          std::to_string(mine.rank) + " called " + describe(mine) +
          ": every rank must issue the same collectives in the same order at each priority "
