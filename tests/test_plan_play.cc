@@ -450,17 +450,10 @@ int32_t input(int r, size_t i) { return static_cast<int32_t>((r + 1) * 1000 + (i
 
 using Bufs = std::vector<std::vector<int32_t>>;
 
+// int32 sum unless told: the arguments the tests vary most come first.
 CollArgs coll(OpKind k, const void* s, void* d, size_t count, int root = -1,
               ternRedOp_t op = ternSum, ternDataType_t dt = ternInt32) {
-  CollArgs a;
-  a.kind = k;
-  a.src = s;
-  a.dst = d;
-  a.count = count;
-  a.dt = dt;
-  a.op = op;
-  a.root = root;
-  return a;
+  return collArgs(k, s, d, count, dt, op, root);
 }
 
 // The configurations played: small fifos and chunks (many pipeline pieces,

@@ -217,19 +217,6 @@ ternResult_t launch(ternComm* c, const CollArgs& args, ternStream_t stream = nul
   return r;
 }
 
-CollArgs collArgs(OpKind kind, const void* src, void* dst, size_t count, ternDataType_t dt,
-                  ternRedOp_t op = ternSum, int root = -1) {
-  CollArgs a;
-  a.kind = kind;
-  a.src = src;
-  a.dst = dst;
-  a.count = count;
-  a.dt = dt;
-  a.op = op;
-  a.root = root;
-  return a;
-}
-
 }  // namespace
 
 namespace tern {
