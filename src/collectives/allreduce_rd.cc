@@ -2,6 +2,7 @@
 // whole buffer with partners at distance 1, 2, 4, ...  Ranks beyond the
 // largest power of two first fold into a partner and get the result back at
 // the end.  Latency-optimal; bandwidth is irrelevant at these sizes.
+#include "base/dtype.h"
 #include "collectives/collectives.h"
 
 namespace tern {
@@ -9,7 +10,7 @@ namespace tern {
 void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst, size_t count,
                                     ternDataType_t dt, ternRedOp_t op, Phase* ph) {
   const int n = x.nranks, r = x.rank;
-  const size_t bytes = count * ternTypeSize(dt);
+  const size_t bytes = count * typeSize(dt);
   char* d = static_cast<char*>(dst);
   if (src != dst) x.mem->copy(d, src, bytes);
   int pow2 = 1;
@@ -43,7 +44,7 @@ void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst
 }
 
 static bool useRecursiveDoubling(const PlanCtx& x, size_t count, ternDataType_t dt) {
-  return count * ternTypeSize(dt) <= x.cfg->smallBytes;
+  return count * typeSize(dt) <= x.cfg->smallBytes;
 }
 
 bool allReduceNeedsDivide(const PlanCtx& x, size_t count, ternDataType_t dt, ternRedOp_t op) {
@@ -54,7 +55,7 @@ void planAllReduce(const PlanCtx& x, const void* src, void* dst, size_t count, t
                    ternRedOp_t op, Phase* ph) {
   ph->what = "allreduce";
   if (x.nranks == 1) {
-    if (src != dst) x.mem->copy(dst, src, count * ternTypeSize(dt));
+    if (src != dst) x.mem->copy(dst, src, count * typeSize(dt));
     return;
   }
   if (useRecursiveDoubling(x, count, dt))

@@ -57,6 +57,18 @@ struct CollArgs {
   int root = -1;     // broadcast/reduce root; send/recv peer (-1: any source)
   int* source = nullptr;  // a receive from any source: where its sender goes
 };
+inline CollArgs collArgs(OpKind kind, const void* src, void* dst, size_t count, ternDataType_t dt,
+                         ternRedOp_t op = ternSum, int root = -1) {
+  CollArgs a;
+  a.kind = kind;
+  a.src = src;
+  a.dst = dst;
+  a.count = count;
+  a.dt = dt;
+  a.op = op;
+  a.root = root;
+  return a;
+}
 // Dense collectives, the barrier, send and recv.  `reuse`: a recycled
 // operation's task (Task::recycle); a dense one is set up again in place.
 std::unique_ptr<Task> makeTask(const CollArgs& a, std::unique_ptr<Task> reuse = nullptr);

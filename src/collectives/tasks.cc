@@ -3,6 +3,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include "base/dtype.h"
 #include "collectives/collectives.h"
 #include "memory/scratch_pool.h"
 
@@ -52,7 +53,7 @@ class DenseTask final : public Task {
 
  private:
   void plan(const PlanCtx& x, Phase* ph) {
-    const size_t bytes = a_.count * ternTypeSize(a_.dt);
+    const size_t bytes = a_.count * typeSize(a_.dt);
     switch (a_.kind) {
       case OpKind::AllReduce: return planAllReduce(x, a_.src, a_.dst, a_.count, a_.dt, a_.op, ph);
       case OpKind::Broadcast: return planBroadcast(x, a_.src, a_.dst, bytes, a_.root, ph);

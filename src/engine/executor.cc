@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "base/dtype.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -28,7 +29,7 @@ constexpr size_t kBudgetYielding = 16 << 10;
 // Payload bytes that decide whether an operation is small: the same on
 // every rank that issued it (descriptor fields only).
 uint64_t opBytes(const Operation& op) {
-  return op.desc.count * ternTypeSize(static_cast<ternDataType_t>(op.desc.dtype));
+  return op.desc.count * typeSize(static_cast<ternDataType_t>(op.desc.dtype));
 }
 
 // Small operations move on their connections' low-latency siblings
@@ -36,23 +37,17 @@ uint64_t opBytes(const Operation& op) {
 // the limit both ends of the connection agreed on, so both ends of a stream
 // pick the same sibling; interleaved kinds (weight streams) keep the fifo,
 // whose message boundaries they share with others.
+bool mayGoSmall(const Operation& op) { return !op.unordered && !opKind(op.desc.kind).interleaved; }
+
 Conn* channel(const Operation& op, Conn* c) {
-  if (!c || op.unordered || opKind(op.desc.kind).interleaved) return c;
+  if (!c || !mayGoSmall(op)) return c;
   Conn* ll = c->small(opBytes(op));
   return ll ? ll : c;
 }
 
-// Moves a phase's steps onto the small siblings.  Framed codec phases (the
-// ternary allreduce's) stay where they are: both ends see the same plan.
+// Moves a phase's steps onto the small siblings (program.h).
 void takeSmallChannels(Operation& op) {
-  for (const Program& p : op.phase.progs)
-    for (const Step& s : p.steps)
-      if (s.codec) return;
-  for (Program& p : op.phase.progs)
-    for (Step& s : p.steps) {
-      s.in = channel(op, s.in);
-      s.out = channel(op, s.out);
-    }
+  if (mayGoSmall(op)) takeSmallChannels(op.phase, opBytes(op));
 }
 
 }  // namespace
@@ -470,13 +465,15 @@ ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
     op.pumps.clear();
     op.opening.clear();
     bool any = false;
+    Conn* last = nullptr;  // steps mostly use one connection in a row: adopted once
     for (Program& p : op.phase.progs) {
       any |= !p.steps.empty();
       for (const Step& s : p.steps)
         for (Conn* k : {s.in, s.out}) {
-          if (!k || std::find(op.pumps.begin(), op.pumps.end(), k) != op.pumps.end() ||
+          if (!k || k == last || std::find(op.pumps.begin(), op.pumps.end(), k) != op.pumps.end() ||
               std::find(op.opening.begin(), op.opening.end(), k) != op.opening.end())
             continue;
+          last = k;
           TERN_CHECK(adopt(op, k));
         }
     }

@@ -67,6 +67,8 @@ std::string describe(const OpDesc& d);
 // Empty when `theirs` (received from a peer) matches `mine` by the rules of
 // mine's kind, else the sentence naming both sides.
 std::string descMismatch(const OpDesc& mine, const OpDesc& theirs);
+// The same test without the sentence (a call's common case: they match).
+bool descMatches(const OpDesc& mine, const OpDesc& theirs);
 
 // How an operation is carried out: next() fills the phase to run now (doing
 // any local work that belongs before it) and sets *more; when it sets *more to

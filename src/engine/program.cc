@@ -6,6 +6,7 @@
 
 #include <sched.h>
 
+#include "base/dtype.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/operation.h"
@@ -31,7 +32,7 @@ void execute(const MemOps& mem, const Step& s, const char* in, char* out, size_t
   char* dst = s.dst ? s.dst + off : nullptr;
   if (s.reduce) {
     char* target = dst ? dst : out;
-    mem.reduce(target, in, loc, n / ternTypeSize(red.dt), red.dt, red.op, s.finalAvg ? nranks : 0);
+    mem.reduce(target, in, loc, n / typeSize(red.dt), red.dt, red.op, s.finalAvg ? nranks : 0);
     if (dst && out) mem.copy(out, dst, n);
     return;
   }
@@ -113,8 +114,7 @@ ternResult_t readDesc(Operation& op, Conn* in, size_t* left) {
   if (*left == 0 || !peekRecord(in, &theirs)) return ternSuccess;
   if (theirs.magic == kDescMagic && theirs.kind != op.desc.kind && opKind(theirs.kind).interleaved)
     return ternSuccess;
-  std::string why = descMismatch(op.desc, theirs);
-  if (!why.empty()) return setError(ternInvalidUsage, why);
+  if (!descMatches(op.desc, theirs)) return setError(ternInvalidUsage, descMismatch(op.desc, theirs));
   in->recvConsume(sizeof theirs);
   op.greetedIn.push_back(in);
   if (in->reader != &op) {
@@ -283,7 +283,7 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
     n = std::min(n, limit);
     if (s.in) n = std::min(n, s.in->recvAvail(&in));
     if (s.out) n = std::min(n, s.out->sendSpace(&out));
-    n -= n % (s.reduce ? ternTypeSize(red.dt) : 1);  // whole elements only
+    n -= n % (s.reduce ? typeSize(red.dt) : 1);  // whole elements only
     if (n == 0) return 0;
     execute(mem, s, in, out, p.off, n, red, nranks);
     if (mem.async() && !mustSettleNow(mem, s)) return park(mem, p, s.in ? n : 0, s.out ? n : 0, n);
@@ -323,6 +323,21 @@ bool claimOut(Operation& op, Conn* out) {
 }
 
 }  // namespace
+
+void takeSmallChannels(Phase& ph, uint64_t opBytes) {
+  for (const Program& p : ph.progs)
+    for (const Step& s : p.steps)
+      if (s.codec) return;
+  auto small = [opBytes](Conn* c) {
+    Conn* ll = c ? c->small(opBytes) : nullptr;
+    return ll ? ll : c;
+  };
+  for (Program& p : ph.progs)
+    for (Step& s : p.steps) {
+      s.in = small(s.in);
+      s.out = small(s.out);
+    }
+}
 
 void letGo(Operation& op) {
   for (Conn* c : op.held) {
@@ -392,7 +407,7 @@ ternResult_t checkBlockedOnGone(const Phase& ph, int rank, const char* what) {
     if (p.done()) continue;
     const Step& s = p.steps[p.cur];
     const char* ip;
-    size_t unit = s.codec ? s.inUnit : s.reduce ? ternTypeSize(ph.red.dt) : 1;
+    size_t unit = s.codec ? s.inUnit : s.reduce ? typeSize(ph.red.dt) : 1;
     bool starved = s.in && s.in->peerGone() && s.in->recvAvail(&ip) < std::max<size_t>(unit, 1);
     Conn* dead = starved ? s.in : (s.out && s.out->peerGone()) ? s.out : nullptr;
     if (dead)

@@ -149,6 +149,13 @@ struct PlanCtx {
   Conn* prev() const { return conn(rankAt(pos() - 1)); }
 };
 
+// Moves a phase's steps onto their connections' low-latency siblings
+// (Conn::small) for an operation of `opBytes` payload bytes (the executor's
+// choice for ordered small operations; a plan checker's too).  Framed codec
+// phases (the ternary allreduce's) stay where they are: both ends see the
+// same plan.
+void takeSmallChannels(Phase& ph, uint64_t opBytes);
+
 // Skips the padding at the head of `in` and reads (without consuming) the
 // descriptor that follows, if it has arrived; false otherwise.  Only where a
 // new operation starts on that stream.

@@ -10,7 +10,7 @@
 // reduce-out-of-the-receive-buffer machinery run on it unchanged; records
 // are 8-aligned, so no padding crosses), the small sibling of its shm
 // connection (Conn::small): the executor moves an operation's steps onto it
-// when the operation is small (takeSmallChannels in engine/executor.cc).
+// when the operation is small (takeSmallChannels in engine/program.h, called by the executor).
 // The reader gathers whole lines into a private buffer (recvAvail's
 // contiguous view); the writer's sendSpace is a private buffer that flush()
 // (when advance() stops) spreads over lines.  Lines gathered are returned
