@@ -60,6 +60,7 @@ Config readConfig() {
   c.fifoBytes = roundUp(std::max<long long>(envInt("TERN_BUFFSIZE", 4 << 20, bad), 4096), 4096);
   if (c.fifoBytes < 4 * c.chunkBytes) c.fifoBytes = roundUp(4 * c.chunkBytes, 4096);
   c.fifoGranule = 4096;  // resolveConfig raises it to the ternary quantum
+  c.fifoWindow = static_cast<size_t>(std::max<long long>(envInt("TERN_FIFO_WINDOW", 4096, bad), 0));
   c.smallBytes = static_cast<size_t>(envInt("TERN_SMALL_THRESHOLD", 32 << 10, bad));
   if (c.smallBytes > c.fifoBytes / 4) c.smallBytes = c.fifoBytes / 4;
   // Off unless asked: on the 2-core test host single copy measured the same

@@ -21,6 +21,7 @@ struct Config {
   double priorityHoldSec;  // TERN_PRIORITY_HOLD_US: less urgent levels wait this long after a more urgent one moved
   size_t fifoBytes;        // TERN_BUFFSIZE: bytes per direction per connection
   size_t fifoGranule;      // where an empty fifo restarts: divides fifoBytes (transport/fifo.h)
+  size_t fifoWindow;       // TERN_FIFO_WINDOW: bytes through a fifo before an empty one restarts
   size_t chunkBytes;       // TERN_CHUNKSIZE: ring pipeline chunk
   size_t smallBytes;       // TERN_SMALL_THRESHOLD: allreduce below uses recursive doubling
   size_t shmDirectBytes;   // TERN_SHM_DIRECT: single-copy shm transfers from this size (0: off)

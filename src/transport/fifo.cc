@@ -1,5 +1,6 @@
 #include "transport/fifo.h"
 
+#include <algorithm>
 #include <new>
 
 namespace tern {
@@ -22,9 +23,14 @@ void Fifo::attach(void* mem, size_t capacity, size_t granule, bool init) {
   data_ = static_cast<char*>(mem) + kHeaderBytes;
   cap_ = capacity;
   granule_ = granule && capacity % granule == 0 ? granule : capacity;
+  window_ = granule_;
   head_ = hdr_->head.load();
   tail_ = hdr_->tail.load();
   base_ = hdr_->base.load();
+}
+
+void Fifo::setWindow(size_t bytes) {
+  window_ = std::min<uint64_t>(std::max<uint64_t>((bytes + granule_ - 1) / granule_ * granule_, granule_), cap_);
 }
 
 // Only while empty (tail == head): nothing the consumer may still read lies
@@ -37,7 +43,7 @@ void Fifo::restart() {
 
 size_t Fifo::writable(char** p) {
   uint64_t tail = hdr_->tail.load(std::memory_order_acquire);
-  if (tail == head_ && head_ - base_ >= granule_) restart();
+  if (tail == head_ && head_ - base_ >= window_) restart();
   uint64_t free = cap_ - (head_ - tail);
   uint64_t off = (head_ - base_) % cap_;
   uint64_t contiguous = cap_ - off;

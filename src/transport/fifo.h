@@ -43,6 +43,10 @@ class Fifo {
   // `mem` holds fifoFootprint(capacity) bytes; `init` zeroes the counters.
   // `granule` divides capacity (both ends of a shared fifo pass the same).
   void attach(void* mem, size_t capacity, size_t granule, bool init);
+  // Producer: restart only once `bytes` have gone through since the last
+  // restart (rounded up to the granule; default one granule): the span a
+  // job of small messages cycles through (TERN_FIFO_WINDOW).
+  void setWindow(size_t bytes);
 
   // Producer: contiguous free bytes at the head (pointer in *p); then publish n.
   size_t writable(char** p);
@@ -67,7 +71,7 @@ class Fifo {
  private:
   FifoHeader* hdr_ = nullptr;
   char* data_ = nullptr;
-  uint64_t cap_ = 0, granule_ = 4096;
+  uint64_t cap_ = 0, granule_ = 4096, window_ = 4096;
   // Each side caches its own counter (only it writes that one); base_ is the
   // producer's (the consumer reads the header's).
   uint64_t head_ = 0, tail_ = 0, base_ = 0, span_ = 0, restarts_ = 0;

@@ -40,6 +40,8 @@ ternResult_t Staging::allocate() {
   recv_ = r;
   sendFifo_.attach(send_, cap_, granule_, true);
   recvFifo_.attach(recv_, cap_, granule_, true);
+  sendFifo_.setWindow(window_);
+  recvFifo_.setWindow(window_);
   return ternSuccess;
 }
 

@@ -231,6 +231,7 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
     peerPid_ = static_cast<pid_t>(theirs.pid);
   }
   send_.attach(sendSeg.mem, s.cfg->fifoBytes, s.cfg->fifoGranule, false);
+  send_.setWindow(s.cfg->fifoWindow);  // the producer's choice alone
   ll_.attach(this, llRing(recvSeg, s.cfg->fifoBytes), llRing(sendSeg, s.cfg->fifoBytes),
              std::min<uint64_t>(mine.llBytes, theirs.llBytes));
   TERN_LOG(Trace, "shm connection to rank %d at level %d (%zu-byte fifos, single copy %s)", s.peer,

@@ -208,7 +208,8 @@ std::unique_ptr<Conn> makeSelfConn(const Config& cfg);
 // their bytes in these); pages are faulted in as the fifos use them.
 class Staging {
  public:
-  explicit Staging(const Config& cfg) : cap_(cfg.fifoBytes), granule_(cfg.fifoGranule) {}
+  explicit Staging(const Config& cfg)
+      : cap_(cfg.fifoBytes), granule_(cfg.fifoGranule), window_(cfg.fifoWindow) {}
   ~Staging();
   ternResult_t allocate();   // idempotent
   bool ready() const { return send_ != nullptr; }
@@ -219,7 +220,7 @@ class Staging {
   size_t footprint() const;
 
  private:
-  size_t cap_, granule_;
+  size_t cap_, granule_, window_;
   void *send_ = nullptr, *recv_ = nullptr;
   Fifo sendFifo_, recvFifo_;
 };
