@@ -138,6 +138,23 @@ TEST(Fifo, ResidentMemoryFollowsUse) {
   freePages(mem, fifoFootprint(cap));
 }
 
+// TERN_FIFO_WINDOW: small messages cycle through that many bytes, no more.
+TEST(Fifo, WindowBoundsTheSpanOfSmallMessages) {
+  const size_t granule = 4096, cap = 1 << 20, window = 64 << 10;
+  std::vector<char> mem(fifoFootprint(cap));
+  Fifo f;
+  f.attach(mem.data(), cap, granule, true);
+  f.setWindow(window);
+  uint32_t next = 0, expect = 0;
+  for (int i = 0; i < 5000; ++i) {  // 5 MiB in all
+    ASSERT_EQ(putBytes(f, &next, 1000), 1000u);
+    ASSERT_TRUE(takeBytes(f, &expect));
+  }
+  EXPECT_GT(f.span(), window - 1000);
+  EXPECT_LE(f.span(), window + 1000);
+  EXPECT_GT(f.restarts(), 50u);
+}
+
 // A producer and a consumer on two threads, messages swinging between a few
 // bytes and more than the ring, the consumer sometimes behind and sometimes
 // idle: every restart happens while messages come and go, and the stream
