@@ -183,14 +183,16 @@ TEST(Fifo, RestartsKeepTheStreamWhileMessagesAreInFlight) {
   uint32_t next = 0;
   std::mt19937 rng(1);
   uint64_t sent = 0;
-  while (sent < total && !wrong) {
+  for (int msg = 0; sent < total && !wrong; ++msg) {
     size_t n = std::min<uint64_t>(rng() % 4 ? 1 + rng() % 200 : rng() % (2 * cap), total - sent);
     for (size_t done = 0; done < n && !wrong;) done += putBytes(prod, &next, n - done);
     sent += n;
-    while (rng() % 4 == 0 && !prod.empty() && !wrong) std::this_thread::yield();
+    // Every 4th message the producer waits for the consumer to catch up, so
+    // restarts happen however the threads are scheduled; otherwise it runs on.
+    while (msg % 4 == 3 && !prod.empty() && !wrong) std::this_thread::yield();
   }
   reader.join();
-  EXPECT_GT(prod.restarts(), 100u);  // the case under test did happen
+  EXPECT_GT(prod.restarts(), 50u);  // the case under test did happen
 }
 
 TEST(Half, RoundTripsEveryValue) {
