@@ -25,6 +25,7 @@
 #include "comm/config.h"
 #include "harness.h"
 #include "planner/json.h"
+#include "topology/rdma.h"
 
 using namespace terntest;
 
@@ -136,13 +137,19 @@ ternResult_t initOne(const ternConfig_t* cfg) {
   return r;
 }
 
-void expectRefused(const char* dscpEnv, const ternConfig_t* cfg, const char* says) {
-  if (dscpEnv) setenv("TERN_FLOW_DSCP", dscpEnv, 1);
+// Init refused with a sentence that says `says`, with `var` set to `value`
+// (nullptr: left unset) and the config struct cfg.
+void expectEnvRefused(const char* var, const char* value, const ternConfig_t* cfg, const char* says) {
+  if (value) setenv(var, value, 1);
   ternResult_t r = initOne(cfg);
-  unsetenv("TERN_FLOW_DSCP");
-  EXPECT_EQ(r, ternInvalidArgument) << (dscpEnv ? dscpEnv : "config");
+  unsetenv(var);
+  EXPECT_EQ(r, ternInvalidArgument) << var << "=" << (value ? value : "(unset), config");
   std::string why = ternGetLastError(nullptr);
   EXPECT_NE(why.find(says), std::string::npos) << why;
+}
+
+void expectRefused(const char* dscpEnv, const ternConfig_t* cfg, const char* says) {
+  expectEnvRefused("TERN_FLOW_DSCP", dscpEnv, cfg, says);
 }
 
 TEST(FlowDscp, BadValuesAreRefusedWithASentence) {
@@ -175,6 +182,107 @@ TEST(FlowDscp, BadValuesAreRefusedWithASentence) {
   cfg.trafficClass[1] = 8;
   EXPECT_EQ(initOne(&cfg), ternSuccess) << ternGetLastError(nullptr);
   unsetenv("TERN_FLOW_DSCP");
+}
+
+// UCX (IB / RoCE): one context per flow class, each made with its class's
+// UCX_IB_SL and UCX_IB_TRAFFIC_CLASS, read back from the config each context
+// was made from (ucp_config_print).  IB itself cannot run here: this checks
+// what UCX is given, over ucx-tcp and ucx-sm; the traffic class defaults to
+// the class's DSCP in the TOS byte's place.
+std::string ibLine(const char* key, int v) { return std::string(key) + "=" + std::to_string(v) + "\n"; }
+
+int checkUcxContexts(RankCtx& ctx, const int* sl, const int* tc) {
+  ternComm_t comm = ctx.comm(0);
+  if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  const int peer = 1 - ctx.rank;
+  int fails = 0;
+  std::string seen[3];
+  for (int level = 0; level < TERN_PRIORITY_LEVELS; ++level) {
+    float x = 1;
+    ternSetPriority(level);
+    if (ternAllReduce(&x, &x, 1, ternFloat32, ternSum, comm, nullptr) != ternSuccess || x != 2)
+      fails += failf(ctx, "level %d allreduce: %s", level, ternGetLastError(comm));
+    int k = tern::flowClassOf(level, 3);
+    tern::Conn* c = comm->table->conn(peer, level);
+    std::string s = c->endpointSettings();
+    // The last value set wins in UCX's list: look for ours as the last of
+    // its key (-1: the key must not be set).
+    for (auto kv : {std::make_pair("IB_SL", sl[k]), std::make_pair("IB_TRAFFIC_CLASS", tc[k])}) {
+      size_t at = s.rfind(std::string("\n") + kv.first + "=");
+      bool ok = kv.second < 0 ? at == std::string::npos
+                              : at != std::string::npos &&
+                                    !s.compare(at + 1, ibLine(kv.first, kv.second).size(), ibLine(kv.first, kv.second));
+      if (!ok)
+        fails += failf(ctx, "level %d (class %d): want %s=%d in its context's config:\n%s", level, k,
+                       kv.first, kv.second, s.c_str());
+    }
+    if (s.find("tern flow class " + std::to_string(k) + "\n") == std::string::npos)
+      fails += failf(ctx, "level %d: not on class %d's context", level, k);
+    if (seen[k].empty()) seen[k] = s;
+    else if (seen[k] != s) fails += failf(ctx, "levels of class %d on different contexts", k);
+  }
+  ternSetPriority(TERN_PRIORITY_DEFAULT);
+  ternCommDestroy(comm);
+  return fails ? 1 : 0;
+}
+
+#ifdef TERN_TEST_UCX
+class UcxClasses : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(UcxClasses, EachClassContextHasItsServiceLevelAndTrafficClass) {
+  // Unset, the traffic class is the class's DSCP << 2, given to UCX only on
+  // a host with RDMA (elsewhere no interface uses it).
+  const bool rdma = tern::hostHasActiveRdma();
+  const int sl[3] = {5, 3, 1}, tc[3] = {rdma ? 46 << 2 : -1, rdma ? 18 << 2 : -1, rdma ? 8 << 2 : -1};
+  expectAllRanksOk(runRanks(2, transportEnv(GetParam(), {{"TERN_UCX_IB_SL", "5,3,1"}}),
+                            [&](RankCtx& c) { return checkUcxContexts(c, sl, tc); }, 1, 60));
+  const int tc2[3] = {200, 100, 0};
+  expectAllRanksOk(runRanks(2, transportEnv(GetParam(), {{"TERN_UCX_IB_SL", "5,3,1"},
+                                                         {"TERN_UCX_IB_TRAFFIC_CLASS", "200,100,0"}}),
+                            [&](RankCtx& c) { return checkUcxContexts(c, sl, tc2); }, 1, 60));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, UcxClasses, ::testing::Values("ucx-tcp", "ucx-sm"),
+                         [](const auto& info) { return testName(info.param); });
+#endif
+
+// The resolved settings per class: traffic class from the DSCP table unless
+// set, or UCX's own variable is, or marking is off; service level only where set.
+TEST(UcxIbSettings, TrafficClassFollowsTheDscpTable) {
+  auto resolved = [](int level) {
+    tern::Config cfg = tern::readConfig();
+    EXPECT_EQ(tern::resolveConfig(nullptr, 2, &cfg), ternSuccess) << ternGetLastError(nullptr);
+    return tern::flowMarkOf(cfg, level);
+  };
+  EXPECT_EQ(resolved(0).ibTrafficClass, 46 << 2);
+  EXPECT_EQ(resolved(3).ibTrafficClass, 18 << 2);
+  EXPECT_EQ(resolved(7).ibTrafficClass, 8 << 2);
+  EXPECT_EQ(resolved(0).ibSl, -1);
+  setenv("TERN_FLOW_DSCP", "40,0,10", 1);
+  EXPECT_EQ(resolved(0).ibTrafficClass, 160);
+  EXPECT_EQ(resolved(3).ibTrafficClass, -1);  // unmarked class: UCX's own
+  setenv("UCX_IB_TRAFFIC_CLASS", "96", 1);
+  EXPECT_EQ(resolved(0).ibTrafficClass, -1);  // the user's UCX variable applies to all
+  setenv("TERN_UCX_IB_TRAFFIC_CLASS", "1,2,3", 1);
+  setenv("TERN_UCX_IB_SL", "7,8,9", 1);
+  EXPECT_EQ(resolved(3).ibTrafficClass, 2);  // tern's own list wins
+  EXPECT_EQ(resolved(7).ibSl, 9);
+  for (const char* v : {"TERN_FLOW_DSCP", "UCX_IB_TRAFFIC_CLASS", "TERN_UCX_IB_TRAFFIC_CLASS", "TERN_UCX_IB_SL"})
+    unsetenv(v);
+}
+
+TEST(UcxIbSettings, BadValuesAreRefusedWithASentence) {
+  auto refused = [](const char* var, const char* value, const char* says) {
+    expectEnvRefused(var, value, nullptr, says);
+  };
+  refused("TERN_UCX_IB_SL", "1,2,16", "TERN_UCX_IB_SL=\"1,2,16\" has IB service level 16, not in 0..15");
+  refused("TERN_UCX_IB_SL", "1,2", "has 2 values for 3 flow classes");
+  refused("TERN_UCX_IB_SL", "high,1,0", "not a comma-separated list of integers");
+  refused("TERN_UCX_IB_TRAFFIC_CLASS", "184,72,256", "has IB traffic class 256, not in 0..255");
+  refused("TERN_UCX_IB_TRAFFIC_CLASS", "184,-1,32", "has IB traffic class -1, not in 0..255");
+  setenv("TERN_UCX_IB_SL", "0,0,15", 1);
+  EXPECT_EQ(initOne(nullptr), ternSuccess) << ternGetLastError(nullptr);
+  unsetenv("TERN_UCX_IB_SL");
 }
 
 // Statistics per class: a level-0 transfer shows in class 0, a level-7 one

@@ -1,8 +1,12 @@
 // White-box unit tests of pieces with a known right answer.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <cmath>
 #include <cstring>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "codec/half.h"
@@ -12,6 +16,7 @@
 #include "topology/rdma.h"
 #include "transport/fifo.h"
 #include "transport/registry.h"
+#include "transport/transport.h"
 
 namespace tern {
 namespace {
@@ -29,7 +34,7 @@ TEST(Fifo, WrapsAroundAndKeepsOrder) {
   const size_t cap = 4096;
   std::vector<char> mem(fifoFootprint(cap));
   Fifo f;
-  f.attach(mem.data(), cap, true);
+  f.attach(mem.data(), cap, 4096, true);
   uint32_t next = 0, expect = 0;
   for (int round = 0; round < 1000; ++round) {
     size_t want = 1 + (round * 37) % 1500;  // odd sizes force partial, wrapping writes
@@ -57,7 +62,7 @@ TEST(Fifo, NeverOverfills) {
   const size_t cap = 4096;
   std::vector<char> mem(fifoFootprint(cap));
   Fifo f;
-  f.attach(mem.data(), cap, true);
+  f.attach(mem.data(), cap, 4096, true);
   char* p;
   size_t total = 0, n;
   while ((n = f.writable(&p)) > 0) {
@@ -65,6 +70,129 @@ TEST(Fifo, NeverOverfills) {
     total += n;
   }
   EXPECT_EQ(total, cap);
+}
+
+// Data pages of a fifo the kernel holds in memory (mincore), header excluded.
+size_t residentPages(void* mem, size_t cap) {
+  std::vector<unsigned char> v(cap / 4096);
+  if (mincore(static_cast<char*>(mem) + fifoFootprint(cap) - cap, cap, v.data()) != 0) return SIZE_MAX;
+  size_t n = 0;
+  for (unsigned char c : v) n += c & 1;
+  return n;
+}
+
+// Writes `n` bytes of the stream counter into the fifo (whatever fits now).
+size_t putBytes(Fifo& f, uint32_t* next, size_t n) {
+  size_t done = 0;
+  char* p;
+  size_t k;
+  while (done < n && (k = std::min(f.writable(&p), n - done)) > 0) {
+    for (size_t i = 0; i < k; ++i) p[i] = static_cast<char>((*next)++);
+    f.produce(k);
+    done += k;
+  }
+  return done;
+}
+
+// Reads everything there is, checking it continues the stream.
+::testing::AssertionResult takeBytes(Fifo& f, uint32_t* expect, size_t max = SIZE_MAX) {
+  const char* q;
+  size_t n;
+  while (max > 0 && (n = std::min(f.readable(&q), max)) > 0) {
+    for (size_t i = 0; i < n; ++i)
+      if (q[i] != static_cast<char>((*expect)++))
+        return ::testing::AssertionFailure() << "wrong byte at stream position " << f.consumed() + i;
+    f.consume(n);
+    max -= n;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Memory follows use: small messages keep to the ring's first pages however
+// many go through; one large message faults the whole ring in, and the ring
+// keeps it (no first touch on the data path after that).
+TEST(Fifo, ResidentMemoryFollowsUse) {
+  const size_t granule = 12288, cap = 341 * granule;  // 4 MiB, a multiple of the ternary quantum at 3-7 ranks
+  void* mem = allocPages(fifoFootprint(cap));
+  ASSERT_NE(mem, nullptr);
+  Fifo f;
+  f.attach(mem, cap, granule, true);
+  uint32_t next = 0, expect = 0;
+  for (int i = 0; i < 20000; ++i) {  // 40 MiB in all: ten times round the ring without restarts
+    size_t n = 64 + (i * 997) % 4033;
+    ASSERT_EQ(putBytes(f, &next, n), n);
+    ASSERT_TRUE(takeBytes(f, &expect));
+  }
+  EXPECT_GT(f.restarts(), 1000u);  // one each 12 KiB or so
+  EXPECT_LE(f.span(), granule + 4096);
+  EXPECT_LE(residentPages(mem, cap), (granule + 4096) / 4096);
+  EXPECT_EQ(putBytes(f, &next, cap), cap);  // one message the size of the ring
+  ASSERT_TRUE(takeBytes(f, &expect));
+  EXPECT_EQ(f.span(), cap);
+  EXPECT_EQ(residentPages(mem, cap), cap / 4096);
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(putBytes(f, &next, 100), 100u);
+    ASSERT_TRUE(takeBytes(f, &expect));
+  }
+  EXPECT_EQ(residentPages(mem, cap), cap / 4096);
+  freePages(mem, fifoFootprint(cap));
+}
+
+// TERN_FIFO_WINDOW: small messages cycle through that many bytes, no more.
+TEST(Fifo, WindowBoundsTheSpanOfSmallMessages) {
+  const size_t granule = 4096, cap = 1 << 20, window = 64 << 10;
+  std::vector<char> mem(fifoFootprint(cap));
+  Fifo f;
+  f.attach(mem.data(), cap, granule, true);
+  f.setWindow(window);
+  uint32_t next = 0, expect = 0;
+  for (int i = 0; i < 5000; ++i) {  // 5 MiB in all
+    ASSERT_EQ(putBytes(f, &next, 1000), 1000u);
+    ASSERT_TRUE(takeBytes(f, &expect));
+  }
+  EXPECT_GT(f.span(), window - 1000);
+  EXPECT_LE(f.span(), window + 1000);
+  EXPECT_GT(f.restarts(), 50u);
+}
+
+// A producer and a consumer on two threads, messages swinging between a few
+// bytes and more than the ring, the consumer sometimes behind and sometimes
+// idle: every restart happens while messages come and go, and the stream
+// stays exact (TSan checks the ordering of base against head).
+TEST(Fifo, RestartsKeepTheStreamWhileMessagesAreInFlight) {
+  const size_t granule = 12288, cap = 6 * granule;
+  std::vector<char> mem(fifoFootprint(cap) + 4096);
+  void* at = mem.data() + (4096 - reinterpret_cast<uintptr_t>(mem.data()) % 4096) % 4096;
+  Fifo prod, cons;
+  prod.attach(at, cap, granule, true);
+  cons.attach(at, cap, granule, false);
+  const uint64_t total = 32 << 20;
+  std::atomic<bool> wrong{false};
+  std::thread reader([&] {
+    uint32_t expect = 0;
+    std::mt19937 rng(2);
+    while (cons.consumed() < total && !wrong) {
+      ::testing::AssertionResult ok = takeBytes(cons, &expect, 1 + rng() % (3 * cap / 2));
+      if (!ok) {
+        ADD_FAILURE() << ok.message();
+        wrong = true;  // the producer stops instead of waiting for room
+      }
+      if (rng() % 8 == 0) std::this_thread::yield();
+    }
+  });
+  uint32_t next = 0;
+  std::mt19937 rng(1);
+  uint64_t sent = 0;
+  for (int msg = 0; sent < total && !wrong; ++msg) {
+    size_t n = std::min<uint64_t>(rng() % 4 ? 1 + rng() % 200 : rng() % (2 * cap), total - sent);
+    for (size_t done = 0; done < n && !wrong;) done += putBytes(prod, &next, n - done);
+    sent += n;
+    // Every 4th message the producer waits for the consumer to catch up, so
+    // restarts happen however the threads are scheduled; otherwise it runs on.
+    while (msg % 4 == 3 && !prod.empty() && !wrong) std::this_thread::yield();
+  }
+  reader.join();
+  EXPECT_GT(prod.restarts(), 50u);  // the case under test did happen
 }
 
 TEST(Half, RoundTripsEveryValue) {

@@ -59,6 +59,8 @@ Config readConfig() {
   c.chunkBytes = roundUp(std::max<long long>(envInt("TERN_CHUNKSIZE", 512 << 10, bad), 64), 64);
   c.fifoBytes = roundUp(std::max<long long>(envInt("TERN_BUFFSIZE", 4 << 20, bad), 4096), 4096);
   if (c.fifoBytes < 4 * c.chunkBytes) c.fifoBytes = roundUp(4 * c.chunkBytes, 4096);
+  c.fifoGranule = 4096;  // resolveConfig raises it to the ternary quantum
+  c.fifoWindow = static_cast<size_t>(std::max<long long>(envInt("TERN_FIFO_WINDOW", 4096, bad), 0));
   c.smallBytes = static_cast<size_t>(envInt("TERN_SMALL_THRESHOLD", 32 << 10, bad));
   if (c.smallBytes > c.fifoBytes / 4) c.smallBytes = c.fifoBytes / 4;
   // Off unless asked: on the 2-core test host single copy measured the same
@@ -84,6 +86,9 @@ Config readConfig() {
   // its count must match the flow classes, which the struct may change.
   c.dscpList = envString("TERN_FLOW_DSCP", "");
   for (int& d : c.dscp) d = 0;
+  c.ibSlList = envString("TERN_UCX_IB_SL", "");
+  c.ibTcList = envString("TERN_UCX_IB_TRAFFIC_CLASS", "");
+  for (int k = 0; k < 8; ++k) c.ibSl[k] = c.ibTrafficClass[k] = -1;
   return c;
 }
 

@@ -20,6 +20,8 @@ struct Config {
   double handshakeSec;     // TERN_HANDSHAKE_TIMEOUT: an accepted connection's time to authenticate
   double priorityHoldSec;  // TERN_PRIORITY_HOLD_US: less urgent levels wait this long after a more urgent one moved
   size_t fifoBytes;        // TERN_BUFFSIZE: bytes per direction per connection
+  size_t fifoGranule;      // where an empty fifo restarts: divides fifoBytes (transport/fifo.h)
+  size_t fifoWindow;       // TERN_FIFO_WINDOW: bytes through a fifo before an empty one restarts
   size_t chunkBytes;       // TERN_CHUNKSIZE: ring pipeline chunk
   size_t smallBytes;       // TERN_SMALL_THRESHOLD: allreduce below uses recursive doubling
   size_t shmDirectBytes;   // TERN_SHM_DIRECT: single-copy shm transfers from this size (0: off)
@@ -36,6 +38,12 @@ struct Config {
   int flowClasses;         // TERN_FLOW_CLASSES: network flow classes the levels map onto
   int dscp[8];             // DSCP per flow class, resolved by comm/config.cc
   std::string dscpList;    // TERN_FLOW_DSCP as given ("46,18,8"; empty: defaults)
+  // UCX contexts per flow class (IB / RoCE), resolved by comm/config.cc; -1:
+  // leave UCX's own setting (UCX_IB_SL / UCX_IB_TRAFFIC_CLASS).
+  int ibSl[8];             // service level 0..15
+  int ibTrafficClass[8];   // traffic class byte 0..255 (RoCE: the IP TOS byte)
+  std::string ibSlList;    // TERN_UCX_IB_SL as given ("0,1,2"; empty: UCX's)
+  std::string ibTcList;    // TERN_UCX_IB_TRAFFIC_CLASS as given (empty: DSCP << 2)
   ternTernaryConfig_t ternary{};  // TERN_TERNARY_*, resolved in comm/config.cc
   std::string malformedEnv;  // the first malformed number read ("TERN_X=\"abc\" is not ...")
 };

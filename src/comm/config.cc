@@ -80,7 +80,7 @@ std::array<int, TERN_PRIORITY_LEVELS> flowClassTable(const Config& cfg) {
 
 FlowMark flowMarkOf(const Config& cfg, int level) {
   int k = flowClassOf(level, cfg.flowClasses);
-  return FlowMark{k, cfg.dscp[k], flowSoPriority(k, cfg.flowClasses)};
+  return FlowMark{k, cfg.dscp[k], flowSoPriority(k, cfg.flowClasses), cfg.ibSl[k], cfg.ibTrafficClass[k]};
 }
 
 std::string describeFlows(const Config& cfg) {
@@ -112,12 +112,20 @@ void defaultDscp(int n, int* dscp) {
   for (int k = 0; k < n; ++k) dscp[k] = k == 0 ? 46 : k == n - 1 ? 8 : 18;
 }
 
-ternResult_t badDscpEnv(const std::string& list, const std::string& why) {
-  return setError(ternInvalidArgument, "TERN_FLOW_DSCP=\"" + list + "\" " + why);
+// A per-class list in the environment: its variable, what one value is, and
+// the range of values.
+struct ClassList {
+  const char* var;
+  const char* what;
+  int lo, hi;
+};
+
+ternResult_t badList(const ClassList& l, const std::string& list, const std::string& why) {
+  return setError(ternInvalidArgument, std::string(l.var) + "=\"" + list + "\" " + why);
 }
 
-// Exactly n comma-separated integers 0..63 (n = the flow classes).
-ternResult_t parseDscpList(const std::string& list, int n, int* dscp) {
+// Exactly n comma-separated integers in l's range (n = the flow classes).
+ternResult_t parseClassList(const ClassList& l, const std::string& list, int n, int* out) {
   std::vector<int> v;
   for (size_t pos = 0;;) {
     size_t comma = list.find(',', pos);
@@ -125,16 +133,36 @@ ternResult_t parseDscpList(const std::string& list, int n, int* dscp) {
     char* end = nullptr;
     long x = strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0')
-      return badDscpEnv(list, "is not a comma-separated list of integers (\"" + item + "\")");
-    if (x < 0 || x > 63) return badDscpEnv(list, "has DSCP " + item + ", not in 0..63");
+      return badList(l, list, "is not a comma-separated list of integers (\"" + item + "\")");
+    if (x < l.lo || x > l.hi)
+      return badList(l, list, "has " + std::string(l.what) + " " + item + ", not in " +
+                                  std::to_string(l.lo) + ".." + std::to_string(l.hi));
     v.push_back(static_cast<int>(x));
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
   if (static_cast<int>(v.size()) != n)
-    return badDscpEnv(list, "has " + std::to_string(v.size()) + " values for " +
+    return badList(l, list, "has " + std::to_string(v.size()) + " values for " +
                                 std::to_string(n) + " flow classes");
-  std::copy(v.begin(), v.end(), dscp);
+  std::copy(v.begin(), v.end(), out);
+  return ternSuccess;
+}
+
+const ClassList kDscpList{"TERN_FLOW_DSCP", "DSCP", 0, 63};
+const ClassList kIbSlList{"TERN_UCX_IB_SL", "IB service level", 0, 15};
+const ClassList kIbTcList{"TERN_UCX_IB_TRAFFIC_CLASS", "IB traffic class", 0, 255};
+
+// UCX's IB settings per class (its contexts, transport/ucx.cc): the service
+// level only where TERN_UCX_IB_SL says (IB fabrics map SLs their own way);
+// the traffic class from TERN_UCX_IB_TRAFFIC_CLASS, else the class's DSCP
+// in the TOS byte's place (what RoCE carries in its IP header) unless the
+// user set UCX_IB_TRAFFIC_CLASS for every context, or marking is off.
+ternResult_t resolveIb(Config* cfg) {
+  const int n = cfg->flowClasses;
+  if (!cfg->ibSlList.empty()) TERN_CHECK(parseClassList(kIbSlList, cfg->ibSlList, n, cfg->ibSl));
+  if (!cfg->ibTcList.empty()) return parseClassList(kIbTcList, cfg->ibTcList, n, cfg->ibTrafficClass);
+  if (getenv("UCX_IB_TRAFFIC_CLASS")) return ternSuccess;
+  for (int k = 0; k < n; ++k) cfg->ibTrafficClass[k] = cfg->dscp[k] ? cfg->dscp[k] << 2 : -1;
   return ternSuccess;
 }
 
@@ -158,10 +186,10 @@ ternResult_t resolveDscp(const ternConfig_t* u, Config* cfg) {
                  std::to_string(n) + " flow classes");
   }
   defaultDscp(n, cfg->dscp);
-  if (!allSet && !cfg->dscpList.empty()) TERN_CHECK(parseDscpList(cfg->dscpList, n, cfg->dscp));
+  if (!allSet && !cfg->dscpList.empty()) TERN_CHECK(parseClassList(kDscpList, cfg->dscpList, n, cfg->dscp));
   for (int k = 0; k < n && u; ++k)
     if (u->trafficClass[k] != TERN_CONFIG_UNDEF_INT) cfg->dscp[k] = u->trafficClass[k];
-  return ternSuccess;
+  return resolveIb(cfg);
 }
 
 }  // namespace
@@ -180,6 +208,7 @@ ternResult_t resolveFlows(const ternConfig_t* u, Config* cfg) {
 ternResult_t resolveConfig(const ternConfig_t* user, int nranks, Config* cfg) {
   size_t q = ternaryFifoQuantum(nranks);
   cfg->fifoBytes = (cfg->fifoBytes + q - 1) / q * q;
+  cfg->fifoGranule = q;  // every unit the engine aligns on divides it
   cfg->ternary = ternaryConfigFromEnv(&cfg->malformedEnv);
   if (!cfg->malformedEnv.empty()) return setError(ternInvalidArgument, cfg->malformedEnv);
   if (const char* why = ternaryConfigProblem(cfg->ternary))

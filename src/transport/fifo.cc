@@ -1,5 +1,6 @@
 #include "transport/fifo.h"
 
+#include <algorithm>
 #include <new>
 
 namespace tern {
@@ -9,30 +10,50 @@ static_assert(sizeof(FifoHeader) <= kHeaderBytes, "fifo header too large");
 
 size_t fifoFootprint(size_t capacity) { return kHeaderBytes + capacity; }
 
-void Fifo::attach(void* mem, size_t capacity, bool init) {
+void Fifo::attach(void* mem, size_t capacity, size_t granule, bool init) {
   hdr_ = static_cast<FifoHeader*>(mem);
   if (init) {
     new (hdr_) FifoHeader();
     hdr_->head.store(0);
+    hdr_->base.store(0);
     hdr_->tail.store(0);
     hdr_->capacity = capacity;
+    hdr_->granule = granule;
   }
   data_ = static_cast<char*>(mem) + kHeaderBytes;
   cap_ = capacity;
+  granule_ = granule && capacity % granule == 0 ? granule : capacity;
+  window_ = granule_;
   head_ = hdr_->head.load();
   tail_ = hdr_->tail.load();
+  base_ = hdr_->base.load();
+}
+
+void Fifo::setWindow(size_t bytes) {
+  window_ = std::min<uint64_t>(std::max<uint64_t>((bytes + granule_ - 1) / granule_ * granule_, granule_), cap_);
+}
+
+// Only while empty (tail == head): nothing the consumer may still read lies
+// on the ring, and no posted receive (ucx) or send is outstanding on it.
+void Fifo::restart() {
+  base_ = head_ - head_ % granule_;
+  ++restarts_;
+  hdr_->base.store(base_, std::memory_order_relaxed);  // published by the next produce
 }
 
 size_t Fifo::writable(char** p) {
   uint64_t tail = hdr_->tail.load(std::memory_order_acquire);
+  if (tail == head_ && head_ - base_ >= window_) restart();
   uint64_t free = cap_ - (head_ - tail);
-  uint64_t off = head_ % cap_;
+  uint64_t off = (head_ - base_) % cap_;
   uint64_t contiguous = cap_ - off;
   *p = data_ + off;
   return static_cast<size_t>(free < contiguous ? free : contiguous);
 }
 
 void Fifo::produce(size_t n) {
+  const uint64_t end = (head_ - base_) % cap_ + n;  // n never crosses the wrap point
+  if (end > span_) span_ = end;
   head_ += n;
   hdr_->head.store(head_, std::memory_order_release);
 }
@@ -40,7 +61,13 @@ void Fifo::produce(size_t n) {
 size_t Fifo::readable(const char** p) {
   uint64_t head = hdr_->head.load(std::memory_order_acquire);
   uint64_t avail = head - tail_;
-  uint64_t off = tail_ % cap_;
+  if (avail == 0) {
+    *p = data_;
+    return 0;
+  }
+  // After the acquire: the base the bytes up to `head` were written at (it
+  // cannot move again until we have consumed them).
+  uint64_t off = (tail_ - hdr_->base.load(std::memory_order_relaxed)) % cap_;
   uint64_t contiguous = cap_ - off;
   *p = data_ + off;
   return static_cast<size_t>(avail < contiguous ? avail : contiguous);

@@ -4,6 +4,17 @@
 //
 // head and tail count bytes ever produced / consumed; they never wrap, so
 // "full" and "empty" are unambiguous.  Capacity is a multiple of 4096.
+//
+// Memory follows use: the data pages are not pre-faulted, and whenever the
+// producer finds the ring empty it restarts it near its beginning (`base`,
+// the stream position that maps to offset 0, moves up to the head rounded
+// down to the granule).  A job of small messages therefore keeps touching the
+// same first pages and its resident memory stays a few pages per fifo; the
+// first large message faults the span it needs in, and those pages stay
+// (never released), so bandwidth after it is what a pre-faulted ring gives.
+// The granule is a multiple of every alignment the engine lays records and
+// element groups out on (ternaryFifoQuantum) and divides the capacity, so a
+// position's alignment on the ring is the same as on the stream.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -13,8 +24,14 @@ namespace tern {
 
 struct FifoHeader {
   alignas(64) std::atomic<uint64_t> head;  // written by the producer only
+  // The producer's restart point (see above), beside head so that the
+  // consumer reads both in one line.  Changed only while the ring is empty,
+  // before the head that follows is published (release): a consumer that
+  // sees bytes to read sees the base they were written at.
+  std::atomic<uint64_t> base;
   alignas(64) std::atomic<uint64_t> tail;  // written by the consumer only
   alignas(64) uint64_t capacity;
+  uint64_t granule;
 };
 
 // Bytes of memory a fifo of `capacity` data bytes occupies (header included).
@@ -24,7 +41,12 @@ class Fifo {
  public:
   Fifo() = default;
   // `mem` holds fifoFootprint(capacity) bytes; `init` zeroes the counters.
-  void attach(void* mem, size_t capacity, bool init);
+  // `granule` divides capacity (both ends of a shared fifo pass the same).
+  void attach(void* mem, size_t capacity, size_t granule, bool init);
+  // Producer: restart only once `bytes` have gone through since the last
+  // restart (rounded up to the granule; default one granule): the span a
+  // job of small messages cycles through (TERN_FIFO_WINDOW).
+  void setWindow(size_t bytes);
 
   // Producer: contiguous free bytes at the head (pointer in *p); then publish n.
   size_t writable(char** p);
@@ -41,13 +63,19 @@ class Fifo {
   // sending lengths.
   uint64_t produced() const { return head_; }
   uint64_t consumed() const { return tail_; }
+  // Bytes from the ring's start to the furthest byte the producer has
+  // reached: what of the data area can be resident (tests, statistics).
+  size_t span() const { return static_cast<size_t>(span_); }
+  uint64_t restarts() const { return restarts_; }  // producer: times it restarted
 
  private:
   FifoHeader* hdr_ = nullptr;
   char* data_ = nullptr;
-  uint64_t cap_ = 0;
-  // Each side caches its own counter (only it writes that one).
-  uint64_t head_ = 0, tail_ = 0;
+  uint64_t cap_ = 0, granule_ = 4096, window_ = 4096;
+  // Each side caches its own counter (only it writes that one); base_ is the
+  // producer's (the consumer reads the header's).
+  uint64_t head_ = 0, tail_ = 0, base_ = 0, span_ = 0, restarts_ = 0;
+  void restart();
 };
 
 }  // namespace tern

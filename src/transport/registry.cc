@@ -35,7 +35,7 @@ class UcxTransport : public Transport {
  public:
   // Across hosts only under auto (inside one host shm is faster); anywhere
   // when asked for by name.
-  explicit UcxTransport(bool anyPeer) : anyPeer_(anyPeer), shared_(makeUcxShared()) {}
+  UcxTransport(bool anyPeer, bool rdma) : anyPeer_(anyPeer), shared_(makeUcxShared(rdma)) {}
   const char* name() const override { return "ucx"; }
   bool canConnect(const PeerFacts& f) const override {
     return f.peer != f.rank && (anyPeer_ || !f.sameHost);
@@ -67,7 +67,7 @@ ternResult_t makeTransports(const Config& cfg, bool rdma,
   out->push_back(std::make_unique<SelfTransport>());
   if (t == "auto" || t == "shm") out->push_back(std::make_unique<ShmTransport>());
   bool autoUcx = autoUsesUcx(cfg.net, ucxAvailable(), rdma);
-  if (t == "ucx" || (t == "auto" && autoUcx)) out->push_back(std::make_unique<UcxTransport>(t == "ucx"));
+  if (t == "ucx" || (t == "auto" && autoUcx)) out->push_back(std::make_unique<UcxTransport>(t == "ucx", rdma));
   if (t == "auto" || t == "tcp") out->push_back(std::make_unique<TcpTransport>());
   return ternSuccess;
 }

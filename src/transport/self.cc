@@ -8,7 +8,7 @@ namespace tern {
 namespace {
 class SelfConn : public Conn {
  public:
-  explicit SelfConn(size_t cap) : st_(cap) {}
+  explicit SelfConn(const Config& cfg) : st_(cfg) {}
   ternResult_t activate() override {
     if (st_.allocate() != ternSuccess) return setSysError("cannot allocate a loopback fifo");
     return ternSuccess;
@@ -28,7 +28,7 @@ class SelfConn : public Conn {
 }  // namespace
 
 std::unique_ptr<Conn> makeSelfConn(const Config& cfg) {
-  return std::make_unique<SelfConn>(cfg.fifoBytes);
+  return std::make_unique<SelfConn>(cfg);
 }
 
 }  // namespace tern

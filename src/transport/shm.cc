@@ -3,8 +3,9 @@
 // the writer maps it after learning its name over the authenticated mesh
 // socket.  Names are unlinked as soon as both sides have mapped them, so a
 // crash never leaves anything behind in /dev/shm.  Each priority level has
-// its own pair of segments, mapped without being faulted in: activate()
-// does that on the connection's first use.  Data crosses with one
+// its own pair of segments, mapped without being faulted in: pages are
+// faulted in as the fifo uses them (memory follows use, transport/fifo.h:
+// an empty fifo restarts at its first pages).  Data crosses with one
 // copy per hop (the sender writes into the reader's fifo; the reader reduces
 // or copies straight out of it).
 //
@@ -61,13 +62,6 @@ ternResult_t mapSegment(const char* name, size_t bytes, bool create, Segment* se
   seg->mem = p;
   seg->bytes = bytes;
   return ternSuccess;
-}
-
-// Faults every page of a mapping in by reading it: safe while the peer may
-// already be writing (a write would clobber its bytes).
-void touch(const Segment& seg) {
-  const volatile char* p = static_cast<const volatile char*>(seg.mem);
-  for (size_t off = 0; off < seg.bytes; off += 4096) (void)p[off];
 }
 
 // Behind each fifo: the count of bytes its reader has read directly from the
@@ -143,15 +137,6 @@ class ShmConn : public Conn {
   }
   size_t directMin_ = 0;
   pid_t peerPid_ = 0;
-  ternResult_t activate() override {
-    if (!touched_) {
-      touch(recvSeg);
-      touch(sendSeg);
-      touched_ = true;
-    }
-    return ternSuccess;
-  }
-  bool touched_ = false;
   ternResult_t open(const ConnSetup& s) override;
   size_t sendSpace(char** p) override { return send_.writable(p); }
   void sendCommit(size_t n) override {
@@ -223,7 +208,7 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
            s.level, (unsigned long long)nonce);
   mine.bytes = bytes;
   TERN_CHECK(mapSegment(mine.name, bytes, true, &recvSeg));
-  recv_.attach(recvSeg.mem, s.cfg->fifoBytes, true);
+  recv_.attach(recvSeg.mem, s.cfg->fifoBytes, s.cfg->fifoGranule, true);
 
   // Exchange names; each side maps the other's segment, then acknowledges.
   NameMsg theirs{};
@@ -245,7 +230,8 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
     directMin_ = std::max<size_t>(mine.directMin, theirs.directMin);
     peerPid_ = static_cast<pid_t>(theirs.pid);
   }
-  send_.attach(sendSeg.mem, s.cfg->fifoBytes, false);
+  send_.attach(sendSeg.mem, s.cfg->fifoBytes, s.cfg->fifoGranule, false);
+  send_.setWindow(s.cfg->fifoWindow);  // the producer's choice alone
   ll_.attach(this, llRing(recvSeg, s.cfg->fifoBytes), llRing(sendSeg, s.cfg->fifoBytes),
              std::min<uint64_t>(mine.llBytes, theirs.llBytes));
   TERN_LOG(Trace, "shm connection to rank %d at level %d (%zu-byte fifos, single copy %s)", s.peer,

@@ -3,8 +3,8 @@
 // listener (so two ranks that start using a level at once make one socket,
 // not two), authenticates and names the level; the higher rank's connection
 // table admits it through its gate.  Both ends mark the socket with the
-// level's flow class.  Nonblocking, with private pre-faulted staging fifos
-// on both sides.  progress() pushes committed bytes
+// level's flow class.  Nonblocking, with private staging fifos on both
+// sides (faulted in as they are used).  progress() pushes committed bytes
 // to the kernel and pulls whatever has arrived, in bursts, never blocking.
 #include <sys/socket.h>
 #include <unistd.h>
@@ -24,7 +24,7 @@ namespace {
 
 class TcpConn : public Conn {
  public:
-  TcpConn(int peer, size_t cap) : peer_(peer), st_(cap) {}
+  TcpConn(int peer, const Config& cfg) : peer_(peer), st_(cfg) {}
   ~TcpConn() override { closeFd(fd_); }
   ternResult_t activate() override {
     if (st_.allocate() != ternSuccess) return setSysError("cannot allocate tcp staging buffers");
@@ -142,7 +142,7 @@ ternResult_t TcpConn::open(const ConnSetup& s) {
 }
 
 std::unique_ptr<Conn> makeTcpConn(const ConnSetup& s) {
-  return std::make_unique<TcpConn>(s.peer, s.cfg->fifoBytes);
+  return std::make_unique<TcpConn>(s.peer, *s.cfg);
 }
 
 }  // namespace tern

@@ -32,6 +32,11 @@ class Conn {
  public:
   virtual ~Conn() = default;
   virtual const char* name() const = 0;
+  // What the transport made this connection's endpoint with, as text (ucx:
+  // its flow class's context config, IB service level and traffic class
+  // included); empty where there is nothing beyond FlowMark.  For tests
+  // and TRACE logs.
+  virtual std::string endpointSettings() const { return ""; }
 
   // Send side: contiguous free space (may be 0), then commit what was written.
   virtual size_t sendSpace(char** p) = 0;
@@ -68,9 +73,10 @@ class Conn {
   // socket, segment or endpoint, no memory.  The connection table opens it
   // (on a thread of its own, blocking until s.deadline) on its first use or
   // when the peer asks: open() makes the endpoint with the peer, over the
-  // control channel s.ch; activate() then allocates and pre-faults its
-  // staging buffers.  So a job's sockets and memory follow the levels and
-  // peers it talks to.
+  // control channel s.ch; activate() then maps its staging buffers (their
+  // pages are faulted in as the fifos use them, transport/fifo.h).  So a
+  // job's sockets and memory follow the levels and peers it talks to and the
+  // bytes it has in flight.
   virtual ternResult_t open(const ConnSetup& s) {
     (void)s;
     return ternSuccess;
@@ -149,6 +155,9 @@ struct FlowMark {
   int flowClass = 0;   // 0 = most urgent
   int dscp = 0;        // 0..63; 0 = unmarked
   int soPriority = 0;  // SO_PRIORITY set after IP_TOS
+  // ucx: the class's context's UCX_IB_SL / UCX_IB_TRAFFIC_CLASS (-1: UCX's own).
+  int ibSl = -1;
+  int ibTrafficClass = -1;
 };
 
 // One (peer, level)'s share of the control socket while its connection
@@ -187,16 +196,20 @@ std::unique_ptr<Conn> makeTcpConn(const ConnSetup& s);
 // transport's context, made by the first connection that opens).
 struct UcxShared;
 std::unique_ptr<Conn> makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared> shared);
-std::shared_ptr<UcxShared> makeUcxShared();
+// `rdma`: the host has an active RDMA port (topology/rdma.h), where the
+// traffic class derived from DSCP applies (elsewhere UCX would warn that no
+// interface used it, once per worker).
+std::shared_ptr<UcxShared> makeUcxShared(bool rdma);
 bool ucxAvailable();
 // self: one private fifo, for a rank sending to itself inside a group.
 std::unique_ptr<Conn> makeSelfConn(const Config& cfg);
 
-// Private staging fifo pair, allocated and pre-faulted on first use (tcp,
-// ucx and self keep their bytes in these).
+// Private staging fifo pair, mapped on first use (tcp, ucx and self keep
+// their bytes in these); pages are faulted in as the fifos use them.
 class Staging {
  public:
-  explicit Staging(size_t capacity) : cap_(capacity) {}
+  explicit Staging(const Config& cfg)
+      : cap_(cfg.fifoBytes), granule_(cfg.fifoGranule), window_(cfg.fifoWindow) {}
   ~Staging();
   ternResult_t allocate();   // idempotent
   bool ready() const { return send_ != nullptr; }
@@ -207,14 +220,15 @@ class Staging {
   size_t footprint() const;
 
  private:
-  size_t cap_;
+  size_t cap_, granule_, window_;
   void *send_ = nullptr, *recv_ = nullptr;
   Fifo sendFifo_, recvFifo_;
 };
 
-// Private, pre-faulted memory for staging fifos (first touch is slow here, so
-// it happens once, at communicator creation, never on the data path).
-void* allocPrefaulted(size_t bytes);
-void freePrefaulted(void* p, size_t bytes);
+// Private memory for staging fifos, faulted in page by page as it is used
+// (memory follows use, transport/fifo.h; first touch is slow on some hosts,
+// so a fifo keeps the pages it has touched until the connection closes).
+void* allocPages(size_t bytes);
+void freePages(void* p, size_t bytes);
 
 }  // namespace tern

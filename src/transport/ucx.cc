@@ -1,6 +1,10 @@
-// UCX transport (UCP stream API, UCX 1.13).  One context per communicator;
-// each connection has a worker of its own, made when the connection is first
-// used, on the connection table's opener thread (a worker shared with
+// UCX transport (UCP stream API, UCX 1.13).  One context per flow class and
+// communicator, made by the class's first connection to open, with the
+// class's UCX_IB_SL / UCX_IB_TRAFFIC_CLASS (FlowMark; TERN_UCX_IB_SL,
+// TERN_UCX_IB_TRAFFIC_CLASS, docs/ENV.md): those are context settings in UCX,
+// so a context per class is what lets an IB / RoCE fabric see the classes
+// apart.  Each connection has a worker of its own on its class's context,
+// made when the connection is first used, on the connection table's opener thread (a worker shared with
 // connections already moving bytes could not be touched from there: its
 // thread mode is serialized), and the worker addresses travel over the
 // control channel's share for the level.  A connection keeps the same two fifos as
@@ -8,16 +12,16 @@
 // send fifo (released when UCX completes them), and a ucp_stream_recv_nbx is
 // kept posted on the free part of the receive fifo.  UCX picks the wire
 // (UCX_TLS: shared memory, tcp, RDMA verbs); its variables keep working.
-// Not marked per flow class: one context serves every level, and UCX_IB_SL /
-// UCX_IB_TRAFFIC_CLASS are per context (a context per class is the next
-// step: the connection table already opens each level's endpoint on its
-// own); UCX's tcp transport has no DSCP setting at all, so marking over TCP
-// is the tern tcp transport's (README).
+// UCX's tcp transport has no DSCP setting at all, so marking over TCP is the
+// tern tcp transport's (README); the IB settings cannot be exercised on a
+// host without IB (the tests read them back from each context's config).
 // A peer that dies raises the endpoint's error handler: the connection is
 // marked gone, which fails only the steps that still need it.
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -31,10 +35,13 @@
 namespace tern {
 
 struct UcxShared {
-  std::mutex mu;  // opener threads make the context once
-  ucp_context_h context = nullptr;
+  std::mutex mu;  // opener threads make each class's context once
+  ucp_context_h context[TERN_PRIORITY_LEVELS] = {};  // per flow class
+  std::string settings[TERN_PRIORITY_LEVELS];        // its config as UCX prints it
+  bool rdma = false;  // the host has an active RDMA port (makeUcxShared)
   ~UcxShared() {
-    if (context) ucp_cleanup(context);
+    for (ucp_context_h c : context)
+      if (c) ucp_cleanup(c);
   }
 };
 
@@ -47,31 +54,66 @@ ternResult_t ucxError(const char* what, ucs_status_t st) {
   return setError(ternSystemError, std::string(what) + ": " + ucs_status_string(st));
 }
 
-ternResult_t makeContext(const Config& tc, UcxShared* s) {
+// The settings a class's context is made with: the NIC nearest this rank's
+// GPU (topology) unless UCX_NET_DEVICES says, and the class's IB service
+// level and traffic class.  A traffic class derived from the DSCP table only
+// where the host has RDMA: elsewhere no interface would use it.
+std::vector<std::pair<const char*, std::string>> contextSettings(const Config& tc, const FlowMark& m,
+                                                                 bool rdma) {
+  std::vector<std::pair<const char*, std::string>> v;
+  if (!tc.ucxNetDevices.empty()) v.emplace_back("NET_DEVICES", tc.ucxNetDevices);
+  if (m.ibSl >= 0) v.emplace_back("IB_SL", std::to_string(m.ibSl));
+  if (m.ibTrafficClass >= 0 && (rdma || !tc.ibTcList.empty()))
+    v.emplace_back("IB_TRAFFIC_CLASS", std::to_string(m.ibTrafficClass));
+  return v;
+}
+
+// What UCX will make the context from, as ucp_config_print writes it (the
+// IB keys appear there as set: UCX applies them when an IB interface opens).
+std::string printConfig(const ucp_config_t* cfg, int flowClass) {
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  if (!f) return "";
+  std::string title = "tern flow class " + std::to_string(flowClass);
+  ucp_config_print(cfg, f, title.c_str(),
+                   static_cast<ucs_config_print_flags_t>(UCS_CONFIG_PRINT_CONFIG | UCS_CONFIG_PRINT_HEADER));
+  fclose(f);
+  std::string s(buf, len);
+  free(buf);
+  return s;
+}
+
+ternResult_t makeContext(const Config& tc, const FlowMark& m, UcxShared* s) {
   std::lock_guard<std::mutex> lk(s->mu);
-  if (s->context) return ternSuccess;
+  const int k = m.flowClass;
+  if (s->context[k]) return ternSuccess;
   ucp_config_t* cfg;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
   if (st != UCS_OK) return ucxError("ucp_config_read", st);
-  // The NIC nearest this rank's GPU (topology), unless UCX_NET_DEVICES says.
-  if (!tc.ucxNetDevices.empty() &&
-      (st = ucp_config_modify(cfg, "NET_DEVICES", tc.ucxNetDevices.c_str())) != UCS_OK) {
-    ucp_config_release(cfg);
-    return ucxError("ucp_config_modify(NET_DEVICES)", st);
+  std::string said;
+  for (const auto& kv : contextSettings(tc, m, s->rdma)) {
+    if ((st = ucp_config_modify(cfg, kv.first, kv.second.c_str())) != UCS_OK) {
+      ucp_config_release(cfg);
+      return ucxError((std::string("ucp_config_modify(") + kv.first + ")").c_str(), st);
+    }
+    said += std::string(" UCX_") + kv.first + "=" + kv.second;
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_STREAM;
   params.mt_workers_shared = 1;  // workers are made and driven on different threads
-  st = ucp_init(&params, cfg, &s->context);
+  st = ucp_init(&params, cfg, &s->context[k]);
+  s->settings[k] = printConfig(cfg, k);
   ucp_config_release(cfg);
   if (st != UCS_OK) return ucxError("ucp_init", st);
+  TERN_LOG(Info, "ucx context for flow class %d:%s", k, said.empty() ? " UCX's own settings" : said.c_str());
   return ternSuccess;
 }
 
 class UcxConn : public Conn {
  public:
-  UcxConn(std::shared_ptr<UcxShared> shared, size_t cap) : shared_(std::move(shared)), st_(cap) {}
+  UcxConn(std::shared_ptr<UcxShared> shared, const Config& cfg) : shared_(std::move(shared)), st_(cfg) {}
   ~UcxConn() override {
     if (!worker_) return;  // never opened
     closeEndpoint();
@@ -103,7 +145,7 @@ class UcxConn : public Conn {
       if (snd.req) ucp_request_free(snd.req);
     if (recvReq_) ucp_request_free(recvReq_);
     for (ucp_mem_h h : {sendMemh_, recvMemh_})
-      if (h) ucp_mem_unmap(shared_->context, h);
+      if (h) ucp_mem_unmap(context_, h);
   }
 
   // Staging fifos on first use, mapped once for UCX.
@@ -118,14 +160,20 @@ class UcxConn : public Conn {
   // to each other in creation order, which a worker per connection keeps
   // trivially right however the levels' openings interleave.
   ternResult_t open(const ConnSetup& s) override {
-    TERN_CHECK(makeContext(*s.cfg, shared_.get()));
+    TERN_CHECK(makeContext(*s.cfg, s.mark, shared_.get()));
+    {
+      std::lock_guard<std::mutex> lk(shared_->mu);
+      context_ = shared_->context[s.mark.flowClass];
+      settings_ = shared_->settings[s.mark.flowClass];
+    }
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // one operation at a time, any thread
-    ucs_status_t st = ucp_worker_create(shared_->context, &wp, &worker_);
+    ucs_status_t st = ucp_worker_create(context_, &wp, &worker_);
     if (st != UCS_OK) return ucxError("ucp_worker_create", st);
     TERN_CHECK(connectTo(s));
-    TERN_LOG(Trace, "ucx connection to rank %d at level %d", s.peer, s.level);
+    TERN_LOG(Trace, "ucx connection to rank %d at level %d (flow class %d)", s.peer, s.level,
+             s.mark.flowClass);
     return ternSuccess;
   }
 
@@ -165,6 +213,7 @@ class UcxConn : public Conn {
   }
 
   const char* name() const override { return "ucx"; }
+  std::string endpointSettings() const override { return settings_; }
   size_t sendSpace(char** p) override { return send_().writable(p); }
   void sendCommit(size_t n) override { send_().produce(n); }
   size_t recvAvail(const char** p) override { return recv_().readable(p); }
@@ -189,7 +238,7 @@ class UcxConn : public Conn {
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     mp.address = mem;
     mp.length = st_.footprint();
-    ucs_status_t st = ucp_mem_map(shared_->context, &mp, h);
+    ucs_status_t st = ucp_mem_map(context_, &mp, h);
     return st == UCS_OK ? ternSuccess : ucxError("ucp_mem_map", st);
   }
 
@@ -299,6 +348,8 @@ class UcxConn : public Conn {
   Staging& cst() const { return const_cast<Staging&>(st_); }
 
   std::shared_ptr<UcxShared> shared_;
+  ucp_context_h context_ = nullptr;  // the class's (shared_ owns it)
+  std::string settings_;             // its config as printed (endpointSettings)
   ucp_worker_h worker_ = nullptr;
   ucp_ep_h ep_ = nullptr;
   Staging st_;
@@ -313,10 +364,14 @@ class UcxConn : public Conn {
 
 bool ucxAvailable() { return true; }
 
-std::shared_ptr<UcxShared> makeUcxShared() { return std::make_shared<UcxShared>(); }
+std::shared_ptr<UcxShared> makeUcxShared(bool rdma) {
+  auto s = std::make_shared<UcxShared>();
+  s->rdma = rdma;
+  return s;
+}
 
 std::unique_ptr<Conn> makeUcxConn(const ConnSetup& s, std::shared_ptr<UcxShared> shared) {
-  return std::make_unique<UcxConn>(std::move(shared), s.cfg->fifoBytes);
+  return std::make_unique<UcxConn>(std::move(shared), *s.cfg);
 }
 
 }  // namespace tern

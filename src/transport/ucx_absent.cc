@@ -27,7 +27,7 @@ class AbsentUcxConn : public Conn {
 
 bool ucxAvailable() { return false; }
 
-std::shared_ptr<UcxShared> makeUcxShared() { return std::make_shared<UcxShared>(); }
+std::shared_ptr<UcxShared> makeUcxShared(bool) { return std::make_shared<UcxShared>(); }
 
 std::unique_ptr<Conn> makeUcxConn(const ConnSetup&, std::shared_ptr<UcxShared>) {
   return std::make_unique<AbsentUcxConn>();
