@@ -33,14 +33,18 @@ bool sumIsRight(const std::vector<float>& x, int nranks, float scale) {
 }
 
 // One allreduce (in place) at `level`, returned as a request.
-ternRequest_t asyncAllReduce(std::vector<float>& x, int level, ternComm_t comm) {
+// submitted (optional): what the submission itself returned; a communicator
+// that already knows a peer is dead refuses it and gives no request.
+ternRequest_t asyncAllReduce(std::vector<float>& x, int level, ternComm_t comm,
+                             ternResult_t* submitted = nullptr) {
   int old;
   ternGetPriority(&old);
   ternSetPriority(level);
   ternRequest_t req = nullptr;
   ternGroupStart();
   ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);
-  ternGroupEndAsync(&req);
+  ternResult_t r = ternGroupEndAsync(&req);
+  if (submitted) *submitted = r;
   ternSetPriority(old);
   return req;
 }
@@ -346,13 +350,21 @@ int deadPeerBody(RankCtx& ctx) {
     usleep(200000);
     _exit(0);  // without a word
   }
+  // On a loaded host the peer can be gone (and known dead) before a later
+  // submission: then that submission is refused with the error, no request.
+  auto isPeerError = [](ternResult_t res) { return res == ternRemoteError || res == ternTimeout; };
   std::vector<ternRequest_t> reqs;
-  for (int k = 0; k < 3; ++k) reqs.push_back(asyncAllReduce(bufs[k], 2 * k + 1, comm));
+  for (int k = 0; k < 3; ++k) {
+    ternResult_t submitted;
+    ternRequest_t req = asyncAllReduce(bufs[k], 2 * k + 1, comm, &submitted);
+    if (submitted == ternSuccess) reqs.push_back(req);
+    else if (!isPeerError(submitted))
+      return failf(ctx, "submission refused with %s", ternGetErrorString(submitted));
+  }
   auto t0 = Clock::now();
   for (ternRequest_t r : reqs) {
     ternResult_t res = ternRequestWait(r);
-    if (res != ternRemoteError && res != ternTimeout)
-      return failf(ctx, "request ended with %s", ternGetErrorString(res));
+    if (!isPeerError(res)) return failf(ctx, "request ended with %s", ternGetErrorString(res));
   }
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (secs > 10) return failf(ctx, "errors took %.1f s", secs);
