@@ -44,7 +44,8 @@ void execute(const MemOps& mem, const Step& s, const char* in, char* out, size_t
 // its connection's single-copy threshold (both ends compute the same).
 bool directCandidate(const Step& s) {
   const Conn* c = s.in ? s.in : s.out;
-  return s.direct && c && c->directMin() > 0 && s.bytes >= c->directMin();
+  if (!s.direct || !c) return false;
+  return (c->directMin() > 0 && s.bytes >= c->directMin()) || (s.directAny && c->directReadable());
 }
 
 // Where this step's message starts on a stream at `pos`: the operation's

@@ -69,6 +69,14 @@ void descriptorOnly(Phase* ph, Conn* c, bool out) {
   ph->progs[0].steps.push_back(s);
 }
 
+// A chunk's payload between the staging buffer and the receiver's fill
+// buffer: single copy at any size where the connection can (shm, both ends
+// readable and TERN_STREAM_DIRECT), else through the fifo.
+void addChunk(Phase* ph, Conn* in, Conn* out, const char* src, char* dst, size_t n) {
+  ph->progs[0].addTransfer(in, out, src, dst, n);
+  ph->progs[0].steps.back().directAny = true;
+}
+
 // Sender: moves the version in bufs[moving] chunk by chunk; between
 // versions swaps in the newest pushed one; sends the close marker when
 // asked; ends when it has nothing left (the next push admits a new one).
@@ -108,6 +116,11 @@ class SendTask final : public Task {
  private:
   ternResult_t chunk(const PlanCtx& x, Phase* ph) {
     const size_t total = s_->shape.total, n = std::min(s_->chunkBytes, total - off_);
+    // The push may still be copying this part of its snapshot: ask again.
+    if (s_->send.snapped[s_->send.moving].load(std::memory_order_acquire) < off_ + n) {
+      ph->listening = true;
+      return ternSuccess;
+    }
     desc_->count = n;
     desc_->seq = static_cast<uint64_t>(s_->send.movingVersion);
     desc_->dtype = off_ + n == total ? kChunkLast : 0;
@@ -119,7 +132,7 @@ class SendTask final : public Task {
     ph->postedAt = s_->send.movingStamp;
     ph->progs.resize(1);
     const char* src = s_->send.bufs[s_->send.moving].data() + off_;
-    ph->progs[0].addTransfer(nullptr, x.conn(s_->peer), src, nullptr, n);
+    addChunk(ph, nullptr, x.conn(s_->peer), src, nullptr, n);
     off_ += n;
     return ternSuccess;
   }
@@ -216,7 +229,7 @@ class RecvTask final : public Task {
       return malformed(d, "does not fit the stream's " + std::to_string(total) + " bytes at offset " +
                               std::to_string(off_));
     char* dst = s_->recv.bufs[s_->recv.fill].data() + off_;
-    ph->progs[0].addTransfer(c, nullptr, nullptr, dst, d.count);
+    addChunk(ph, c, nullptr, nullptr, dst, d.count);
     (void)x;
     off_ += d.count;
     landed_ = last;
