@@ -152,14 +152,7 @@ class WeightStream : public ::testing::TestWithParam<std::string> {
  protected:
   // Two ranks over the parameter's transport; every one must succeed.
   void two(int (*body)(RankCtx&), std::map<std::string, std::string> env = {}, double timeout = 120) {
-    expectAllRanksOk(runRanks(2, env_(std::move(env)), body, 1, timeout));
-  }
-  // "shm_fifo": shm with the chunks through the fifo (TERN_STREAM_DIRECT=0),
-  // not single copy out of the sender's staging buffer (shm's default).
-  std::map<std::string, std::string> env_(std::map<std::string, std::string> env = {}) {
-    if (GetParam() != "shm_fifo") return transportEnv(GetParam(), std::move(env));
-    env["TERN_STREAM_DIRECT"] = "0";
-    return transportEnv("shm", std::move(env));
+    expectAllRanksOk(runRanks(2, transportEnv(GetParam(), std::move(env)), body, 1, timeout));
   }
 };
 
@@ -416,7 +409,7 @@ int threeRanksBody(RankCtx& ctx) {
 }
 
 TEST_P(WeightStream, ThreeRanksThreeStreamsShareACommunicator) {
-  expectAllRanksOk(runRanks(3, env_(), threeRanksBody, 1, 180));
+  expectAllRanksOk(runRanks(3, transportEnv(GetParam()), threeRanksBody, 1, 180));
 }
 
 // ---- a killed peer -----------------------------------------------------------
@@ -571,7 +564,7 @@ TEST(WeightStreamArgs, BadArgumentsAreRefusedWithASentence) {
   expectAllRanksOk(runRanks(2, transportEnv("shm"), badArgsBody, 1, 60));
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, WeightStream, ::testing::Values("shm", "shm_fifo", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Transports, WeightStream, ::testing::Values("shm", "tcp"),
                          [](const auto& info) { return std::string(info.param); });
 INSTANTIATE_TEST_SUITE_P(Transports, WeightStreamDeadPeer,
                          ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(0, 1)),

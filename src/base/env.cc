@@ -66,9 +66,6 @@ Config readConfig() {
   // nothing here proves it pays.  Where set, smaller transfers stay in the
   // fifo (a system call per slice costs more than copying a small message).
   c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 0, bad), 0));
-  // A weight stream's chunks go single copy wherever they can (any size):
-  // it saves a copy of every version's bytes (perf/RESULTS.md, 2026-11-27).
-  c.streamDirect = envInt("TERN_STREAM_DIRECT", 1, bad) != 0;
   c.transport = envString("TERN_TRANSPORT", "auto");
   c.net = envString("TERN_NET", "auto");
   // Small operations over shm cross in flagged cache lines (transport/ll.h).

@@ -44,8 +44,7 @@ void execute(const MemOps& mem, const Step& s, const char* in, char* out, size_t
 // its connection's single-copy threshold (both ends compute the same).
 bool directCandidate(const Step& s) {
   const Conn* c = s.in ? s.in : s.out;
-  if (!s.direct || !c) return false;
-  return (c->directMin() > 0 && s.bytes >= c->directMin()) || (s.directAny && c->directReadable());
+  return s.direct && c && c->directMin() > 0 && s.bytes >= c->directMin();
 }
 
 // Where this step's message starts on a stream at `pos`: the operation's

@@ -47,11 +47,6 @@ struct Step {
   // over a connection that offers it (Conn::directMin).  Set by the plans of
   // both ends alike, so both know a direct header comes first.
   bool direct = false;
-  // ... and single copy at any size wherever the connection can read the
-  // peer (Conn::directReadable), whatever TERN_SHM_DIRECT says: a weight
-  // stream's chunks (TERN_STREAM_DIRECT), whose staging buffer would
-  // otherwise cost a fifo copy on each side on top of the push's snapshot.
-  bool directAny = false;
 };
 
 // Codec steps travel framed: a 16-byte header (magic, unit, groups) that the

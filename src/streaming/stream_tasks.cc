@@ -69,14 +69,6 @@ void descriptorOnly(Phase* ph, Conn* c, bool out) {
   ph->progs[0].steps.push_back(s);
 }
 
-// A chunk's payload between the staging buffer and the receiver's fill
-// buffer: single copy at any size where the connection can (shm, both ends
-// readable and TERN_STREAM_DIRECT), else through the fifo.
-void addChunk(Phase* ph, Conn* in, Conn* out, const char* src, char* dst, size_t n) {
-  ph->progs[0].addTransfer(in, out, src, dst, n);
-  ph->progs[0].steps.back().directAny = true;
-}
-
 // Sender: moves the version in bufs[moving] chunk by chunk; between
 // versions swaps in the newest pushed one; sends the close marker when
 // asked; ends when it has nothing left (the next push admits a new one).
@@ -90,7 +82,7 @@ class SendTask final : public Task {
     SendSide& ss = s_->send;
     if (ss.movingVersion >= 0 && off_ < s_->shape.total) return chunk(x, ph);
     std::unique_lock<std::mutex> lk(ss.mu, std::try_to_lock);
-    if (!lk) {  // a push is copying its snapshot: ask again next round
+    if (!lk) {  // a push is claiming the pending buffer: ask again next round
       ph->listening = true;
       return ternSuccess;
     }
@@ -132,7 +124,7 @@ class SendTask final : public Task {
     ph->postedAt = s_->send.movingStamp;
     ph->progs.resize(1);
     const char* src = s_->send.bufs[s_->send.moving].data() + off_;
-    addChunk(ph, nullptr, x.conn(s_->peer), src, nullptr, n);
+    ph->progs[0].addTransfer(nullptr, x.conn(s_->peer), src, nullptr, n);
     off_ += n;
     return ternSuccess;
   }
@@ -229,7 +221,7 @@ class RecvTask final : public Task {
       return malformed(d, "does not fit the stream's " + std::to_string(total) + " bytes at offset " +
                               std::to_string(off_));
     char* dst = s_->recv.bufs[s_->recv.fill].data() + off_;
-    addChunk(ph, c, nullptr, nullptr, dst, d.count);
+    ph->progs[0].addTransfer(c, nullptr, nullptr, dst, d.count);
     (void)x;
     off_ += d.count;
     landed_ = last;

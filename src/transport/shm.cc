@@ -9,8 +9,8 @@
 // or copies straight out of it).
 //
 // Large plain transfers (Step::direct: send/recv, all-to-all, gather,
-// scatter; a weight stream's chunks at any size, Step::directAny) skip the
-// fifo when the kernel lets the ranks read each other's memory: the receiver copies straight from the sender's buffer with
+// scatter) skip the fifo when the kernel lets the ranks read each other's
+// memory: the receiver copies straight from the sender's buffer with
 // process_vm_readv (one copy instead of two) and counts what it read in an
 // acknowledgement word behind the fifo, which the sender watches.  Whether
 // that works (same user, ptrace permitted, one pid namespace) is probed when
@@ -135,16 +135,14 @@ class ShmConn : public Conn {
   uint64_t directAcked() const override {
     return directWord(sendSeg)->acked.load(std::memory_order_acquire);
   }
-  bool directReadable() const override { return streamDirect_; }
   void directAbandon() override {
-    if (peerPid_) directWord(sendSeg)->abandoned.store(1, std::memory_order_seq_cst);
+    if (directMin_) directWord(sendSeg)->abandoned.store(1, std::memory_order_seq_cst);
   }
   bool directAbandoned() const override {
     return directWord(recvSeg)->abandoned.load(std::memory_order_seq_cst) != 0;
   }
   size_t directMin_ = 0;
-  pid_t peerPid_ = 0;  // nonzero: both ends can read each other's memory
-  bool streamDirect_ = false;  // ... and both set TERN_STREAM_DIRECT
+  pid_t peerPid_ = 0;
   ternResult_t activate() override {
     if (!touched_) {
       touch(recvSeg);
@@ -191,14 +189,13 @@ struct NameMsg {
   // The single-copy probe: read `probe` at probeAddr in process pid.
   int64_t pid;
   uint64_t probeAddr, probe[2], directMin;
-  uint64_t streamDirect;  // TERN_STREAM_DIRECT (it also lets the peer probe)
   uint64_t llBytes;  // TERN_LL_BYTES: both ends use the smaller
 };
 
 // Whether this process may read the peer's memory (see the file comment).
 bool probePeer(const NameMsg& theirs) {
   uint64_t got[2] = {0, 0};
-  return (theirs.directMin > 0 || theirs.streamDirect) &&
+  return theirs.directMin > 0 &&
          readPeer(static_cast<pid_t>(theirs.pid), got, theirs.probeAddr, sizeof got) &&
          got[0] == theirs.probe[0] && got[1] == theirs.probe[1];
 }
@@ -217,7 +214,6 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
   NameMsg mine{};
   mine.pid = getpid();
   mine.directMin = s.cfg->shmDirectBytes;
-  mine.streamDirect = s.cfg->streamDirect;
   mine.llBytes = s.cfg->llBytes;
   randomBytes(mine.probe, sizeof mine.probe);
   mine.probeAddr = reinterpret_cast<uintptr_t>(&mine.probe);  // read by the peer before it acks
@@ -240,22 +236,20 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
                                        " disagree on TERN_BUFFSIZE; set it the same everywhere");
   if (r == ternSuccess) r = mapSegment(theirs.name, bytes, false, &sendSeg);
   // The acknowledgement says whether we could read the peer's memory.
-  char ack = static_cast<char>(1 | (r == ternSuccess && (mine.directMin > 0 || mine.streamDirect) && probePeer(theirs) ? 2 : 0)), peerAck = 0;
+  char ack = static_cast<char>(1 | (r == ternSuccess && mine.directMin > 0 && probePeer(theirs) ? 2 : 0)), peerAck = 0;
   if (r == ternSuccess) r = s.ch->send(&ack, 1, s.deadline);
   if (r == ternSuccess) r = s.ch->recv(&peerAck, 1, s.deadline);
   shm_unlink(mine.name);
   TERN_CHECK(r);
   if ((ack & 2) && (peerAck & 2)) {
-    // Plain transfers go single copy only where both ends asked for it.
-    if (mine.directMin > 0 && theirs.directMin > 0) directMin_ = std::max<size_t>(mine.directMin, theirs.directMin);
-    streamDirect_ = mine.streamDirect && theirs.streamDirect;
+    directMin_ = std::max<size_t>(mine.directMin, theirs.directMin);
     peerPid_ = static_cast<pid_t>(theirs.pid);
   }
   send_.attach(sendSeg.mem, s.cfg->fifoBytes, false);
   ll_.attach(this, llRing(recvSeg, s.cfg->fifoBytes), llRing(sendSeg, s.cfg->fifoBytes),
              std::min<uint64_t>(mine.llBytes, theirs.llBytes));
-  TERN_LOG(Trace, "shm connection to rank %d at level %d (%zu-byte fifos, single copy %s, readable %s)",
-           s.peer, s.level, s.cfg->fifoBytes, directMin_ ? "on" : "off", peerPid_ ? "yes" : "no");
+  TERN_LOG(Trace, "shm connection to rank %d at level %d (%zu-byte fifos, single copy %s)", s.peer,
+           s.level, s.cfg->fifoBytes, directMin_ ? "on" : "off");
   return ternSuccess;
 }
 

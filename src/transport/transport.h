@@ -94,10 +94,6 @@ class Conn {
   // the receiver copies straight out of the sender's memory and acknowledges
   // what it read.  Both ends of a connection agree on directMin (0: never).
   virtual size_t directMin() const { return 0; }
-  // Whether a Step::directAny goes single copy at any size: both ends could
-  // read each other's memory when they connected and both set
-  // TERN_STREAM_DIRECT (so both decide alike, whatever directMin says).
-  virtual bool directReadable() const { return false; }
   // Receiver: copies n bytes at the peer's address `addr` into dst.
   virtual ternResult_t directRead(void* dst, uint64_t addr, size_t n) {
     (void)dst, (void)addr, (void)n;
