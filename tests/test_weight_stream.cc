@@ -160,6 +160,14 @@ TEST_P(WeightStream, VersionsArriveWholeAndIncreasing) {
   two(versionsBody, {}, 120);
 }
 
+// 4 KiB chunks: a version is ~220 of them, and its first ones move while
+// the push is still copying the rest of its snapshot into a buffer that
+// holds an older version; a chunk sent before its bytes were copied would
+// show up as a torn version.
+TEST_P(WeightStream, VersionMovingWhileItsSnapshotIsTakenIsNeverTorn) {
+  two(versionsBody, {{"TERN_STREAM_CHUNK", "4096"}}, 120);
+}
+
 // ---- supersede ---------------------------------------------------------------
 
 // A level-7 send the receiver takes only later holds the stream to it, so

@@ -1,10 +1,13 @@
 // What a weight stream's two ends share between the caller's thread (push,
 // poll, wait, close) and the executor's thread (the stream's tasks).
 //
-// Sender: two staging buffers.  Push copies into `pending` under the lock;
-// the task moves `moving` chunk by chunk and, once a version is through,
-// swaps in the pending one (a newer push has overwritten any version that
-// had not started to move: superseded).  Receiver: three buffers.  The task
+// Sender: two staging buffers.  Push claims `pending` under the lock, then
+// copies its snapshot in chunks outside it, counting what is in
+// (`snapped`); the task moves `moving` chunk by chunk, never past what is
+// snapped, so a version starts to move while its snapshot is still being
+// taken.  Once a version is through the task swaps in the pending one (a
+// newer push has overwritten any version that had not started to move:
+// superseded).  Receiver: three buffers.  The task
 // fills one; a complete version is swapped into `ready`; poll swaps `ready`
 // with the one it copies out of, so the caller never reads a buffer the
 // task writes, and only whole versions are ever seen, newest first.
@@ -37,8 +40,12 @@ struct StreamShape {
 };
 
 struct SendSide {
-  std::mutex mu;                    // bufs[pending], the fields below
+  std::mutex pushMu;                // one snapshot at a time (it copies outside `mu`)
+  std::mutex mu;                    // which buffer is pending, the fields below
   std::vector<char> bufs[2];
+  // Bytes at the front of bufs[i] that hold the version it was last claimed
+  // for (release by the push's copy, acquire by the task before it sends).
+  std::atomic<size_t> snapped[2];
   int moving = 0;                   // bufs[moving]: the version on the wire
   long long movingVersion = -1, pendingVersion = -1;  // -1: none
   // When the pending / moving version was first posted (Executor::stamp):
@@ -65,6 +72,7 @@ struct RecvSide {
 struct StreamState {
   int id = 0, rank = 0, peer = 0, sender = 0, level = 0;
   size_t chunkBytes = 1 << 20;
+  size_t queuedMax = 0;  // TERN_STREAM_QUEUED: a chunk waits while the kernel holds more (0: never)
   StreamShape shape;
   SendSide send;
   RecvSide recv;

@@ -82,7 +82,7 @@ class SendTask final : public Task {
     SendSide& ss = s_->send;
     if (ss.movingVersion >= 0 && off_ < s_->shape.total) return chunk(x, ph);
     std::unique_lock<std::mutex> lk(ss.mu, std::try_to_lock);
-    if (!lk) {  // a push is copying its snapshot: ask again next round
+    if (!lk) {  // a push is claiming the pending buffer: ask again next round
       ph->listening = true;
       return ternSuccess;
     }
@@ -106,8 +106,40 @@ class SendTask final : public Task {
   }
 
  private:
+  // *go when the chunk ending at `end` may be posted: its bytes are in the
+  // snapshot and the kernel holds no more than queuedMax of the stream's.
+  // Listening, the engine sees no stall: a peer that stopped reading for
+  // TERN_TIMEOUT is an error here.
+  ternResult_t mayPost(const PlanCtx& x, size_t end, bool* go) {
+    *go = false;
+    if (s_->send.snapped[s_->send.moving].load(std::memory_order_acquire) < end) return ternSuccess;
+    const size_t max = s_->queuedMax;
+    Conn* c = x.conn(s_->peer);
+    // (An unopened connection's socket is its opener thread's: nothing queued.)
+    if (max == 0 || c->openState.load(std::memory_order_acquire) != Conn::kOpen || c->kernelQueued() <= max) {
+      blocked_ = false;
+      *go = true;
+      return ternSuccess;
+    }
+    if (!blocked_) blockedSince_ = Clock::now();
+    blocked_ = true;
+    if (std::chrono::duration<double>(Clock::now() - blockedSince_).count() > x.cfg->timeoutSec)
+      return setError(ternTimeout, "rank " + std::to_string(s_->peer) + " read nothing of weight stream " +
+                                       std::to_string(s_->id) + " from rank " + std::to_string(s_->rank) +
+                                       " within TERN_TIMEOUT");
+    return ternSuccess;
+  }
+
   ternResult_t chunk(const PlanCtx& x, Phase* ph) {
     const size_t total = s_->shape.total, n = std::min(s_->chunkBytes, total - off_);
+    // The push may still be copying this part of its snapshot, or the link
+    // still carries enough of the stream: ask again.
+    bool go;
+    TERN_CHECK(mayPost(x, off_ + n, &go));
+    if (!go) {
+      ph->listening = true;
+      return ternSuccess;
+    }
     desc_->count = n;
     desc_->seq = static_cast<uint64_t>(s_->send.movingVersion);
     desc_->dtype = off_ + n == total ? kChunkLast : 0;
@@ -159,6 +191,8 @@ class SendTask final : public Task {
   size_t off_ = 0;  // bytes of the moving version sent
   bool acked_ = false;
   Clock::time_point waitSince_{};
+  bool blocked_ = false;  // mayPost has waited on the kernel's queue since blockedSince_
+  Clock::time_point blockedSince_{};
 };
 
 // Receiver (standing): whenever the stream to the sender is between

@@ -20,6 +20,16 @@ size_t chunkBytes() {
   return n;
 }
 
+// Bytes of the stream's that may sit in the kernel (socket queue, qdisc, in
+// flight) before its next chunk waits: what a more urgent level that starts
+// to move finds ahead of it on the link, beyond the level hold's reach.
+// Off by default: with 64 KiB a tcp stream test hung once under load, cause
+// not found yet (perf/RESULTS.md, 2026-11-27).
+size_t queuedMax() {
+  static const size_t n = static_cast<size_t>(std::max<long long>(envInt("TERN_STREAM_QUEUED", 0), 0));
+  return n;
+}
+
 void admit(Comm& c, const OpPtr& op) {
   std::vector<OpPtr> one{op};
   c.issue(one, true);  // nobody waits on it: the progress thread drives it
@@ -59,8 +69,10 @@ std::shared_ptr<StreamState> streamStart(Comm& c, int id, int peer, int sender, 
   s->level = level;
   s->shape = shape;
   s->chunkBytes = chunkBytes();
+  s->queuedMax = queuedMax();
   if (s->isSender()) {
     for (auto& b : s->send.bufs) b.assign(shape.total, 0);
+    for (auto& n : s->send.snapped) n.store(0);
     return s;
   }
   for (auto& b : s->recv.bufs) b.assign(shape.total, 0);
@@ -69,10 +81,25 @@ std::shared_ptr<StreamState> streamStart(Comm& c, int id, int peer, int sender, 
   return s;
 }
 
+namespace {
+
+// Copies bytes [lo, hi) of the stream's flat layout out of the caller's
+// tensors into dst (the padding between tensors is left as it is).
+void copyRange(const StreamShape& sh, const void* const* tensors, char* dst, size_t lo, size_t hi) {
+  for (size_t i = 0; i < sh.bytes.size(); ++i) {
+    const size_t a = std::max(lo, sh.offset[i]), b = std::min(hi, sh.offset[i] + sh.bytes[i]);
+    if (a < b) memcpy(dst + a, static_cast<const char*>(tensors[i]) + (a - sh.offset[i]), b - a);
+  }
+}
+
+}  // namespace
+
 ternResult_t streamPush(Comm& c, const std::shared_ptr<StreamState>& s,
                         const void* const* tensors, long long version) {
   SendSide& ss = s->send;
+  std::lock_guard<std::mutex> one(ss.pushMu);
   OpPtr start;
+  int buf;
   {
     std::lock_guard<std::mutex> lk(ss.mu);
     if (ss.closing)
@@ -82,9 +109,8 @@ ternResult_t streamPush(Comm& c, const std::shared_ptr<StreamState>& s,
                       "ternWeightStreamPush: version " + std::to_string(version) +
                           " is not newer than the last one pushed (" + std::to_string(ss.lastPushed) +
                           "): versions must increase");
-    char* dst = ss.bufs[ss.moving ^ 1].data();  // the pending buffer (the task moves the other)
-    for (size_t i = 0; i < s->shape.bytes.size(); ++i)
-      memcpy(dst + s->shape.offset[i], tensors[i], s->shape.bytes[i]);
+    buf = ss.moving ^ 1;  // the pending buffer (the task moves the other)
+    ss.snapped[buf].store(0, std::memory_order_relaxed);  // the task reads it only once it took it (under mu)
     if (ss.pendingVersion < 0) ss.pendingStamp = c.engine->stamp();  // else it keeps the superseded one's
     ss.pendingVersion = ss.lastPushed = version;
     if (!ss.opActive) {
@@ -93,6 +119,14 @@ ternResult_t streamPush(Comm& c, const std::shared_ptr<StreamState>& s,
     }
   }
   if (start) admit(c, start);
+  // The snapshot, chunk by chunk: the first chunks move while the rest are
+  // copied (the task never sends past `snapped`).
+  char* dst = ss.bufs[buf].data();
+  for (size_t lo = 0; lo < s->shape.total; lo += s->chunkBytes) {
+    const size_t hi = std::min(s->shape.total, lo + s->chunkBytes);
+    copyRange(s->shape, tensors, dst, lo, hi);
+    ss.snapped[buf].store(hi, std::memory_order_release);
+  }
   return ternSuccess;
 }
 
