@@ -115,8 +115,7 @@ class SendTask final : public Task {
     if (s_->send.snapped[s_->send.moving].load(std::memory_order_acquire) < end) return ternSuccess;
     const size_t max = s_->queuedMax;
     Conn* c = x.conn(s_->peer);
-    // (An unopened connection's socket is its opener thread's: nothing queued.)
-    if (max == 0 || c->openState.load(std::memory_order_acquire) != Conn::kOpen || c->kernelQueued() <= max) {
+    if (max == 0 || c->kernelQueued() <= max) {
       blocked_ = false;
       *go = true;
       return ternSuccess;

@@ -23,10 +23,8 @@ size_t chunkBytes() {
 // Bytes of the stream's that may sit in the kernel (socket queue, qdisc, in
 // flight) before its next chunk waits: what a more urgent level that starts
 // to move finds ahead of it on the link, beyond the level hold's reach.
-// Off by default: with 64 KiB a tcp stream test hung once under load, cause
-// not found yet (perf/RESULTS.md, 2026-11-27).
 size_t queuedMax() {
-  static const size_t n = static_cast<size_t>(std::max<long long>(envInt("TERN_STREAM_QUEUED", 0), 0));
+  static const size_t n = static_cast<size_t>(std::max<long long>(envInt("TERN_STREAM_QUEUED", 64 << 10), 0));
   return n;
 }
 
