@@ -65,11 +65,6 @@ class Conn {
   // True when every committed byte has left this process (handed to the
   // kernel or to shared memory).
   virtual bool flushed() const { return true; }
-  // Bytes handed to the kernel that the peer has not acknowledged yet (tcp:
-  // the socket's send queue, in flight and in the qdisc included); 0 where
-  // there is no such queue.  A bulk sender that keeps it short leaves the
-  // link to a more urgent level as soon as that one moves.
-  virtual size_t kernelQueued() const { return 0; }
   // A socket to poll while idle, or -1 when the transport cannot be polled.
   virtual int pollFd() const { return -1; }
   // Whether progress() must be called to move bytes (tcp, ucx; not shm).
