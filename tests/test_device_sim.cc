@@ -23,31 +23,16 @@
 #include "harness.h"
 #include "memory/cuda_runtime_probe.h"
 #include "memory/simulated.h"
+#include "sim_device.h"
 
 using namespace terntest;
 namespace sim = tern::sim;
 
 namespace {
 
-// The simulated device's stream work, gated: the operation must wait for it.
-Device simDevice(sim::Stream* s, std::shared_ptr<std::shared_ptr<sim::Latch>> gate) {
-  Device d;
-  d.stream = reinterpret_cast<ternStream_t>(s);
-  d.alloc = [](size_t n) { return sim::alloc(n); };
-  d.holdBack = [s, gate] {
-    auto g = *gate = std::make_shared<sim::Latch>();
-    sim::enqueue(s, [g] { g->wait(); });
-  };
-  d.upload = [s](void* dev, const void* host, size_t n) { sim::memcpyAsync(s, dev, host, n); };
-  d.download = [s](void* host, const void* dev, size_t n) { sim::memcpyAsync(s, host, dev, n); };
-  d.letGo = [gate] { (*gate)->release(); };
-  d.sync = [s] { sim::synchronize(s); };
-  return d;
-}
-
 int deviceBody(RankCtx& ctx) {
   sim::enable();
-  Device d = simDevice(sim::newStream(), std::make_shared<std::shared_ptr<sim::Latch>>());
+  Device d = simDevice(sim::newStream());
   return deviceSuite(ctx, d);
 }
 
