@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -168,6 +169,8 @@ int deadPeerBody(RankCtx& ctx) {
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (r == ternSuccess && (state == ternSuccess || state == ternInProgress))
     fails += failf(ctx, "a receive from a rank that died with its buffer mapped succeeded");
+  else if (!strstr(ternGetLastError(comm), "rank 1"))
+    fails += failf(ctx, "the error does not name the dead rank: \"%s\"", ternGetLastError(comm));
   if (sec > 8) fails += failf(ctx, "the error took %.1f s (TERN_TIMEOUT=4)", sec);
   ternCommAbort(comm);
   return fails;
