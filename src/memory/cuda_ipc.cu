@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "memory/cuda_runtime_probe.h"
 #include "memory/memory.h"
 
 namespace tern {
@@ -14,20 +15,9 @@ namespace {
 using AddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 
 // cudaIpcGetMemHandle wants an allocation's base; the runtime has no call
-// that finds it, the driver's cuMemGetAddressRange does (loaded through the
-// runtime, as stream_hold.cu loads cuStreamWaitValue32: libtern never links
-// libcuda).
+// that finds it, the driver's cuMemGetAddressRange does.
 AddressRange addressRange() {
-  static const AddressRange fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess || q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return static_cast<AddressRange>(nullptr);
-    }
-    return reinterpret_cast<AddressRange>(p);
-  }();
+  static const auto fn = reinterpret_cast<AddressRange>(driverFunction("cuMemGetAddressRange"));
   return fn;
 }
 
