@@ -108,7 +108,7 @@ if [ -x "$build/tests/test_device_colls" ]; then
   echo "CUDA IPC check: 2 ranks on $([ "$gpus" -gt 1 ] && echo "GPUs 0 and 1" || echo "one GPU (2 processes share it)")"
   ipc_log=$(mktemp)
   step "CUDA IPC: plain transfers device to device, nothing staged (DeviceCollsIpc)" \
-    bash -c "TERN_DEBUG=INFO '$build/tests/test_device_colls' --gtest_filter='DeviceCollsIpc.*' >'$ipc_log' 2>&1; rc=\$?; grep -E 'plain transfers took|GPU' '$ipc_log'; exit \$rc"
+    bash -c "TERN_DEBUG=INFO '$build/tests/test_device_colls' --gtest_filter='DeviceCollsIpc.*' >'$ipc_log' 2>&1; rc=\$?; grep -E 'plain transfers took|GPU|FAIL' '$ipc_log'; exit \$rc"
   echo "paths the engine logged (INFO):"
   grep -oE '(device buffers over IPC|streams through the fifo|cannot be exported)[^(]*' "$ipc_log" | sort | uniq -c
   rm -f "$ipc_log"
