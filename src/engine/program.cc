@@ -160,7 +160,7 @@ void notePath(Conn* c, unsigned bit, const std::string& what) {
   if (first) TERN_LOG(Info, "%s (rank %d, %s)", what.c_str(), c->peer, c->name());
   else TERN_LOG(Trace, "%s (rank %d, %s)", what.c_str(), c->peer, c->name());
 }
-enum : unsigned { kPathHost = 1, kPathIpc = 2, kPathStaged = 4, kPathNoExport = 8 };
+enum : unsigned { kPathIpc = 1, kPathStaged = 2, kPathNoExport = 4 };
 
 bool offers(size_t min, size_t bytes) { return min > 0 && bytes >= min; }
 
@@ -202,7 +202,7 @@ void acceptDirect(Operation& op, Program& p, const Step& s, const DirectHeader& 
   const MemOps& mem = *op.ctx.mem;
   const bool host = mem.type() == MemType::Host;
   s.in->directSeen += h.bytes;
-  std::string why = host ? "this rank's buffer is host memory" : "this rank's buffer is device memory";
+  std::string why;
   if (h.mode == 1 && host) {
     p.directNow = true;
     p.peerAddr = h.addr;
@@ -220,6 +220,7 @@ void acceptDirect(Operation& op, Program& p, const Step& s, const DirectHeader& 
     }
   }
   s.in->directDecline(h.bytes);
+  if (why.empty()) why = host ? "this rank's buffer is host memory" : "this rank's buffer is device memory";
   notePath(s.in, kPathStaged, std::string(h.mode == 2 ? "the peer's device buffer" : "the peer's host buffer") +
                                   " streams through the fifo: " + why);
 }
