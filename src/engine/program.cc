@@ -243,7 +243,7 @@ ternResult_t readDirect(Operation& op, Program& p, const Step& s, size_t* left) 
 // the peer did not fail while it read (a failed sender's caller may have
 // changed the bytes), then acknowledges.
 ternResult_t checkSenderAlive(const Step& s, const char* how) {
-  if (s.in->directAbandoned() || s.in->peerGone())
+  if (s.in->directAbandoned() || s.in->peerExited())
     return setError(ternRemoteError, "rank " + std::to_string(s.in->peer) + " failed or exited while "
                                      "this rank read its " + how + ": the data received is not valid");
   return ternSuccess;

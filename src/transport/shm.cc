@@ -16,7 +16,9 @@
 // that works (same user, ptrace permitted, one pid namespace) is probed when
 // the connection is made, by reading a random value from the peer.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -170,7 +172,14 @@ class ShmConn : public Conn {
   }
   ~ShmConn() override {
     for (const auto& i : imports_) ipcRelease(i.first);
+    if (peerPidfd_ >= 0) close(peerPidfd_);
   }
+  // A pidfd is readable once its process has exited (zombie or reaped).
+  bool peerExited() const override {
+    pollfd p{peerPidfd_, POLLIN, 0};
+    return peerGone() || (peerPidfd_ >= 0 && poll(&p, 1, 0) > 0);
+  }
+  int peerPidfd_ = -1;
   size_t hostMin_ = 0, ipcMin_ = 0;
   std::map<IpcHandle, char*> imports_;  // peer allocations opened here
   pid_t peerPid_ = 0;
@@ -279,6 +288,7 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
     peerPid_ = static_cast<pid_t>(theirs.pid);
   }
   if (mine.ipcMin && theirs.ipcMin) ipcMin_ = std::max<size_t>(mine.ipcMin, theirs.ipcMin);
+  if (directMin()) peerPidfd_ = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(theirs.pid), 0));
   send_.attach(sendSeg.mem, s.cfg->fifoBytes, false);
   ll_.attach(this, llRing(recvSeg, s.cfg->fifoBytes), llRing(sendSeg, s.cfg->fifoBytes),
              std::min<uint64_t>(mine.llBytes, theirs.llBytes));

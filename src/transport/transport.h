@@ -120,6 +120,10 @@ class Conn {
     (void)ticket;
     return false;
   }
+  // Receiver: whether the sender has exited or failed, asked now (not only
+  // as the connection table last saw it): a read of its buffer that ended
+  // after that may hold invalid bytes.
+  virtual bool peerExited() const { return peerGone(); }
   uint64_t directSeen = 0;  // receiver: bytes of posted transfers read so far
   unsigned pathsLogged = 0;  // which transfer paths were logged at INFO (program.cc)
   // Receiver: copies n bytes at the peer's address `addr` into dst.
