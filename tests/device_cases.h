@@ -10,12 +10,15 @@
 // operation still in flight), the result copied out by work enqueued after
 // the call; the bytes must equal the host run's.
 #pragma once
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "harness.h"
+#include "memory/ipc.h"
 
 namespace terntest {
 
@@ -167,6 +170,54 @@ inline int deviceSuite(RankCtx& ctx, Device& d) {
     fails += failf(ctx, "ternary on the device: %llu calls, %llu dense; want 2, at least one coded",
                    (unsigned long long)st.calls, (unsigned long long)st.fallbacks);
   fails += chainedOnOneStream(ctx, comm, d);
+  for (ternComm_t c : {comm, comm2})
+    if (ternCommDestroy(c) != ternSuccess) fails += failf(ctx, "destroy failed");
+  return fails;
+}
+
+// The bytes a plain transfer's rank receives from peers (SIZE_MAX: the
+// case reduces or forwards on the way, so it stays in the fifo).
+inline size_t fromPeers(const std::string& name, int n, int me, size_t bytes) {
+  const int root = n - 1;
+  auto is = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
+  if (is("send/recv")) return bytes;
+  if (is("all-to-all")) return (n - 1) * bytes;
+  if (is("gather")) return me == root ? (n - 1) * bytes : 0;
+  if (is("scatter")) return me == root ? 0 : bytes;
+  return SIZE_MAX;
+}
+
+// The plain transfers (send/recv, all-to-all, gather, scatter) between
+// ranks of one host with IPC on (TERN_SHM_IPC), at `count` elements (large
+// enough that all-to-all's blocks are plain transfers too): each equals the
+// host path, moves no byte through host memory, and brings exactly what
+// came from peers over IPC (memory/ipc.h's counters).  Prints the path each
+// rank's transfers took.
+inline int plainTransfersOverIpc(RankCtx& ctx, Device& d, size_t count) {
+  ternComm_t comm = ctx.comm(0), comm2 = ctx.comm(1);
+  int fails = 0, plain = 0;
+  tern::DeviceTraffic total{};
+  for (const Case& c : deviceCases(comm, comm2, ctx.nranks, ctx.rank, count)) {
+    const size_t want = fromPeers(c.name, ctx.nranks, ctx.rank, count * 4);
+    if (want == SIZE_MAX) continue;
+    ++plain;
+    const tern::DeviceTraffic before = tern::deviceTraffic();
+    fails += runCase(ctx, comm, d, c);
+    const tern::DeviceTraffic after = tern::deviceTraffic();
+    total.staged += after.staged - before.staged;
+    total.ipc += after.ipc - before.ipc;
+    if (after.staged != before.staged)
+      fails += failf(ctx, "%s: %llu bytes staged through host memory on the IPC path", c.name.c_str(),
+                     (unsigned long long)(after.staged - before.staged));
+    if (after.ipc - before.ipc != want)
+      fails += failf(ctx, "%s: %llu bytes over IPC, want %zu", c.name.c_str(),
+                     (unsigned long long)(after.ipc - before.ipc), want);
+  }
+  printf("rank %d: plain transfers took %s (%llu bytes device to device from peers, %llu staged "
+         "through host memory)\n",
+         ctx.rank, total.ipc && !total.staged ? "the IPC path" : "the staging path",
+         (unsigned long long)total.ipc, (unsigned long long)total.staged);
+  if (plain != 4) fails += failf(ctx, "%d plain-transfer cases found, want 4", plain);
   for (ternComm_t c : {comm, comm2})
     if (ternCommDestroy(c) != ternSuccess) fails += failf(ctx, "destroy failed");
   return fails;

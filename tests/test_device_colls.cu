@@ -7,6 +7,8 @@
 // draw the same Philox counters: device codes equal the CPU codec's), with
 // a spinning kernel and the inputs' copy enqueued before each call and a
 // kernel reading the result enqueued after it (tests/device_cases.h).
+// Over shm the large plain transfers go CUDA IPC (TERN_SHM_IPC's default);
+// DeviceCollsIpc checks that path moves nothing through host memory.
 //
 // CUDA is initialised in the ranks only (fork does not carry a context):
 // the parent asks a child process how many devices there are.
@@ -73,17 +75,28 @@ Device gpuDevice(cudaStream_t s, int dev) {
   return d;
 }
 
-int gpuBody(RankCtx& ctx) {
+// Runs `suite` on this rank's device (rank r on device r % count).
+int onGpu(RankCtx& ctx, int (*suite)(RankCtx&, Device&)) {
   const int dev = ctx.rank % deviceCount;
   if (cudaSetDevice(dev) != cudaSuccess) return failf(ctx, "cudaSetDevice(%d) failed", dev);
   cudaStream_t s = nullptr;
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)  // as PyTorch's
     return failf(ctx, "no stream");
   Device d = gpuDevice(s, dev);
-  int fails = deviceSuite(ctx, d);
+  int fails = suite(ctx, d);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) fails += failf(ctx, "CUDA error: %s", cudaGetErrorString(e));
   return fails;
+}
+
+int gpuBody(RankCtx& ctx) { return onGpu(ctx, deviceSuite); }
+
+// CUDA IPC between the ranks (processes) of this host: the plain transfers
+// device to device from the peer's cudaMalloc'ed buffer, nothing staged
+// through host memory (tests/device_cases.h).  With one GPU both ranks are
+// on it: IPC between two processes of one device.
+int ipcBody(RankCtx& ctx) {
+  return onGpu(ctx, [](RankCtx& c, Device& d) { return plainTransfersOverIpc(c, d, 100000); });
 }
 
 using Param = std::tuple<std::string, int>;
@@ -92,6 +105,11 @@ class DeviceColls : public ::testing::TestWithParam<Param> {};
 TEST_P(DeviceColls, EveryCollectiveOnDeviceBuffersMatchesTheHostPathInStreamOrder) {
   auto [transport, nranks] = GetParam();
   expectAllRanksOk(runRanks(nranks, transportEnv(transport), gpuBody, 2, 300));
+}
+
+TEST(DeviceCollsIpc, PlainTransfersGoDeviceToDeviceOverCudaIpc) {
+  printf("CUDA IPC: 2 ranks on %s\n", deviceCount > 1 ? "two GPUs" : "one GPU (two processes share it)");
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_SHM_IPC", "1"}}), ipcBody, 2, 300));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceColls,

@@ -18,36 +18,22 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device_cases.h"
 #include "harness.h"
 #include "memory/cuda_runtime_probe.h"
 #include "memory/simulated.h"
+#include "sim_device.h"
 
 using namespace terntest;
 namespace sim = tern::sim;
 
 namespace {
 
-// The simulated device's stream work, gated: the operation must wait for it.
-Device simDevice(sim::Stream* s, std::shared_ptr<std::shared_ptr<sim::Latch>> gate) {
-  Device d;
-  d.stream = reinterpret_cast<ternStream_t>(s);
-  d.alloc = [](size_t n) { return sim::alloc(n); };
-  d.holdBack = [s, gate] {
-    auto g = *gate = std::make_shared<sim::Latch>();
-    sim::enqueue(s, [g] { g->wait(); });
-  };
-  d.upload = [s](void* dev, const void* host, size_t n) { sim::memcpyAsync(s, dev, host, n); };
-  d.download = [s](void* host, const void* dev, size_t n) { sim::memcpyAsync(s, host, dev, n); };
-  d.letGo = [gate] { (*gate)->release(); };
-  d.sync = [s] { sim::synchronize(s); };
-  return d;
-}
-
 int deviceBody(RankCtx& ctx) {
   sim::enable();
-  Device d = simDevice(sim::newStream(), std::make_shared<std::shared_ptr<sim::Latch>>());
+  Device d = simDevice(sim::newStream());
   return deviceSuite(ctx, d);
 }
 
@@ -95,6 +81,44 @@ int abortBody(RankCtx& ctx) {
 
 TEST(DeviceSimAbort, AnOperationWaitingForItsStreamDoesNotHangAbort) {
   expectAllRanksOk(runRanks(2, transportEnv("shm"), abortBody, 1, 60));
+}
+
+// Inside a group the streams are followed and held at the group's end, as
+// NCCL does.  Work enqueued between the calls and ternGroupEnd (here the
+// send buffer's real contents; zeros before) comes before the operations;
+// and a send/recv pair on one stream larger than the fifo (each send ends
+// only once the peer's recv reads) must not wait for its own recv's hold:
+// when each call held the stream as it was made, this hung.
+int groupEndBody(RankCtx& ctx) {
+  sim::enable();
+  ternComm_t comm = ctx.comm();
+  sim::Stream* s = sim::newStream();
+  ternStream_t st = reinterpret_cast<ternStream_t>(s);
+  const size_t count = size_t(1) << 20, bytes = count * 4;  // 4 MiB through a 1 MiB fifo
+  const int peer = 1 - ctx.rank;
+  std::vector<float> in = caseInputs(ctx.rank, count), zeros(count, 0.0f), out(count);
+  void* send = sim::alloc(bytes);
+  void* recv = sim::alloc(bytes);
+  sim::memcpyAsync(s, send, zeros.data(), bytes);
+  ternGroupStart();
+  ternSend(send, count, ternFloat32, peer, comm, st);
+  ternRecv(recv, count, ternFloat32, peer, comm, st);
+  sim::memcpyAsync(s, send, in.data(), bytes);  // before the group's end: the send carries it
+  ternResult_t r = ternGroupEnd();
+  sim::memcpyAsync(s, out.data(), recv, bytes);
+  sim::synchronize(s);
+  int fails = 0;
+  if (r != ternSuccess) fails += failf(ctx, "group: %s", ternGetLastError(comm));
+  if (out != caseInputs(peer, count))
+    fails += failf(ctx, "the data received is not what rank %d's stream held at the group's end", peer);
+  if (ternCommDestroy(comm) != ternSuccess) fails += failf(ctx, "destroy failed");
+  return fails;
+}
+
+TEST(DeviceSimGroup, StreamsAreFollowedAndHeldAtTheGroupEnd) {
+  for (const char* t : {"shm", "tcp"})
+    expectAllRanksOk(runRanks(2, transportEnv(t, {{"TERN_BUFFSIZE", "1048576"}, {"TERN_SHM_IPC", "0"}}),
+                              groupEndBody, 1, 60));
 }
 
 // Expects `r` to be `want` with a sentence that contains `word`.

@@ -22,6 +22,10 @@
 #     one GPU shared is fine), over shm and tcp, against the host path bit
 #     for bit, with a spinning kernel before and a reading kernel after each
 #     call (stream order); exit 77 (no device) counts as FAIL here.
+#  8. (ipc) CUDA IPC between 2 ranks (processes) of this host: send/recv,
+#     all-to-all, gather, scatter device to device from the peer's buffer,
+#     nothing staged through host memory; prints which path each rank took
+#     and the INFO lines naming it (2 ranks on one GPU when it has one).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-gpu}
@@ -96,6 +100,20 @@ if [ -x "$build/tests/test_device_colls" ]; then
     "$build/tests/test_device_colls"
 else
   echo "SKIP device collectives: test_device_colls was not built (no GoogleTest)"
+fi
+
+# ---- CUDA IPC between the ranks of this host (helper `ipc`) ----
+if [ -x "$build/tests/test_device_colls" ]; then
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  echo "CUDA IPC check: 2 ranks on $([ "$gpus" -gt 1 ] && echo "GPUs 0 and 1" || echo "one GPU (2 processes share it)")"
+  ipc_log=$(mktemp)
+  step "CUDA IPC: plain transfers device to device, nothing staged (DeviceCollsIpc)" \
+    bash -c "TERN_DEBUG=INFO '$build/tests/test_device_colls' --gtest_filter='DeviceCollsIpc.*' >'$ipc_log' 2>&1; rc=\$?; grep -E 'plain transfers took|GPU|FAIL' '$ipc_log'; exit \$rc"
+  echo "paths the engine logged (INFO):"
+  grep -oE '(device buffers over IPC|streams through the fifo|cannot be exported)[^(]*' "$ipc_log" | sort | uniq -c
+  rm -f "$ipc_log"
+else
+  echo "SKIP CUDA IPC: test_device_colls was not built (no GoogleTest)"
 fi
 
 echo "$failed step(s) failed"

@@ -179,9 +179,12 @@ ternResult_t streamBuffers(ternComm* c, const CollArgs& a, const char* what, Mem
 
 // A call on a stream: its buffers must all be device memory (or, in tests,
 // the simulated device's: memory/simulated.h).  Its memory operations are
-// made and begun here, on the caller's thread, so the operation sits in the
+// made here and begun on the caller's thread, so the operation sits in the
 // stream's order (memory.h, "Async contract"): it starts once the work
 // enqueued before this call is done, and work enqueued after it waits.
+// Inside a group they are begun at the group's end (group.cc), as NCCL
+// does: a send and a recv of one group on one stream must not wait for
+// each other's hold.
 ternResult_t streamOps(ternComm* c, const CollArgs& a, ternStream_t stream, const char* what,
                        std::unique_ptr<MemOps>* mem) {
   MemType type;
@@ -191,6 +194,7 @@ ternResult_t streamOps(ternComm* c, const CollArgs& a, ternStream_t stream, cons
   if (!*mem)
     return fail(c, ternUnhandledCudaError,
                 std::string(what) + ": could not set up the device operation (no work stream)");
+  if (groupOpen()) return ternSuccess;
   (*mem)->begin();
   if ((*mem)->error() != ternSuccess)
     return fail(c, (*mem)->error(), std::string(what) + ": " + (*mem)->lastError());

@@ -101,6 +101,24 @@ ternResult_t runBlocking(PerThread& t, const IssuedOps& ops) {
   return onStream ? waitAll(ops, true) : waitAll(ops);
 }
 
+// The group's operations on streams begin now, at its end (api.cc's
+// streamOps left them unbegun): every one follows its stream's earlier work
+// before any holds its stream, so none waits for another's hold (a send
+// and a recv on one stream that only the peer's matching pair completes).
+// A failure issues nothing: the operations let go of their streams as they
+// are freed.
+ternResult_t beginStreams(const IssuedOps& ops) {
+  for (auto& [c, op] : ops)
+    if (op->streamMem) op->streamMem->follow();
+  for (auto& [c, op] : ops)
+    if (op->streamMem) op->streamMem->hold();
+  for (auto& [c, op] : ops)
+    if (op->streamMem && op->streamMem->error() != ternSuccess)
+      return failOn(c, op->streamMem->error(),
+                    std::string("ternGroupEnd: ") + op->streamMem->lastError());
+  return ternSuccess;
+}
+
 }  // namespace
 
 ternResult_t launchOp(Comm* c, OpPtr op) {
@@ -177,6 +195,7 @@ static ternResult_t groupEnd(ternRequest_t* request) {
       for (Comm* e : comms) leaveComm(e);
     }
   } leave{entered};
+  TERN_CHECK(beginStreams(ops));
   if (!request) return runBlocking(t, ops);
   issueAll(t, ops, true);
   auto* r = new ternRequest{std::move(ops)};

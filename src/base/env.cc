@@ -68,6 +68,9 @@ Config readConfig() {
   // nothing here proves it pays.  Where set, smaller transfers stay in the
   // fifo (a system call per slice costs more than copying a small message).
   c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 0, bad), 0));
+  // Device buffers: staging costs two PCIe crossings a side, IPC one
+  // device copy; below this the posting round trip is not worth it.
+  c.shmIpcBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_IPC", 64 << 10, bad), 0));
   c.transport = envString("TERN_TRANSPORT", "auto");
   c.net = envString("TERN_NET", "auto");
   // Small operations over shm cross in flagged cache lines (transport/ll.h).

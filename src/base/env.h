@@ -25,6 +25,7 @@ struct Config {
   size_t chunkBytes;       // TERN_CHUNKSIZE: ring pipeline chunk
   size_t smallBytes;       // TERN_SMALL_THRESHOLD: allreduce below uses recursive doubling
   size_t shmDirectBytes;   // TERN_SHM_DIRECT: single-copy shm transfers from this size (0: off)
+  size_t shmIpcBytes;     // TERN_SHM_IPC: device buffers over CUDA IPC from this size (0: off)
   size_t llBytes;          // TERN_LL_BYTES: shm operations up to this size take the LL lines (0: off)
   std::string transport;   // TERN_TRANSPORT: auto|shm|tcp|ucx
   std::string net;         // TERN_NET: auto|ucx|tcp, what auto uses across hosts

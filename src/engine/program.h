@@ -57,9 +57,11 @@ struct StepHeader {
 };
 constexpr uint32_t kStepMagic = 0x59524e54;  // "TNRY"
 
-// A direct step's header: where the payload is (the sender's `local`), or
-// that it follows in the stream after all (mode 0: the sender's memory cannot
-// be read, e.g. device memory).
+// A direct step's header: how the payload comes.  Mode 0: it follows in the
+// stream.  Mode 1: read it at `addr` in the sender's (host) memory.  Mode 2:
+// copy it from the sender's device buffer, named by the IPC handle posted
+// beside the fifo (Conn::ipcPost).  The receiver may decline modes 1 and 2
+// (Conn::directDecline): the payload then follows in the stream.
 struct DirectHeader {
   uint32_t magic, mode;
   uint64_t bytes, addr, pad;
@@ -91,6 +93,10 @@ struct Program {
   // has read up to `ticket` on the connection; the receiver reads at peerAddr.
   bool directNow = false;
   uint64_t ticket = 0, peerAddr = 0;
+  // Receiver over IPC: the sender's buffer mapped here, and whether the
+  // device copy out of it is enqueued (done at `fence`).
+  const char* ipcSrc = nullptr;
+  bool ipcInFlight = false;
   // An asynchronous memory type's burst in flight: its fifo bytes are
   // consumed / committed and its units counted once `fence` is done.
   bool pending = false;

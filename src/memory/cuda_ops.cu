@@ -16,6 +16,7 @@
 
 #include "codec/ternary_cuda.h"
 #include "memory/buffer_kind.h"
+#include "memory/cuda_ipc.h"
 #include "memory/cuda_reduce.h"
 #include "memory/cuda_runtime_probe.h"
 #include "memory/fence_ring.h"
@@ -122,7 +123,8 @@ class CudaOps : public MemOps {
     giveBackWorkStream(s_);
   }
 
-  void begin() const override;
+  void follow() const override;
+  void hold() const override;
   bool ready() const override;
   void end() const override {
     if (hold_) hold_->release();
@@ -164,6 +166,14 @@ class CudaOps : public MemOps {
 
   uint64_t fence() const override;
   bool done(uint64_t f) const override;
+  bool ipcExport(const void* p, IpcHandle* h, uint64_t* offset) const override {
+    OnDevice on(dev_);
+    return exportCudaBuffer(p, h, offset);
+  }
+  void* ipcOpen(const IpcHandle& h, std::string* why) const override {
+    OnDevice on(dev_);
+    return ipcAcquire(h, [&h](std::string* w) { return openCudaBuffer(h, w); }, closeCudaBuffer, why);
+  }
   ternResult_t error() const override {
     std::lock_guard<std::mutex> lk(m_);
     return err_ ? ternUnhandledCudaError : ternSuccess;
@@ -308,6 +318,7 @@ void CudaOps::hostCopy(char* piece, void* dst, const void* src, size_t bytes) co
 }
 
 void CudaOps::toDevice(void* d, const void* host, size_t bytes) const {
+  countStaged(bytes);
   char* p = piece(bytes);
   if (!p) {  // pageable: CUDA reads the host bytes at once, so the stream must be there first
     check(cudaStreamSynchronize(s_), "stream synchronize");
@@ -319,6 +330,7 @@ void CudaOps::toDevice(void* d, const void* host, size_t bytes) const {
 }
 
 void CudaOps::toHost(void* host, const void* d, size_t bytes) const {
+  countStaged(bytes);
   char* p = piece(bytes);
   if (!p) {  // pageable: returns once the stream got there and the bytes are in place
     check(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, s_), "copy to host");
@@ -431,13 +443,18 @@ bool CudaOps::ready() const {
   return true;
 }
 
-void CudaOps::begin() const {
+void CudaOps::follow() const {
   OnDevice on(dev_);
   if (!after_) check(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming), "event create");
   if (!after_) return;
   check(cudaEventRecord(after_, user_), "event record");
   check(cudaStreamWaitEvent(s_, after_, 0), "stream wait");
-  if (!hold_) hold_ = StreamHold::make();
+}
+
+void CudaOps::hold() const {
+  OnDevice on(dev_);
+  if (hold_) return;
+  hold_ = StreamHold::make();
   if (!hold_) {
     check(cudaErrorMemoryAllocation, "stream hold (no flag slot)");
     return;

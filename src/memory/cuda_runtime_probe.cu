@@ -27,6 +27,17 @@ bool cudaUsable() {
   return usable;
 }
 
+void* driverFunction(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+
 MemType pointerKindOn(const void* p, int* device) {
   *device = -1;
   if (!p || !cudaUsable()) return MemType::Host;

@@ -7,4 +7,8 @@ namespace tern {
 
 bool cudaUsable();
 
+// A driver function (CUDA 12.0's version of it) looked up through the
+// runtime, so libtern never links libcuda; nullptr where the driver lacks it.
+void* driverFunction(const char* name);
+
 }  // namespace tern

@@ -9,8 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "codec/ternary_cpu.h"
+#include "memory/ipc.h"
 #include "tern/tern.h"
 
 namespace tern {
@@ -65,9 +67,12 @@ class MemOps {
   // and the memory it names must not be read, reused or handed to the
   // network until a fence() taken after the call is done().  The executor:
   //  1. begin() is called when the call is made (api.cc, on the caller's
-  //     thread, so it sits in the caller's stream order): the work stream
-  //     then waits (on the device) for what the caller put on its stream
-  //     earlier, and the caller's stream waits for end().  The executor
+  //     thread, so it sits in the caller's stream order; inside a group at
+  //     the group's end, as NCCL does: group.cc): follow() makes the work
+  //     stream wait (on the device) for what the caller put on its stream
+  //     earlier, hold() makes the caller's stream wait for end().  A group
+  //     follows every operation's stream before it holds any, so no
+  //     operation of the group waits for another's hold.  The executor
   //     starts the operation once ready() says that earlier work is done
   //     (polled, never waited for: an operation still waiting lets the
   //     others progress, so an earlier operation's hold on the same stream
@@ -81,7 +86,12 @@ class MemOps {
   // Fences are ordered: done(f) implies done(e) for every e <= f.  A kernel
   // or copy that fails makes error() non-success (sticky, with lastError() a
   // sentence) and done() true, so nothing waits forever on failed work.
-  virtual void begin() const {}
+  void begin() const {
+    follow();
+    hold();
+  }
+  virtual void follow() const {}
+  virtual void hold() const {}
   virtual bool ready() const { return true; }
   virtual void end() const {}
   virtual void* stream() const { return nullptr; }
@@ -90,6 +100,21 @@ class MemOps {
   virtual ternResult_t error() const { return ternSuccess; }
   bool async() const { return stream() != nullptr; }
   virtual const char* lastError() const { return ""; }
+
+  // Device memory shared with another rank of the host (memory/ipc.h);
+  // device types only.  ipcExport: the handle of the allocation that holds
+  // p, and p's offset in it (false: this memory cannot be exported).
+  // ipcOpen: a peer's exported allocation mapped in this process, counted
+  // by ipcAcquire (the caller releases it with ipcRelease); nullptr and
+  // *why when it cannot be (another type's handle, devices that cannot
+  // reach each other, the exporter gone).
+  virtual bool ipcExport(const void* /*p*/, IpcHandle* /*h*/, uint64_t* /*offset*/) const {
+    return false;
+  }
+  virtual void* ipcOpen(const IpcHandle& /*h*/, std::string* why) const {
+    *why = "this rank's buffers are host memory";
+    return nullptr;
+  }
 };
 
 // The operations of a memory type; nullptr when this build cannot handle it

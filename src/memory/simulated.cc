@@ -1,12 +1,17 @@
 #include "memory/simulated.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -19,19 +24,62 @@ namespace sim {
 namespace {
 
 constexpr size_t kSpan = size_t(1) << 30;  // address space only (MAP_NORESERVE)
+constexpr size_t kPage = 4096;
 
-// The device's address range (no access) and the bytes behind it.
+// The device's address range (no access) and the bytes behind it: a memfd,
+// so another process can map an allocation's bytes too (IPC, below).
 struct Space {
   char* dev = nullptr;
   char* back = nullptr;
+  int fd = -1;
   std::atomic<size_t> used{0};
+  std::mutex m;
+  std::map<size_t, size_t> allocs;  // offset -> bytes, for allocationOf
 };
 Space gSpace;
+std::atomic<bool> gRefuseIpc{false};
 
 void* reserve(int prot) {
   void* p = mmap(nullptr, kSpan, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
+
+void* reserveShared(int fd) {
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(kSpan)) != 0) return nullptr;  // sparse
+  void* p = mmap(nullptr, kSpan, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+// A range of the device's addresses, page aligned (an allocation maps into
+// another process whole); nullptr when the space is used up.
+char* take(size_t bytes, size_t* at) {
+  const size_t n = (bytes + kPage - 1) / kPage * kPage;
+  *at = gSpace.used.fetch_add(n);
+  return *at + n <= kSpan ? gSpace.dev + *at : nullptr;
+}
+
+// Another process's descriptor: pidfd_getfd (kernel 5.6, ptrace permission,
+// as process_vm_readv), else its /proc entry.  -1 when the process is gone.
+int peerFd(int64_t pid, int fd) {
+  int pfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  if (pfd >= 0) {
+    int got = static_cast<int>(syscall(SYS_pidfd_getfd, pfd, fd, 0));
+    close(pfd);
+    if (got >= 0) return got;
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%lld/fd/%d", static_cast<long long>(pid), fd);
+  return open(path, O_RDWR | O_CLOEXEC);
+}
+
+// The simulated device's handle: the exporter's memfd and the allocation's
+// place in it.
+struct SimHandle {
+  int64_t pid;
+  int32_t fd, pad;
+  uint64_t offset;
+};
+static_assert(sizeof(SimHandle) <= sizeof(IpcHandle::data), "fits the handle");
 
 }  // namespace
 
@@ -84,7 +132,8 @@ class Stream {
 
 void enable() {
   if (gSpace.dev) return;
-  gSpace.back = static_cast<char*>(reserve(PROT_READ | PROT_WRITE));
+  gSpace.fd = static_cast<int>(syscall(SYS_memfd_create, "tern-simulated-device", MFD_CLOEXEC));
+  gSpace.back = static_cast<char*>(reserveShared(gSpace.fd));
   gSpace.dev = static_cast<char*>(reserve(PROT_NONE));
 }
 
@@ -97,9 +146,69 @@ bool owns(const void* p) {
 
 void* alloc(size_t bytes) {
   if (!gSpace.dev || !gSpace.back) return nullptr;
-  const size_t n = (bytes + 255) / 256 * 256 + 256;  // a gap: overruns land in no buffer
-  const size_t at = gSpace.used.fetch_add(n);
-  return at + n <= kSpan ? gSpace.dev + at : nullptr;
+  size_t at;
+  char* p = take(bytes + 256, &at);  // a gap: overruns land in no buffer
+  if (!p) return nullptr;
+  std::lock_guard<std::mutex> lk(gSpace.m);
+  gSpace.allocs[at] = bytes;
+  return p;
+}
+
+void refuseIpc(bool refuse) { gRefuseIpc = refuse; }
+
+bool ipcExport(const void* p, IpcHandle* h, uint64_t* offset) {
+  if (!owns(p)) return false;
+  const size_t off = static_cast<size_t>(static_cast<const char*>(p) - gSpace.dev);
+  std::lock_guard<std::mutex> lk(gSpace.m);
+  auto it = gSpace.allocs.upper_bound(off);
+  if (it == gSpace.allocs.begin()) return false;
+  --it;
+  if (off >= it->first + it->second) return false;  // an opened peer's range, or a gap
+  *h = IpcHandle{};
+  h->type = static_cast<uint32_t>(MemType::Simulated);
+  h->size = it->second;
+  const SimHandle sh{static_cast<int64_t>(getpid()), gSpace.fd, 0, it->first};
+  memcpy(h->data, &sh, sizeof sh);
+  *offset = off - it->first;
+  return true;
+}
+
+void* ipcOpen(const IpcHandle& h, std::string* why) {
+  SimHandle sh;
+  memcpy(&sh, h.data, sizeof sh);
+  if (gRefuseIpc) {
+    *why = "the simulated devices are set to refuse IPC (test hook)";
+    return nullptr;
+  }
+  if (h.type != static_cast<uint32_t>(MemType::Simulated) || sh.pid == getpid() || !gSpace.dev) {
+    *why = "the handle is not another process's simulated device memory";
+    return nullptr;
+  }
+  int fd = peerFd(sh.pid, sh.fd);
+  if (fd < 0) {
+    *why = std::string("cannot reach process ") + std::to_string(sh.pid) + "'s device memory (" +
+           strerror(errno) + ")";
+    return nullptr;
+  }
+  size_t at;
+  char* p = take(h.size, &at);
+  void* m = p ? mmap(gSpace.back + at, (h.size + kPage - 1) / kPage * kPage, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(sh.offset))
+              : MAP_FAILED;
+  close(fd);
+  if (m == MAP_FAILED) {
+    *why = "cannot map the peer's device memory";
+    return nullptr;
+  }
+  return p;
+}
+
+// The range goes back to private, untouched memory (its addresses are not
+// reused: the space is large and tests are short).
+void ipcClose(const IpcHandle& h, void* base) {
+  const size_t at = static_cast<size_t>(static_cast<char*>(base) - gSpace.dev);
+  mmap(gSpace.back + at, (h.size + kPage - 1) / kPage * kPage, PROT_READ | PROT_WRITE,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 }
 
 void* resolve(const void* p) {
@@ -159,15 +268,19 @@ class SimOps : public MemOps {
   MemType type() const override { return MemType::Simulated; }
   void* stream() const override { return s_; }
 
-  void begin() const override {
-    if (hold_) return;
+  void follow() const override {
+    if (followed_) return;
+    followed_ = true;
     Stream* user = user_;
     earlier_ = user->record();
     const uint64_t earlier = earlier_;
     s_->enqueue([user, earlier] { user->waitFor(earlier); });
+  }
+  void hold() const override {
+    if (hold_) return;
     hold_ = std::make_shared<Latch>();
     std::shared_ptr<Latch> h = hold_;
-    user->enqueue([h] { h->wait(); });
+    user_->enqueue([h] { h->wait(); });
   }
   bool ready() const override { return user_->reached(earlier_); }
   void end() const override {
@@ -176,12 +289,23 @@ class SimOps : public MemOps {
   uint64_t fence() const override { return s_->record(); }
   bool done(uint64_t f) const override { return s_->reached(f); }
 
+  // Host operands count as staged where CUDA would copy them through the
+  // pinned ring (cuda_ops.cu), so a test sees which path bytes took.
   void copy(void* dst, const void* src, size_t bytes) const override {
-    if (bytes) memcpyAsync(s_, dst, src, bytes);
+    if (!bytes) return;
+    if (owns(dst) != owns(src)) countStaged(bytes);
+    memcpyAsync(s_, dst, src, bytes);
   }
   void reduce(void* dst, const void* a, const void* b, size_t count, ternDataType_t dt,
               ternRedOp_t op, int avgDivisor) const override {
+    countStaged(count * ternTypeSize(dt) * (!owns(dst) + !owns(a) + !owns(b)));
     s_->enqueue([=] { reduceKernel(resolve(dst), resolve(a), resolve(b), count, dt, op, avgDivisor); });
+  }
+  bool ipcExport(const void* p, IpcHandle* h, uint64_t* offset) const override {
+    return sim::ipcExport(p, h, offset);
+  }
+  void* ipcOpen(const IpcHandle& h, std::string* why) const override {
+    return ipcAcquire(h, [&h](std::string* w) { return sim::ipcOpen(h, w); }, sim::ipcClose, why);
   }
   void divide(void* buf, size_t count, ternDataType_t dt, int divisor) const override {
     s_->enqueue([=] { divideKernel(resolve(buf), count, dt, divisor); });
@@ -225,6 +349,7 @@ class SimOps : public MemOps {
   Stream* s_;
   mutable std::shared_ptr<Latch> hold_;
   mutable uint64_t earlier_ = 0;
+  mutable bool followed_ = false;
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 //    host dereference of a "device pointer" faults (the test crashes, never
 //    passes); the bytes live in a second mapping at the same offset, which
 //    only work running on a simulated stream reaches (resolve()).
+//    The bytes are a memfd, so another process can map an allocation (IPC).
 //  - A stream: one worker thread running enqueued work in order; an event is
 //    the count of work enqueued when it was recorded (reached when that much
 //    has run); a hold is a work item that blocks until released.
@@ -18,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "memory/memory.h"
 
@@ -31,6 +33,15 @@ void enable();
 bool enabled();
 bool owns(const void* p);  // an address alloc() returned (false until enable())
 void* alloc(size_t bytes);  // never freed (a test's few buffers); nullptr when full
+// IPC between processes (memory/ipc.h): an allocation's handle names this
+// process's memfd and the allocation's place in it; opening maps those
+// bytes into this process's device range (pidfd_getfd, else /proc/PID/fd).
+// So a peer's "device pointer" is again one the host cannot touch.
+bool ipcExport(const void* p, IpcHandle* h, uint64_t* offset);
+void* ipcOpen(const IpcHandle& h, std::string* why);
+void ipcClose(const IpcHandle& h, void* base);
+// Test hook: ipcOpen fails (devices that cannot reach each other).
+void refuseIpc(bool refuse);
 // The bytes behind a device address; other pointers unchanged.  Only work on
 // a simulated stream may call it.
 void* resolve(const void* p);

@@ -40,16 +40,7 @@ FlagPage& flags() {
 using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
 WaitValue32 waitValue32() {
-  static const WaitValue32 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess || q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return static_cast<WaitValue32>(nullptr);
-    }
-    return reinterpret_cast<WaitValue32>(p);
-  }();
+  static const auto fn = reinterpret_cast<WaitValue32>(driverFunction("cuStreamWaitValue32"));
   return fn;
 }
 

@@ -17,16 +17,20 @@
 // that works (same user, ptrace permitted, one pid namespace) is probed when
 // the connection is made, by reading a random value from the peer.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 #include "base/auth.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "memory/memory.h"
 #include "transport/fifo.h"
 #include "transport/ll.h"
 #include "transport/transport.h"
@@ -67,9 +71,16 @@ ternResult_t mapSegment(const char* name, size_t bytes, bool create, Segment* se
 // Behind each fifo: the count of bytes its reader has read directly from the
 // writer's memory, and the writer's word that it failed (its posted buffers
 // are its caller's again: a read that ends after it may hold changed bytes).
+// The receiver also marks the transfer it declined (`declined`: the ticket,
+// i.e. the posted bytes up to its end: the sender streams that one), and
+// the sender names the device buffer of the transfer it posts (one at a
+// time; the fifo's head, published after, orders it).
 struct DirectWord {
   alignas(64) std::atomic<uint64_t> acked;
   std::atomic<uint32_t> abandoned;
+  std::atomic<uint64_t> declined;
+  IpcHandle handle;
+  uint64_t offset;
 };
 
 // A segment: the fifo, the small operations' LL ring (transport/ll.h), the
@@ -111,7 +122,6 @@ class ShmConn : public Conn {
     return ll_.limit() && opBytes <= ll_.limit() ? &ll_ : nullptr;
   }
   LlConn ll_;
-  size_t directMin() const override { return directMin_; }
   ternResult_t directRead(void* dst, uint64_t addr, size_t n) override {
     if (readPeer(peerPid_, dst, addr, n)) return ternSuccess;
     if (errno == ESRCH) {
@@ -130,12 +140,42 @@ class ShmConn : public Conn {
     return directWord(sendSeg)->acked.load(std::memory_order_acquire);
   }
   void directAbandon() override {
-    if (directMin_) directWord(sendSeg)->abandoned.store(1, std::memory_order_seq_cst);
+    if (directMin()) directWord(sendSeg)->abandoned.store(1, std::memory_order_seq_cst);
   }
   bool directAbandoned() const override {
     return directWord(recvSeg)->abandoned.load(std::memory_order_seq_cst) != 0;
   }
-  size_t directMin_ = 0;
+  size_t directMin() const override {
+    return hostMin_ && ipcMin_ ? std::min(hostMin_, ipcMin_) : std::max(hostMin_, ipcMin_);
+  }
+  size_t hostDirectMin() const override { return hostMin_; }
+  size_t ipcMin() const override { return ipcMin_; }
+  void ipcPost(const IpcHandle& h, uint64_t offset) override {
+    DirectWord* w = directWord(sendSeg);
+    w->handle = h;
+    w->offset = offset;
+  }
+  char* ipcMap(const MemOps& mem, uint64_t* offset, std::string* why) override;
+  void directDecline(size_t n) override {
+    DirectWord* w = directWord(recvSeg);
+    w->declined.store(directSeen, std::memory_order_relaxed);
+    w->acked.store(w->acked.load(std::memory_order_relaxed) + n, std::memory_order_release);
+  }
+  bool directDeclined(uint64_t ticket) const override {
+    return directWord(sendSeg)->declined.load(std::memory_order_relaxed) == ticket;
+  }
+  ~ShmConn() override {
+    for (const auto& i : imports_) ipcRelease(i.first);
+    if (peerPidfd_ >= 0) close(peerPidfd_);
+  }
+  // A pidfd is readable once its process has exited (zombie or reaped).
+  bool peerExited() const override {
+    pollfd p{peerPidfd_, POLLIN, 0};
+    return peerGone() || (peerPidfd_ >= 0 && poll(&p, 1, 0) > 0);
+  }
+  int peerPidfd_ = -1;
+  size_t hostMin_ = 0, ipcMin_ = 0;
+  std::map<IpcHandle, char*> imports_;  // peer allocations opened here
   pid_t peerPid_ = 0;
   ternResult_t open(const ConnSetup& s) override;
   size_t sendSpace(char** p) override { return send_.writable(p); }
@@ -175,6 +215,7 @@ struct NameMsg {
   int64_t pid;
   uint64_t probeAddr, probe[2], directMin;
   uint64_t llBytes;  // TERN_LL_BYTES: both ends use the smaller
+  uint64_t ipcMin;   // TERN_SHM_IPC: both ends use the larger, 0 if either is off
 };
 
 // Whether this process may read the peer's memory (see the file comment).
@@ -200,6 +241,7 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
   mine.pid = getpid();
   mine.directMin = s.cfg->shmDirectBytes;
   mine.llBytes = s.cfg->llBytes;
+  mine.ipcMin = s.cfg->shmIpcBytes;
   randomBytes(mine.probe, sizeof mine.probe);
   mine.probeAddr = reinterpret_cast<uintptr_t>(&mine.probe);  // read by the peer before it acks
   uint64_t nonce;
@@ -227,16 +269,34 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
   shm_unlink(mine.name);
   TERN_CHECK(r);
   if ((ack & 2) && (peerAck & 2)) {
-    directMin_ = std::max<size_t>(mine.directMin, theirs.directMin);
+    hostMin_ = std::max<size_t>(mine.directMin, theirs.directMin);
     peerPid_ = static_cast<pid_t>(theirs.pid);
   }
+  if (mine.ipcMin && theirs.ipcMin) ipcMin_ = std::max<size_t>(mine.ipcMin, theirs.ipcMin);
+  if (directMin()) peerPidfd_ = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(theirs.pid), 0));
   send_.attach(sendSeg.mem, s.cfg->fifoBytes, s.cfg->fifoGranule, false);
   send_.setWindow(s.cfg->fifoWindow);  // the producer's choice alone
   ll_.attach(this, llRing(recvSeg, s.cfg->fifoBytes), llRing(sendSeg, s.cfg->fifoBytes),
              std::min<uint64_t>(mine.llBytes, theirs.llBytes));
-  TERN_LOG(Trace, "shm connection to rank %d at level %d (%zu-byte fifos, single copy %s)", s.peer,
-           s.level, s.cfg->fifoBytes, directMin_ ? "on" : "off");
+  TERN_LOG(Trace, "shm connection to rank %d at level %d (%zu-byte fifos, single copy %s, device IPC %s)",
+           s.peer, s.level, s.cfg->fifoBytes, hostMin_ ? "on" : "off", ipcMin_ ? "on" : "off");
   return ternSuccess;
+}
+
+// The handle the sender named (DirectWord), opened once per connection.
+char* ShmConn::ipcMap(const MemOps& mem, uint64_t* offset, std::string* why) {
+  const DirectWord* w = directWord(recvSeg);
+  const IpcHandle h = w->handle;
+  *offset = w->offset;
+  if (*offset >= h.size) {
+    *why = "rank " + std::to_string(peer) + " named an offset past its allocation";
+    return nullptr;
+  }
+  auto it = imports_.find(h);
+  if (it != imports_.end()) return it->second;
+  char* base = static_cast<char*>(mem.ipcOpen(h, why));
+  if (base) imports_.emplace(h, base);
+  return base;
 }
 
 }  // namespace tern

@@ -19,6 +19,8 @@ namespace tern {
 
 struct ConnSetup;
 class Conn;
+class MemOps;
+struct IpcHandle;
 
 // What opens connections on first use (transport/conn_table.h).
 class ConnOpener {
@@ -94,12 +96,42 @@ class Conn {
   ConnOpener* opener = nullptr;
   int level = 0;
 
-  // Single copy (shm between processes that may read each other's memory).
-  // A direct step (Step::direct) of at least directMin() bytes does not
-  // stream its payload: the sender posts the address of its buffer and waits;
-  // the receiver copies straight out of the sender's memory and acknowledges
-  // what it read.  Both ends of a connection agree on directMin (0: never).
+  // Single copy (shm between ranks of one host).  A direct step
+  // (Step::direct) of at least directMin() bytes carries a header, and its
+  // payload may skip the fifo: the sender posts its buffer and waits; the
+  // receiver copies straight out of it and acknowledges what it read, or
+  // declines (its buffer is of the other kind, IPC failed) and the payload
+  // streams after all.  Host buffers are read with process_vm_readv from
+  // hostDirectMin() bytes, device buffers over IPC (memory/ipc.h) from
+  // ipcMin() bytes; directMin() is the smaller of those that are on.  Both
+  // ends of a connection agree on all three (0: never).
   virtual size_t directMin() const { return 0; }
+  virtual size_t hostDirectMin() const { return 0; }
+  virtual size_t ipcMin() const { return 0; }
+  // Sender: the device buffer of the transfer it posts next (one at a
+  // time: it waits until the earlier ones were acknowledged).
+  virtual void ipcPost(const IpcHandle& h, uint64_t offset) { (void)h, (void)offset; }
+  // Receiver: the posted buffer's allocation mapped here (opened by `mem`
+  // on first use, kept until the connection closes) and the buffer's
+  // offset in it; nullptr and *why when it cannot be opened.
+  virtual char* ipcMap(const MemOps& mem, uint64_t* offset, std::string* why) {
+    (void)mem, (void)offset;
+    *why = "this connection has no IPC";
+    return nullptr;
+  }
+  // Receiver: declines the posted transfer of n bytes (it streams instead).
+  // Sender: whether the receiver declined the one that ends at `ticket`.
+  virtual void directDecline(size_t n) { (void)n; }
+  virtual bool directDeclined(uint64_t ticket) const {
+    (void)ticket;
+    return false;
+  }
+  // Receiver: whether the sender has exited or failed, asked now (not only
+  // as the connection table last saw it): a read of its buffer that ended
+  // after that may hold invalid bytes.
+  virtual bool peerExited() const { return peerGone(); }
+  uint64_t directSeen = 0;  // receiver: bytes of posted transfers read so far
+  unsigned pathsLogged = 0;  // which transfer paths were logged at INFO (program.cc)
   // Receiver: copies n bytes at the peer's address `addr` into dst.
   virtual ternResult_t directRead(void* dst, uint64_t addr, size_t n) {
     (void)dst, (void)addr, (void)n;
