@@ -56,16 +56,10 @@ struct Stream {
 
 // A connection as a plan sees it: an identity (rank -> peer) with the
 // fifo's record alignment, and its low-latency sibling when LL is on.
-class SimConn final : public Conn {
+class SimConn final : public InertConn {
  public:
   SimConn(int rank, int peer, bool ll) : rank_(rank), ll_(ll) { this->peer = peer; }
   const char* name() const override { return ll_ ? "sim-ll" : "sim"; }
-  size_t sendSpace(char**) override { return 0; }
-  void sendCommit(size_t) override {}
-  size_t recvAvail(const char**) override { return 0; }
-  void recvConsume(size_t) override {}
-  uint64_t sendPos() const override { return 0; }
-  uint64_t recvPos() const override { return 0; }
   size_t recordAlign() const override { return ll_ ? 8 : 32; }
   Conn* small(uint64_t opBytes) override {
     return sibling_ && opBytes <= limit_ ? sibling_.get() : nullptr;

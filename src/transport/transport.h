@@ -181,6 +181,18 @@ class Conn {
   void countRecv(uint64_t n) { bytesRecv.store(bytesRecv.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
 };
 
+// A connection that moves no bytes: the base of stand-ins that only need a
+// connection's identity (a build without UCX, the plan checker's streams).
+class InertConn : public Conn {
+ public:
+  size_t sendSpace(char**) override { return 0; }
+  void sendCommit(size_t) override {}
+  size_t recvAvail(const char**) override { return 0; }
+  void recvConsume(size_t) override {}
+  uint64_t sendPos() const override { return 0; }
+  uint64_t recvPos() const override { return 0; }
+};
+
 // The flow class a connection carries and how its packets are marked
 // (decided by comm/config.cc from TERN_FLOW_DSCP / ternConfig_t).
 struct FlowMark {

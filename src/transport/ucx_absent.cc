@@ -9,19 +9,13 @@ namespace tern {
 struct UcxShared {};
 
 namespace {
-class AbsentUcxConn : public Conn {
+class AbsentUcxConn : public InertConn {
  public:
   const char* name() const override { return "ucx"; }
   ternResult_t open(const ConnSetup&) override {
     return setError(ternInvalidUsage, "TERN_TRANSPORT=ucx but tern was built without UCX "
                                       "(install libucx-dev and rebuild)");
   }
-  size_t sendSpace(char**) override { return 0; }
-  void sendCommit(size_t) override {}
-  size_t recvAvail(const char**) override { return 0; }
-  void recvConsume(size_t) override {}
-  uint64_t sendPos() const override { return 0; }
-  uint64_t recvPos() const override { return 0; }
 };
 }  // namespace
 

@@ -2,6 +2,7 @@
 versions whole and increasing, poll's None, wait's timeout, arrays that do
 not match the stream refused with a sentence, shm and tcp."""
 import os
+import time
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ def version_arrays(v, shapes=((1000, 37), (5,), (300001,))):
     return [a.astype(np.float32), b, c]
 
 
-def stream_versions(rank, n, uid, transport, last):
+def stream_versions(rank, n, uid, transport, last, flag):
     os.environ["TERN_TRANSPORT"] = transport
     comm = tern.Comm(uid, n, rank, timeout=2)
     arrays = version_arrays(-1)
@@ -26,6 +27,12 @@ def stream_versions(rank, n, uid, transport, last):
         if rank == 0:
             for v in range(last + 1):
                 ws.push(version_arrays(v), v)
+            # The receiver's last wait runs into the timeout on purpose; a
+            # barrier entered now would time out first (same 2 s), so wait
+            # outside tern until the receiver has seen its timeout.
+            deadline = time.monotonic() + 60
+            while not os.path.exists(flag) and time.monotonic() < deadline:
+                time.sleep(0.01)
             comm.barrier()
             return None
         seen, v = [], -1
@@ -39,14 +46,15 @@ def stream_versions(rank, n, uid, transport, last):
         with pytest.raises(tern.Error) as e:
             ws.wait(arrays, last + 1)  # nothing comes: the comm's timeout, with a sentence
         assert "TERN_TIMEOUT" in str(e.value) and e.value.code == 8
+        open(flag, "w").close()
         comm.barrier()
         return seen
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
-def test_versions_whole_and_increasing(transport):
+def test_versions_whole_and_increasing(transport, tmp_path):
     last = 20
-    seen = ranks.run(stream_versions, 2, tern.unique_id(), transport, last)[1]
+    seen = ranks.run(stream_versions, 2, tern.unique_id(), transport, last, str(tmp_path / "timed-out"))[1]
     assert seen[-1] == last and seen == sorted(set(seen))
 
 
