@@ -18,7 +18,6 @@ void Fifo::attach(void* mem, size_t capacity, size_t granule, bool init) {
     hdr_->base.store(0);
     hdr_->tail.store(0);
     hdr_->capacity = capacity;
-    hdr_->granule = granule;
   }
   data_ = static_cast<char*>(mem) + kHeaderBytes;
   cap_ = capacity;

@@ -31,7 +31,6 @@ struct FifoHeader {
   std::atomic<uint64_t> base;
   alignas(64) std::atomic<uint64_t> tail;  // written by the consumer only
   alignas(64) uint64_t capacity;
-  uint64_t granule;
 };
 
 // Bytes of memory a fifo of `capacity` data bytes occupies (header included).
