@@ -28,6 +28,7 @@ import torch
 
 from tern.pipeline import Config, run
 from tern.pipeline.migration import switch_batch
+from tern.pipeline.rebalance import Rebalancer, op_ms
 from test_pipeline import assert_every_stage_fails
 from test_pipeline import test_bad_flags_are_refused_with_a_sentence as refused  # the demo's flag check
 
@@ -286,6 +287,38 @@ def test_rebalance_moves_the_layer_back_when_the_stage_recovers(tmp_path):
     assert parts[0] == parts[-1] == [2, 2, 2] and [2, 2, 2] not in parts[out["done_iter"]:home["done_iter"]]
     run(Config(stages=3, layers=6, **cfg), str(tmp_path / "plain"))
     assert_bitwise(tmp_path / "re", tmp_path / "plain")
+
+
+def test_rebalance_policy_damps_flapping():
+    """The policy alone, on synthetic measurements: a stage slowed 6x gets a
+    layer moved off after two boundaries; once it recovers the move is
+    undone; then a noise spike (one stage 2x for two boundaries, enough
+    before the first move back) no longer moves a layer, because each move
+    back doubles the boundaries in a row a move must be worth making at;
+    a slowdown that lasts (four boundaries) is still relieved."""
+    class Model:  # the iteration is its slowest stage's op (enough for the policy)
+        cfg = type("Cfg", (), {"batch": 32})
+
+        def predict(self, partition, rows, m, k):
+            return max(op_ms(r, self.cfg.batch // m) for r in rows)
+
+    def rows(partition, slow):  # 1 ms per layer per sample, times each stage's slowdown
+        return [dict(fwd_fixed_ms=0.0, bwd_fixed_ms=0.0, fwd_ms_per_sample=n * slow.get(i, 1.0),
+                     bwd_ms_per_sample=0.0) for i, n in enumerate(partition)]
+
+    policy, part = Rebalancer(Model(), 0.3), [2, 2, 2]
+    slow_by_boundary = [{1: 6.0}] * 4 + [{}] * 4 + [{2: 2.0}] * 2 + [{}] * 2 + [{0: 3.0}] * 4
+    acted = []
+    for it, slow in enumerate(slow_by_boundary):
+        move = policy.decide(it, part, rows(part, slow), 4, 1, True)
+        if move:
+            acted.append((it, policy.log[-1]["action"], move))
+            part = policy.log[-1]["new_partition"]
+    assert [a[1] for a in acted] == ["move", "move back", "move"], policy.log
+    (it0, _, off), (it1, _, back), (it2, _, late) = acted
+    assert it0 == 1 and off[0] == 1 and back == off[::-1] and 4 <= it1 <= 5
+    assert it2 == 15 and late[0] == 0  # the lasting slowdown, after 4 boundaries
+    assert policy.persist == 4 and all(e["action"] == "hold" for e in policy.log[8:12])
 
 
 # ---- the migration's own flow ----

@@ -26,6 +26,15 @@ predicted gain.  A stage's compute history starts afresh when its layer
 count changes (runtime.py), so the measurement after a move describes the
 new layers, and a stage that recovers shows it within a few batches (the
 per-sample part of `Cost` is the median of the last few batches).
+
+Flap damping: every move back doubles the number of boundaries in a row
+at which a move must be found worth making before it is made (2, then 4,
+8, ...).  A run whose stage recovered has shown that the partition it
+started with was right; on a host shared by more stages than cores, a few
+batches' noise can exceed the threshold for two boundaries running, and
+without damping the policy would move a layer away again (seen in CI: move,
+move back, move).  A stage that really turns slow again keeps the gain for
+as many boundaries as it stays slow, so it is still relieved, later.
 """
 COMPUTE = ("fwd_fixed_ms", "fwd_ms_per_sample", "bwd_fixed_ms", "bwd_ms_per_sample")
 
@@ -62,7 +71,8 @@ class Rebalancer:
         self.replanner, self.threshold = replanner, threshold
         self.log = []
         self.made = []       # the moves made, in order (the last one is undone first)
-        self._worth = set()  # the moves the previous boundary found worth making
+        self.persist = 2     # boundaries in a row a move must be worth making at (doubles per move back)
+        self._streak = {}    # move -> boundaries in a row, up to the previous one, it was worth making at
 
     def decide(self, iteration, partition, rows, m, k, idle):
         """(from, to) to move one layer after `iteration`, or None; `idle`:
@@ -86,16 +96,18 @@ class Rebalancer:
             gain = old_ms / new_ms
             entry.update({"best_move": [src, dst], "new_partition": new, "predicted_new_ms": new_ms,
                           "predicted_gain": gain, "back": best is back})
-            # Made when the previous boundary found it worth making too (the best
+            # Made when the boundaries before found it worth making too (the best
             # move itself may flip between a slowed stage's two neighbours).
-            if (src, dst) in worth and idle and (src, dst) in self._worth:
+            if (src, dst) in worth and idle and self._streak.get((src, dst), 0) + 1 >= self.persist:
                 move = (src, dst)
-        self._worth = set() if move else worth
+        self._streak = {} if move else {mv: self._streak.get(mv, 0) + 1 for mv in worth}
+        entry["persist"] = self.persist
         entry["action"] = ("move back" if best is back else "move") if move else "hold"
         self.log.append(entry)
         if move:
             if best is back:
                 self.made.pop()
+                self.persist *= 2  # flap damping (module docstring)
             else:
                 self.made.append(move)
         return move
