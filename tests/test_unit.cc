@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "codec/half.h"
+#include "engine/operation.h"
+#include "engine/program.h"
 #include "memory/host_reduce.h"
 #include "base/auth.h"
 #include "base/socket.h"
@@ -20,6 +22,47 @@
 
 namespace tern {
 namespace {
+
+// Issue order on a stream shared by ordered operations and interleaved
+// messages (a weight stream's chunks): whoever was issued first writes first.
+TEST(StreamClaim, WhatWasIssuedFirstWritesFirst) {
+  struct Stream final : InertConn {
+    const char* name() const override { return "stream"; }
+  } c;
+  OpPool* pool = new OpPool;  // freed by close() once its operations are gone
+  OpPtr chunk = pool->get(), allreduce = pool->get(), later = pool->get();
+  pool->close();
+  chunk->unordered = true;
+  chunk->phase.postedAt = 5;  // pushed at 5
+  allreduce->stamp = 7;       // issued at 7
+  later->unordered = true;
+  later->phase.postedAt = 9;
+
+  // The chunk waits to go without taking the stream (its kernel-queue bound):
+  // its reservation keeps the allreduce issued after it off the stream.
+  c.reservedAt = 5;
+  EXPECT_FALSE(claimOut(*allreduce, &c));
+  EXPECT_TRUE(claimOut(*chunk, &c));
+  EXPECT_EQ(c.writer, &*chunk);
+  EXPECT_EQ(c.reservedAt, UINT64_MAX);  // it went: the reservation is spent
+  EXPECT_FALSE(claimOut(*allreduce, &c));  // the chunk holds the stream
+  letGo(*chunk);
+
+  // The allreduce waits for the stream now: a message posted after it lets
+  // it go first, and once it has it nobody else writes.
+  EXPECT_FALSE(claimOut(*later, &c));
+  EXPECT_TRUE(claimOut(*allreduce, &c));
+  EXPECT_FALSE(claimOut(*later, &c));
+  letGo(*allreduce);
+  EXPECT_TRUE(claimOut(*later, &c));
+  letGo(*later);
+
+  // Without a reservation an ordered operation takes a free stream, and a
+  // reservation made after it was issued does not hold it back.
+  c.reservedAt = 8;
+  EXPECT_TRUE(claimOut(*allreduce, &c));
+  letGo(*allreduce);
+}
 
 TEST(SipHash, ReferenceVector) {
   // From the SipHash paper (Appendix A): key 00..0f, message 00..0e.

@@ -168,6 +168,15 @@ TEST_P(WeightStream, VersionMovingWhileItsSnapshotIsTakenIsNeverTorn) {
   two(versionsBody, {{"TERN_STREAM_CHUNK", "4096"}}, 120);
 }
 
+// Every chunk waits while the kernel holds a byte of the stream (tcp): the
+// stream waits without holding its connection, so the allreduce that rank 0
+// issues right after its last push must still let that version go first
+// (Conn::reservedAt), or rank 1, waiting for the version before it joins the
+// allreduce, and rank 0 would wait for each other.
+TEST_P(WeightStream, ChunksHeldBackByTheKernelQueueKeepIssueOrder) {
+  two(versionsBody, {{"TERN_STREAM_QUEUED", "1"}, {"TERN_STREAM_CHUNK", "65536"}, {"TERN_TIMEOUT", "20"}}, 60);
+}
+
 // ---- supersede ---------------------------------------------------------------
 
 // A level-7 send the receiver takes only later holds the stream to it, so

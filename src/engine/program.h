@@ -167,6 +167,13 @@ void takeSmallChannels(Phase& ph, uint64_t opBytes);
 // new operation starts on that stream.
 bool peekDesc(Conn* in, OpDesc* d);
 
+// Whether `op` may write its next message on stream `out` now, taking it
+// (Conn::writer) until letGo.  What was issued first goes first: an
+// interleaved message posted after an ordered operation that waits for the
+// stream lets it go first (Conn::wantedBy), and an ordered operation issued
+// after an interleaved message that waits to go (Conn::reservedAt) waits too.
+bool claimOut(Operation& op, Conn* out);
+
 // The operation lets go of the streams it holds (Conn::reader / writer): at
 // its completion, or at the end of a reframing phase.
 void letGo(Operation& op);

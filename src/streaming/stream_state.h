@@ -72,6 +72,7 @@ struct RecvSide {
 struct StreamState {
   int id = 0, rank = 0, peer = 0, sender = 0, level = 0;
   size_t chunkBytes = 1 << 20;
+  size_t queuedMax = 0;  // TERN_STREAM_QUEUED: a chunk waits while the kernel holds more (0: never)
   StreamShape shape;
   SendSide send;
   RecvSide recv;

@@ -106,10 +106,38 @@ class SendTask final : public Task {
   }
 
  private:
+  // *go when the chunk ending at `end` may be posted: its bytes are in the
+  // snapshot and the kernel holds no more than queuedMax of the stream's.
+  // Listening, the engine sees no stall: a peer that stopped reading for
+  // TERN_TIMEOUT is an error here.
+  ternResult_t mayPost(const PlanCtx& x, size_t end, bool* go) {
+    *go = false;
+    if (s_->send.snapped[s_->send.moving].load(std::memory_order_acquire) < end) return ternSuccess;
+    const size_t max = s_->queuedMax;
+    Conn* c = x.conn(s_->peer);
+    if (max == 0 || c->kernelQueued() <= max) {
+      blocked_ = false;
+      *go = true;
+      return ternSuccess;
+    }
+    if (!blocked_) blockedSince_ = Clock::now();
+    blocked_ = true;
+    if (std::chrono::duration<double>(Clock::now() - blockedSince_).count() > x.cfg->timeoutSec)
+      return setError(ternTimeout, "rank " + std::to_string(s_->peer) + " read nothing of weight stream " +
+                                       std::to_string(s_->id) + " from rank " + std::to_string(s_->rank) +
+                                       " within TERN_TIMEOUT");
+    return ternSuccess;
+  }
+
   ternResult_t chunk(const PlanCtx& x, Phase* ph) {
     const size_t total = s_->shape.total, n = std::min(s_->chunkBytes, total - off_);
-    // The push may still be copying this part of its snapshot: ask again.
-    if (s_->send.snapped[s_->send.moving].load(std::memory_order_acquire) < off_ + n) {
+    // The push may still be copying this part of its snapshot, or the link
+    // still carries enough of the stream: ask again.
+    bool go;
+    TERN_CHECK(mayPost(x, off_ + n, &go));
+    if (!go) {  // the chunk was posted: what is issued after it waits for it
+      Conn* c = x.conn(s_->peer);
+      c->reservedAt = std::min(c->reservedAt, s_->send.movingStamp);
       ph->listening = true;
       return ternSuccess;
     }
@@ -164,6 +192,8 @@ class SendTask final : public Task {
   size_t off_ = 0;  // bytes of the moving version sent
   bool acked_ = false;
   Clock::time_point waitSince_{};
+  bool blocked_ = false;  // mayPost has waited on the kernel's queue since blockedSince_
+  Clock::time_point blockedSince_{};
 };
 
 // Receiver (standing): whenever the stream to the sender is between

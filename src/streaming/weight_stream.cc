@@ -20,6 +20,14 @@ size_t chunkBytes() {
   return n;
 }
 
+// Bytes of the stream's that may sit in the kernel (socket queue, qdisc, in
+// flight) before its next chunk waits: what a more urgent level that starts
+// to move finds ahead of it on the link, beyond the level hold's reach.
+size_t queuedMax() {
+  static const size_t n = static_cast<size_t>(std::max<long long>(envInt("TERN_STREAM_QUEUED", 64 << 10), 0));
+  return n;
+}
+
 void admit(Comm& c, const OpPtr& op) {
   std::vector<OpPtr> one{op};
   c.issue(one, true);  // nobody waits on it: the progress thread drives it
@@ -59,6 +67,7 @@ std::shared_ptr<StreamState> streamStart(Comm& c, int id, int peer, int sender, 
   s->level = level;
   s->shape = shape;
   s->chunkBytes = chunkBytes();
+  s->queuedMax = queuedMax();
   if (s->isSender()) {
     for (auto& b : s->send.bufs) b.assign(shape.total, 0);
     for (auto& n : s->send.snapped) n.store(0);

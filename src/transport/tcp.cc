@@ -6,6 +6,8 @@
 // level's flow class.  Nonblocking, with private staging fifos on both
 // sides (faulted in as they are used).  progress() pushes committed bytes
 // to the kernel and pulls whatever has arrived, in bursts, never blocking.
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,6 +41,10 @@ class TcpConn : public Conn {
   void recvConsume(size_t n) override { st_.recv().consume(n); }
   bool flushed() const override { return !st_.ready() || send_().empty(); }
   int pollFd() const override { return fd_; }
+  size_t kernelQueued() const override {
+    int n = 0;
+    return fd_ >= 0 && ioctl(fd_, SIOCOUTQ, &n) == 0 && n > 0 ? static_cast<size_t>(n) : 0;
+  }
   ternResult_t open(const ConnSetup& s) override;
 
   ternResult_t progress(bool* moved) override {

@@ -67,6 +67,11 @@ class Conn {
   // True when every committed byte has left this process (handed to the
   // kernel or to shared memory).
   virtual bool flushed() const { return true; }
+  // Bytes handed to the kernel that the peer has not acknowledged yet (tcp:
+  // the socket's send queue, in flight and in the qdisc included); 0 where
+  // there is no such queue.  A bulk sender that keeps it short leaves the
+  // link to a more urgent level as soon as that one moves.
+  virtual size_t kernelQueued() const { return 0; }
   // A socket to poll while idle, or -1 when the transport cannot be polled.
   virtual int pollFd() const { return -1; }
   // Whether progress() must be called to move bytes (tcp, ucx; not shm).
@@ -163,10 +168,16 @@ class Conn {
   // an interleaved one (a weight stream's chunk) slip in between them only
   // at message boundaries.  `wantedBy`: the issue stamp of an ordered
   // operation waiting for the writer; an interleaved message posted after
-  // it lets it go first (Executor::stamp).
+  // it lets it go first (Executor::stamp).  `reservedAt`: the post stamp
+  // of an interleaved message that waits to go without holding the writer
+  // (a weight stream's chunk held back while the kernel queues enough of
+  // the stream): an ordered operation issued after it waits for it as if it
+  // held the stream, or "push; allreduce" on one rank and "wait for the
+  // version; allreduce" on the other would wait for each other.
   const void* reader = nullptr;
   const void* writer = nullptr;
   uint64_t wantedBy = UINT64_MAX;
+  uint64_t reservedAt = UINT64_MAX;
 
   int peer = -1;  // the rank at the other end
   // The peer closed its end (exited or failed).  Not an error by itself: a
