@@ -51,7 +51,7 @@ ternResult_t peekMine(const StreamState& s, Conn* c, OpDesc* d, bool* mine) {
   const char* p;
   if (c->reader == nullptr && peekDesc(c, d)) {
     *mine = d->kind == kWeightStreamKind && static_cast<int>(d->root) == s.id;
-  } else if (c->reader == nullptr && c->gone && c->recvAvail(&p) == 0) {
+  } else if (c->reader == nullptr && c->inputEnded() && c->recvAvail(&p) == 0) {
     return setError(ternRemoteError, "rank " + std::to_string(s.rank) + ": rank " + std::to_string(s.peer) +
                                          (s.isSender() ? ", the receiver" : ", the sender") +
                                          " of weight stream " + std::to_string(s.id) +

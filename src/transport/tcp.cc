@@ -41,6 +41,7 @@ class TcpConn : public Conn {
   void recvConsume(size_t n) override { st_.recv().consume(n); }
   bool flushed() const override { return !st_.ready() || send_().empty(); }
   int pollFd() const override { return fd_; }
+  bool inputEnded() const override { return eof_ || (fd_ < 0 && peerGone()); }
   size_t kernelQueued() const override {
     int n = 0;
     return fd_ >= 0 && ioctl(fd_, SIOCOUTQ, &n) == 0 && n > 0 ? static_cast<size_t>(n) : 0;

@@ -155,6 +155,12 @@ class Conn {
   // A sibling's connection (nullptr: this is one): its liveness is ours.
   Conn* owner = nullptr;
   bool peerGone() const { return gone || (owner && owner->gone); }
+  // Nothing more will arrive beyond what recvAvail shows now.  The peer's
+  // exit (`gone`, which the connection table sets as soon as the control
+  // socket closes) is enough where its bytes land in our memory directly
+  // (shm); tcp overrides it: what the peer sent before it exited may still
+  // wait in the kernel until this end reads to its own end of stream.
+  virtual bool inputEnded() const { return peerGone(); }
 
   // Sender: this rank failed, so buffers it posted may change from now on.
   // Receiver: whether the sender said so (what was read may be invalid).
