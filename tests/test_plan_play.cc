@@ -695,6 +695,78 @@ TEST(PlanPlay, SequenceWithBarriers) {
   });
 }
 
+// A rank's own block is a step of the plan (neither sent nor received), not
+// a copy made while planning: it comes after every send, so the peers'
+// blocks leave first, and before every receive.  All-to-all, a gather's and a
+// scatter's root, 2-4 ranks, blocks in one program (below the threshold) and
+// in a program each (above it); in place it is no step at all.
+TEST(PlanPlay, OwnBlockIsCopiedAfterTheSends) {
+  Config cfg{};
+  cfg.chunkBytes = 1024;
+  cfg.fifoBytes = 64 << 10;
+  cfg.smallBytes = 1024;
+  const int me = 1;
+  for (int n = 2; n <= 4; ++n) {
+    std::vector<int> ring(n);
+    std::iota(ring.begin(), ring.end(), 0);
+    std::vector<std::unique_ptr<SimConn>> owned;
+    std::vector<Conn*> conns;
+    for (int p = 0; p < n; ++p) {
+      owned.push_back(std::make_unique<SimConn>(me, p, false));
+      conns.push_back(owned.back().get());
+    }
+    PlanCtx x;
+    x.rank = me;
+    x.nranks = n;
+    x.ring = x.ringPos = &ring;
+    x.conns = &conns;
+    x.cfg = &cfg;
+    x.mem = memOps(MemType::Host);
+    for (size_t count : {size_t(16), size_t(4096)})  // 64 B blocks: one program; 16 KiB: one each
+      for (OpKind kind : {OpKind::AllToAll, OpKind::Gather, OpKind::Scatter})
+        for (bool inPlace : {false, true}) {
+          std::vector<int32_t> src(count * n, 7), dst(count * n, -1);
+          const size_t mine = (kind == OpKind::Scatter ? 0 : me) * count;
+          // In place: all-to-all's buffers are one; a gather's root sends from
+          // inside its recvbuff, a scatter's root receives inside its sendbuff.
+          int32_t *s = src.data(), *d = dst.data();
+          if (inPlace && kind == OpKind::Scatter) d = src.data() + me * count;
+          if (inPlace && kind != OpKind::Scatter) s = dst.data() + (kind == OpKind::Gather ? me * count : 0);
+          Phase ph;
+          bool more = false;
+          ASSERT_EQ(makeTask(coll(kind, s, d, count, me))->next(x, &ph, &more), ternSuccess);
+          const std::string what = std::string(collectiveKind(kind).name) + " at " + std::to_string(n) +
+                                   " ranks, count " + std::to_string(count) + (inPlace ? ", in place" : "");
+          EXPECT_EQ(ph.progs.size() == 1, count == 16) << what;
+          if (!inPlace)
+            EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](int32_t v) { return v == -1; }))
+                << what << ": data moved while planning";
+          int localAt = -1, lastSend = -1, firstRecv = 1 << 30, at = 0, locals = 0;
+          for (const Program& p : ph.progs)
+            for (const Step& st : p.steps) {
+              if (!st.in && !st.out) {
+                localAt = at;
+                ++locals;
+                EXPECT_EQ(st.dst, reinterpret_cast<char*>(d + mine)) << what;
+                EXPECT_EQ(st.bytes, count * sizeof(int32_t)) << what;
+                EXPECT_FALSE(st.direct) << what;
+              }
+              if (st.out) lastSend = at;
+              if (st.in && st.bytes > 0) firstRecv = std::min(firstRecv, at);
+              ++at;
+            }
+          // A large in-place all-to-all sends from a staging copy: its own
+          // block is copied back from there like any other.
+          const bool copies = !inPlace || (kind == OpKind::AllToAll && count > 16);
+          EXPECT_EQ(locals, copies ? 1 : 0) << what;
+          if (copies) {
+            EXPECT_GT(localAt, lastSend) << what;
+            EXPECT_LT(localAt, firstRecv) << what;
+          }
+        }
+  }
+}
+
 // The checker itself: plans that do not meet are caught (so a pass means
 // something).  Ranks that disagree on the count, a rank that skips an
 // operation, and a root disagreement.

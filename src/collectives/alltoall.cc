@@ -2,7 +2,10 @@
 // every other (or the root), one program per peer and direction, all driven
 // together by the executor, so no order of arrival can deadlock.  Rank j's
 // block is at buff + j * blockBytes (gather: the root's recvbuff; scatter:
-// the root's sendbuff); a rank's own block is a local copy.  Blocks are
+// the root's sendbuff); a rank's own block is a local copy, a step with no
+// connection placed after the sends: the peers' blocks leave first, and the
+// copy runs while they travel (it was a plan-time copy before any send, which
+// a receiving root paid ahead of its whole receive).  Blocks are
 // plain transfers between the callers' buffers, so large ones between ranks
 // on one host go single copy (Step::direct).
 //
@@ -40,6 +43,11 @@ class Transfers {
   }
   void send(Conn* to, const char* src, size_t bytes) { add(nullptr, to, src, nullptr, bytes); }
   void recv(Conn* from, char* dst, size_t bytes) { add(from, nullptr, nullptr, dst, bytes); }
+  // This rank's own block: a step with no connection (a local copy), added
+  // after the sends so the peers get their blocks before we spend time on it.
+  void local(const char* src, char* dst, size_t bytes) {
+    if (src != dst && bytes > 0) add(nullptr, nullptr, src, dst, bytes);
+  }
 
  private:
   void add(Conn* in, Conn* out, const char* src, char* dst, size_t bytes) {
@@ -47,7 +55,7 @@ class Transfers {
     // Single copy only as programs of their own: a direct send is done once
     // its receiver has read it, and in one program that receiver reads only
     // after its own sends.
-    s.direct = !one_ && bytes > 0;
+    s.direct = !one_ && bytes > 0 && (in || out);
     if (!one_ && !spare_) ph_->progs.emplace_back();
     spare_ = false;
     ph_->progs.back().steps.push_back(s);
@@ -73,13 +81,16 @@ void planAllToAll(const PlanCtx& x, const void* src, void* dst, size_t blockByte
   char* d = static_cast<char*>(dst);
   const size_t mine = blockAt(x.rank, blockBytes);
   ph->what = "all-to-all";
-  if (s != d) x.mem->copy(d + mine, s + mine, blockBytes);
-  if (x.nranks == 1) return;
+  if (x.nranks == 1) {
+    if (s != d) x.mem->copy(d + mine, s + mine, blockBytes);
+    return;
+  }
   Transfers t(ph, allToAllFitsFifos(x, blockBytes));
   for (int k = 1; k < x.nranks; ++k) {
     const int to = shifted(x, k);
     t.send(x.conn(to), s + blockAt(to, blockBytes), blockBytes);
   }
+  t.local(s + mine, d + mine, blockBytes);
   for (int k = 1; k < x.nranks; ++k) {
     const int from = shifted(x, x.nranks - k);
     t.recv(x.conn(from), d + blockAt(from, blockBytes), blockBytes);
@@ -101,9 +112,8 @@ void planGather(const PlanCtx& x, const void* src, void* dst, size_t blockBytes,
     t.recv(x.conn(root), nullptr, 0);
     return;
   }
-  char* mine = d + blockAt(root, blockBytes);
-  if (mine != s) x.mem->copy(mine, s, blockBytes);
   for (int k = 1; k < x.nranks; ++k) t.send(x.conn(shifted(x, k)), nullptr, 0);
+  t.local(s, d + blockAt(root, blockBytes), blockBytes);
   for (int k = 1; k < x.nranks; ++k) {
     const int from = shifted(x, k);
     t.recv(x.conn(from), d + blockAt(from, blockBytes), blockBytes);
@@ -125,12 +135,11 @@ void planScatter(const PlanCtx& x, const void* src, void* dst, size_t blockBytes
     t.recv(x.conn(root), d, blockBytes);
     return;
   }
-  const char* mine = s + blockAt(root, blockBytes);
-  if (mine != d) x.mem->copy(d, mine, blockBytes);
   for (int k = 1; k < x.nranks; ++k) {
     const int to = shifted(x, k);
     t.send(x.conn(to), s + blockAt(to, blockBytes), blockBytes);
   }
+  t.local(s + blockAt(root, blockBytes), d, blockBytes);
   for (int k = 1; k < x.nranks; ++k) t.recv(x.conn(shifted(x, k)), nullptr, 0);
 }
 
