@@ -172,11 +172,16 @@ struct TernaryCase {
   size_t groups() const { return (count + 31) / 32; }
 };
 
-TEST(CudaMemOps, TernaryCodecMatchesTheCpuCodec) {
+// The codec through a CUDA MemOps against the CPU's scalar kernels.
+class CudaCodec : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_NE(ops, nullptr); }
   Stream st;
   std::unique_ptr<MemOps> ops = makeCudaOps(st.s);
-  ASSERT_NE(ops, nullptr);
   const TernaryKernels& cpu = *ternaryKernelsFor("scalar");
+};
+
+TEST_F(CudaCodec, TernaryCodecMatchesTheCpuCodec) {
   for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16}) {
     TernaryCase c(dt, 70001);
     const size_t g0 = 3, n = c.groups() - g0;  // an odd start: mid super-group
@@ -228,11 +233,7 @@ TEST(CudaMemOps, BlockStatsMatchTheHost) {
 // persistentZeros (zero, then carried over three calls), codes and
 // residuals bit-equal to the CPU codec's fused pass; a range that starts
 // mid super-group leaves the residuals before it untouched.
-TEST(CudaMemOps, FusedErrorFeedbackMatchesTheCpuCodec) {
-  Stream st;
-  std::unique_ptr<MemOps> ops = makeCudaOps(st.s);
-  ASSERT_NE(ops, nullptr);
-  const TernaryKernels& cpu = *ternaryKernelsFor("scalar");
+TEST_F(CudaCodec, FusedErrorFeedbackMatchesTheCpuCodec) {
   for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16}) {
     TernaryCase c(dt, 70001);
     std::shared_ptr<float> dres = ops->persistentZeros(c.count);
