@@ -1,6 +1,11 @@
 // codec_perf: single-core throughput of the ternary codec kernels, per ISA,
 // in GB/s of float32 input (the fused decode-add-encode step is the one a
-// ring hop runs).  Usage: codec_perf [elements] [iterations]
+// ring hop runs), and the encode with error feedback: fused (one pass reads
+// g and the residual, writes codes and the new residual) against the two
+// passes the allreduce made before (g + residual into a buffer, the encode,
+// then the codes drawn again, decoded and subtracted).
+// Usage: codec_perf [elements] [iterations]
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +20,25 @@ using namespace tern;
 // Variance added by ternarization, E[(s t - g)^2] = s|g| - g^2, relative to
 // sum g^2, for heavy-tailed synthetic gradients, against the bits the block
 // scales cost on the wire (an allreduce of one float per block).
+// The two-pass error feedback (the allreduce's until session 28): v = g + e,
+// codes of v, then e = v - s t in slices of 64 groups (cache-resident).
+static void twoPassErrorFeedback(const TernaryKernels& k, const TernaryInput& in, float* e,
+                                 float* v, uint32_t* codes) {
+  const float* g = static_cast<const float*>(in.g);
+  for (size_t i = 0; i < in.count; ++i) v[i] = g[i] + e[i];
+  TernaryInput corrected = in;
+  corrected.g = v;
+  const size_t groups = (in.count + 31) / 32;
+  k.encode(corrected, 0, groups, codes);
+  uint32_t planes[2 * 64];
+  for (size_t q = 0; q < groups; q += 64) {
+    size_t n = std::min<size_t>(64, groups - q);
+    k.encode(corrected, q, n, planes);
+    k.decode(planes, 2, q, n, in.scales, in.block, in.count, ternFloat32, 0, e);
+    for (size_t i = 32 * q, end = std::min(in.count, 32 * (q + n)); i < end; ++i) e[i] = v[i] - e[i];
+  }
+}
+
 static void blockSizeTable(int nranks) {
   const size_t count = 1 << 22;
   std::vector<float> g(count);
@@ -65,7 +89,9 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> in(groups * 4, 0x5555aaaau), planes(groups * 5);
   TernaryInput ti{g.data(), ternFloat32, count, scales.data(), block, ternaryKey(7, 1, 3)};
   printf("# ternary codec, %zu float32 elements, one core, GB/s of float32 input\n", count);
-  printf("# %-8s %10s %14s %10s %10s\n", "isa", "encode", "add(w3->w4)", "decode", "memcpy");
+  std::vector<float> residual(count, 0.0f), corrected(count);
+  printf("# %-8s %10s %14s %10s %10s %12s %12s\n", "isa", "encode", "add(w3->w4)", "decode", "memcpy",
+         "EF 2-pass", "EF fused");
   for (const char* isa : {"scalar", "avx2", "avx512"}) {
     const TernaryKernels* k = ternaryKernelsFor(isa);
     if (!k) {
@@ -85,7 +111,17 @@ int main(int argc, char** argv) {
       k->decode(planes.data(), 4, 0, groups, scales.data(), block, count, ternFloat32, 0, out.data());
     });
     double cpy = time([&] { memcpy(out.data(), g.data(), count * 4); });
-    printf("  %-8s %10.2f %14.2f %10.2f %10.2f\n", isa, enc, add, dec, cpy);
+    // Interleaved, each best of 3, so a phase of the host's load hits both.
+    double two = 0, fused = 0;
+    TernaryInput ef = ti;
+    ef.residual = residual.data();
+    for (int rep = 0; rep < 3; ++rep) {
+      two = std::max(two, time([&] {
+        twoPassErrorFeedback(*k, ti, residual.data(), corrected.data(), planes.data());
+      }));
+      fused = std::max(fused, time([&] { k->encode(ef, 0, groups, planes.data()); }));
+    }
+    printf("  %-8s %10.2f %14.2f %10.2f %10.2f %12.2f %12.2f\n", isa, enc, add, dec, cpy, two, fused);
   }
   return 0;
 }

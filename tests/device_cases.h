@@ -175,6 +175,67 @@ inline int deviceSuite(RankCtx& ctx, Device& d) {
   return fails;
 }
 
+// Error feedback (TERN_TERNARY_EF) on device buffers over several calls of
+// one tensor: its residuals live on the device (the communicator's ternary
+// state owns them) and are carried from call to call; each call's result
+// must equal, bit for bit, the host path's on comm 0 (residuals in host
+// memory).  Comm 1 runs on the device, comm 2 on the host without error
+// feedback: it equals comm 0 on the first call (residuals start at zero)
+// and differs after, so the residuals did something.  Odd calls in place;
+// the tensor is released (ternCommReleaseTensor) before call 3 on both
+// sides, so the residuals start over alike.  Needs 3 communicator ids.
+inline int errorFeedbackSteps(RankCtx& ctx, Device& d) {
+  ternComm_t host = ctx.comm(0), dev = ctx.comm(1), plain = ctx.comm(2);
+  for (ternComm_t c : {host, dev, plain}) {
+    ternTernaryConfig_t cfg;
+    ternCommGetTernaryConfig(c, &cfg);
+    cfg.errorFeedback = c != plain;
+    cfg.minBytes = 0;
+    ternCommSetTernaryConfig(c, &cfg);
+  }
+  const size_t count = 100003, bytes = count * 4;  // several bursts, a ragged last group
+  const void* tensor = &count;                     // any handle: the same one on every call
+  void* sendD = d.alloc(bytes);
+  void* recvD = d.alloc(bytes);
+  int fails = 0;
+  for (int call = 0; call < 5; ++call) {
+    std::vector<float> in(count);
+    for (size_t i = 0; i < count; ++i)  // gradient-like: spread signs and sizes, new every call
+      in[i] = static_cast<float>(static_cast<int>((i * 2654435761u + 977u * call + 131u * ctx.rank) % 2001) - 1000) *
+              (1e-3f + 1e-4f * static_cast<float>(i % 7));
+    const bool inPlace = call % 2 == 1;
+    if (call == 3)
+      for (ternComm_t c : {host, dev}) ternCommReleaseTensor(c, tensor);
+    std::vector<float> a = in, outA(count), b = in, outB(count), got(count);
+    float* resA = inPlace ? a.data() : outA.data();
+    float* resB = inPlace ? b.data() : outB.data();
+    void* resD = inPlace ? sendD : recvD;
+    ternResult_t r1 = ternAllReduceTernaryEx(a.data(), resA, count, ternFloat32, ternAvg, tensor, host, nullptr);
+    ternResult_t r2 = ternAllReduceTernaryEx(b.data(), resB, count, ternFloat32, ternAvg, tensor, plain, nullptr);
+    d.upload(sendD, in.data(), bytes);
+    ternResult_t r3 = ternAllReduceTernaryEx(sendD, resD, count, ternFloat32, ternAvg, tensor, dev, d.stream);
+    d.download(got.data(), resD, bytes);
+    d.sync();
+    if (r1 != ternSuccess || r2 != ternSuccess || r3 != ternSuccess)
+      return fails + failf(ctx, "error feedback call %d: %d %d %d (%s)", call, r1, r2, r3,
+                           ternGetLastError(r3 != ternSuccess ? dev : host));
+    if (memcmp(got.data(), resA, bytes) != 0)
+      fails += failf(ctx, "error feedback call %d: the device result differs from the host path's", call);
+    const bool same = memcmp(resA, resB, bytes) == 0;
+    if (same != (call == 0 || call == 3))
+      fails += failf(ctx, "error feedback call %d: %s the result without error feedback", call,
+                     same ? "equals" : "differs from");
+  }
+  ternTernaryStats_t st{};
+  ternCommGetTernaryStats(dev, &st);
+  if (st.calls != 5 || st.fallbacks != 0)
+    fails += failf(ctx, "error feedback on the device: %llu calls, %llu dense; want 5 coded",
+                   (unsigned long long)st.calls, (unsigned long long)st.fallbacks);
+  for (ternComm_t c : {host, dev, plain})
+    if (ternCommDestroy(c) != ternSuccess) fails += failf(ctx, "destroy failed");
+  return fails;
+}
+
 // The bytes a plain transfer's rank receives from peers (SIZE_MAX: the
 // case reduces or forwards on the way, so it stays in the fifo).
 inline size_t fromPeers(const std::string& name, int n, int me, size_t bytes) {

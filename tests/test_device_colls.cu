@@ -7,6 +7,9 @@
 // draw the same Philox counters: device codes equal the CPU codec's), with
 // a spinning kernel and the inputs' copy enqueued before each call and a
 // kernel reading the result enqueued after it (tests/device_cases.h).
+// DeviceCollsErrorFeedback: the ternary allreduce with error feedback over
+// several calls, residuals in device memory updated by the fused encode
+// kernel, each call bit-equal to the host path's.
 // Over shm the large plain transfers go CUDA IPC (TERN_SHM_IPC's default);
 // DeviceCollsIpc checks that path moves nothing through host memory.
 //
@@ -99,6 +102,8 @@ int ipcBody(RankCtx& ctx) {
   return onGpu(ctx, [](RankCtx& c, Device& d) { return plainTransfersOverIpc(c, d, 100000); });
 }
 
+int errorFeedbackBody(RankCtx& ctx) { return onGpu(ctx, errorFeedbackSteps); }
+
 using Param = std::tuple<std::string, int>;
 class DeviceColls : public ::testing::TestWithParam<Param> {};
 
@@ -110,6 +115,11 @@ TEST_P(DeviceColls, EveryCollectiveOnDeviceBuffersMatchesTheHostPathInStreamOrde
 TEST(DeviceCollsIpc, PlainTransfersGoDeviceToDeviceOverCudaIpc) {
   printf("CUDA IPC: 2 ranks on %s\n", deviceCount > 1 ? "two GPUs" : "one GPU (two processes share it)");
   expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_SHM_IPC", "1"}}), ipcBody, 2, 300));
+}
+
+TEST(DeviceCollsErrorFeedback, ResidualsOnTheDeviceMatchTheHostPathOverCalls) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm"), errorFeedbackBody, 3, 300));
+  expectAllRanksOk(runRanks(3, transportEnv("tcp"), errorFeedbackBody, 3, 300));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceColls,

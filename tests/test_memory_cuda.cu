@@ -172,11 +172,16 @@ struct TernaryCase {
   size_t groups() const { return (count + 31) / 32; }
 };
 
-TEST(CudaMemOps, TernaryCodecMatchesTheCpuCodec) {
+// The codec through a CUDA MemOps against the CPU's scalar kernels.
+class CudaCodec : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_NE(ops, nullptr); }
   Stream st;
   std::unique_ptr<MemOps> ops = makeCudaOps(st.s);
-  ASSERT_NE(ops, nullptr);
   const TernaryKernels& cpu = *ternaryKernelsFor("scalar");
+};
+
+TEST_F(CudaCodec, TernaryCodecMatchesTheCpuCodec) {
   for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16}) {
     TernaryCase c(dt, 70001);
     const size_t g0 = 3, n = c.groups() - g0;  // an odd start: mid super-group
@@ -206,7 +211,7 @@ TEST(CudaMemOps, TernaryCodecMatchesTheCpuCodec) {
   }
 }
 
-TEST(CudaMemOps, BlockStatsAndCorrectMatchTheHost) {
+TEST(CudaMemOps, BlockStatsMatchTheHost) {
   Stream st;
   std::unique_ptr<MemOps> ops = makeCudaOps(st.s);
   ASSERT_NE(ops, nullptr);
@@ -214,19 +219,57 @@ TEST(CudaMemOps, BlockStatsAndCorrectMatchTheHost) {
     for (uint32_t block : {64u, 4096u, 192u}) {
       TernaryCase c(dt, 50021);
       const size_t nb = (c.count + block - 1) / block;
-      std::vector<float> m(nb), sq(nb), res(c.count), out(c.count);
-      for (size_t i = 0; i < c.count; ++i) res[i] = static_cast<float>(i % 13) / 17.f - 0.3f;
+      std::vector<float> m(nb), sq(nb);
       ternaryBlockStats(c.g.data(), dt, c.count, block, m.data(), sq.data());
-      memOps(MemType::Host)->ternaryCorrect(c.g.data(), dt, res.data(), c.count, out.data());
-      DevBuf dg(c.g.data(), c.g.size()), dm(4 * nb), dsq(4 * nb), dres(res.data(), 4 * c.count),
-          dout(4 * c.count);
+      DevBuf dg(c.g.data(), c.g.size()), dm(4 * nb), dsq(4 * nb);
       ops->ternaryBlockStats(dg.p, dt, c.count, block, dm.as<float>(), dsq.as<float>());
-      ops->ternaryCorrect(dg.p, dt, dres.as<float>(), c.count, dout.as<float>());
       finish(*ops);
       EXPECT_EQ(memcmp(dm.toHost().data(), m.data(), 4 * nb), 0) << "max " << dt << " block " << block;
       EXPECT_EQ(memcmp(dsq.toHost().data(), sq.data(), 4 * nb), 0) << "sumSq " << dt << " block " << block;
-      EXPECT_EQ(memcmp(dout.toHost().data(), out.data(), 4 * c.count), 0) << "correct " << dt;
     }
+}
+
+// Error feedback in the encode kernel: residuals in device memory from
+// persistentZeros (zero, then carried over three calls), codes and
+// residuals bit-equal to the CPU codec's fused pass; a range that starts
+// mid super-group leaves the residuals before it untouched.
+TEST_F(CudaCodec, FusedErrorFeedbackMatchesTheCpuCodec) {
+  for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16}) {
+    TernaryCase c(dt, 70001);
+    std::shared_ptr<float> dres = ops->persistentZeros(c.count);
+    ASSERT_NE(dres, nullptr);
+    std::vector<float> res(c.count, 0.0f);
+    DevBuf dg(c.g.data(), c.g.size()), ds(c.scales.data(), 4 * c.scales.size());
+    for (int call = 0; call < 3; ++call) {
+      const size_t g0 = call == 1 ? 3 : 0, n = c.groups() - g0;
+      TernaryInput hin{c.g.data(), dt, c.count, c.scales.data(), c.block, ternaryKey(8, 1, call)};
+      TernaryInput din{dg.p, dt, c.count, ds.as<float>(), c.block, hin.key};
+      hin.residual = res.data();
+      din.residual = dres.get();
+      std::vector<uint32_t> enc(2 * n), add(3 * n);
+      DevBuf denc(4 * enc.size()), dadd(4 * add.size());
+      if (call < 2) {
+        cpu.encode(hin, g0, n, enc.data());
+        ops->ternaryEncode(din, g0, n, denc.as<uint32_t>());
+      } else {  // add-encode onto the codes of call 1's layout
+        for (size_t k = 0; k < enc.size(); ++k) enc[k] = static_cast<uint32_t>(k * 2654435761u);
+        for (size_t k = 0; k < n; ++k) enc[2 * k + 1] = 0;  // non-negative width-2 sums
+        DevBuf din2(enc.data(), 4 * enc.size());
+        cpu.addEncode(hin, g0, n, enc.data(), 2, add.data(), 3);
+        ops->ternaryAddEncode(din, g0, n, din2.as<uint32_t>(), 2, dadd.as<uint32_t>(), 3);
+        finish(*ops);
+      }
+      finish(*ops);
+      ASSERT_EQ(ops->error(), ternSuccess) << ops->lastError();
+      if (call < 2)
+        EXPECT_EQ(memcmp(denc.toHost().data(), enc.data(), 4 * enc.size()), 0) << "encode " << dt << " call " << call;
+      else
+        EXPECT_EQ(memcmp(dadd.toHost().data(), add.data(), 4 * add.size()), 0) << "add-encode " << dt;
+      std::vector<float> back(c.count);
+      cudaMemcpy(back.data(), dres.get(), 4 * c.count, cudaMemcpyDeviceToHost);
+      EXPECT_EQ(memcmp(back.data(), res.data(), 4 * c.count), 0) << "residuals " << dt << " call " << call;
+    }
+  }
 }
 
 // Keeps the stream busy for about `ms` milliseconds.

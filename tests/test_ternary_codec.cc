@@ -3,7 +3,9 @@
 // header the CUDA kernels compile), and the statistics of the codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -132,6 +134,84 @@ TEST_P(Simd, BitIdenticalToScalarAndToPerElementMath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, Simd, ::testing::Values("avx2", "avx512"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// Error feedback, the two-pass way the allreduce computed it before the
+// fusion (and the definition): v = g + residual as float32 into a buffer,
+// the codes of v, then residual = v - decode(codes) for the groups coded.
+struct TwoPass {
+  std::vector<uint32_t> codes;
+  std::vector<float> residual;
+};
+
+TwoPass twoPassReference(const Case& c, size_t g0, size_t n, std::vector<float> residual,
+                         const uint32_t* planes, int win) {
+  const TernaryKernels& ref = *ternaryKernelsFor("scalar");
+  std::vector<float> v(c.in.count);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = ternaryLoad(c.in.g, c.in.dt, i) + residual[i];
+  TernaryInput in = c.in;
+  in.g = v.data();
+  in.dt = ternFloat32;
+  TwoPass out;
+  const int wout = planes ? win + 1 : 2;
+  out.codes.resize(wout * n);
+  if (planes) ref.addEncode(in, g0, n, planes, win, out.codes.data(), wout);
+  else ref.encode(in, g0, n, out.codes.data());
+  std::vector<uint32_t> own(2 * n);
+  ref.encode(in, g0, n, own.data());  // the second pass over the random stream
+  std::vector<float> st(v.size());
+  ref.decode(own.data(), 2, g0, n, c.in.scales, c.in.block, c.in.count, ternFloat32, 0, st.data());
+  for (size_t i = 32 * g0; i < std::min(c.in.count, 32 * (g0 + n)); ++i) residual[i] = v[i] - st[i];
+  out.residual = std::move(residual);
+  return out;
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+}
+
+// The fused pass (TernaryInput::residual) of every kernel this CPU runs
+// against the two-pass reference: codes and residuals bit for bit, over
+// several calls that carry the residual, encode and add-encode, sub-ranges
+// that start mid super-group (residuals outside the range untouched).
+class FusedErrorFeedback : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FusedErrorFeedback, EqualsTheTwoPassReferenceBitForBit) {
+  const TernaryKernels* k = ternaryKernelsFor(GetParam());
+  if (!k) GTEST_SKIP() << GetParam() << " not supported by this CPU";
+  for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16})
+    for (size_t count : {1ul, 63ul, 64ul, 1000ul, 4096ul + 17})
+      for (uint32_t block : {64u, 256u}) {
+        Case c = makeCase(dt, count, block, count * 7 + block + dt);
+        const size_t groups = (count + 31) / 32;
+        std::mt19937 rng(static_cast<uint32_t>(count + dt));
+        std::normal_distribution<float> nd(0, 0.5f);
+        std::vector<float> residual(count);
+        for (float& r : residual) r = nd(rng) * c.scales[0];
+        for (int call = 0; call < 4; ++call) {  // the residual carried from call to call
+          c.in.key = ternaryKey(5, 2, call);
+          const size_t g0 = call % 2 ? std::min<size_t>(1, groups - 1) : 0, n = groups - g0;
+          const int win = 2 + call % 3;
+          std::vector<uint32_t> planes(win * n);
+          for (size_t q = 0; q < n; ++q)  // arbitrary sums, sign-extended
+            for (int j = 0; j < win; ++j)
+              planes[win * q + j] = static_cast<uint32_t>((q + 1) * 2654435761u >> (j == win - 1 ? 1 : j));
+          for (size_t q = 0; q < n; ++q) planes[win * q + win - 1] = planes[win * q + win - 2];
+          const uint32_t* in = call >= 2 ? planes.data() : nullptr;  // encode, then add-encode
+          TwoPass want = twoPassReference(c, g0, n, residual, in, win);
+          TernaryInput fused = c.in;
+          fused.residual = residual.data();
+          std::vector<uint32_t> got(want.codes.size());
+          if (in) k->addEncode(fused, g0, n, in, win, got.data(), win + 1);
+          else k->encode(fused, g0, n, got.data());
+          ASSERT_EQ(got, want.codes) << GetParam() << " dt=" << dt << " count=" << count << " call=" << call;
+          ASSERT_TRUE(sameBits(residual, want.residual))
+              << GetParam() << " residual dt=" << dt << " count=" << count << " call=" << call;
+        }
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, FusedErrorFeedback, ::testing::Values("scalar", "avx2", "avx512"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(TernaryStats, UnbiasedWithTheExpectedVariance) {

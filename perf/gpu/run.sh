@@ -4,8 +4,9 @@
 #   perf/gpu/run.sh [elements]
 #   NCCL_TESTS_DIR=/path/to/nccl-tests perf/gpu/run.sh   (also nccl-tests through the shim)
 #
-#  1. ternary_gpu_check: the CUDA ternary kernels bit for bit against the CPU
-#     codec, and timed against the device's measured copy bandwidth.
+#  1. ternary_gpu_check: the CUDA ternary kernels (error feedback's fused
+#     encode too) bit for bit against the CPU codec, and timed against the
+#     device's measured copy bandwidth.
 #  2. test_ternary_nvcc: the element math compiled by nvcc, against the CPU kernels.
 #  3. the NCCL shim's own tests (ABI, config, 3-rank C client on host buffers).
 #  4. `import torch` with the shim first on the library path, and under LD_AUDIT:
@@ -21,7 +22,9 @@
 #     ternary allreduce on cudaMalloc'ed buffers, 2 and 3 ranks (processes;
 #     one GPU shared is fine), over shm and tcp, against the host path bit
 #     for bit, with a spinning kernel before and a reading kernel after each
-#     call (stream order); exit 77 (no device) counts as FAIL here.
+#     call (stream order), and the ternary allreduce with error feedback over
+#     several calls (residuals on the device, updated by the fused encode
+#     kernel); exit 77 (no device) counts as FAIL here.
 #  8. (ipc) CUDA IPC between 2 ranks (processes) of this host: send/recv,
 #     all-to-all, gather, scatter device to device from the peer's buffer,
 #     nothing staged through host memory; prints which path each rank took

@@ -66,16 +66,28 @@ static void checkAgainstCpu(ternDataType_t dt, size_t count, size_t g0) {
   ref.addEncode(hin, g0, n, cIn.data(), 3, cAdd.data(), 4);
   std::vector<float> cDec(count, -7.f);
   ref.decode(cAdd.data(), 4, g0, n, scales.data(), block, count, ternFloat32, 3, cDec.data());
+  // Error feedback: the fused encode codes g + residual and rewrites the residual.
+  std::vector<float> cRes(count);
+  for (size_t i = 0; i < count; ++i) cRes[i] = static_cast<float>(static_cast<int>(i % 37) - 18) / 61.f;
+  std::vector<float> res0 = cRes;
+  std::vector<uint32_t> cEf(2 * n);
+  TernaryInput hef = hin;
+  hef.residual = cRes.data();
+  ref.encode(hef, g0, n, cEf.data());
 
   void *dG, *dDec;
   float* dS;
-  uint32_t *dEnc, *dIn, *dAdd;
+  uint32_t *dEnc, *dIn, *dAdd, *dEf;
+  float* dRes;
   CUDA_OK(cudaMalloc(&dG, g.size()));
   CUDA_OK(cudaMalloc(&dS, scales.size() * 4));
   CUDA_OK(cudaMalloc(&dEnc, cEnc.size() * 4));
   CUDA_OK(cudaMalloc(&dIn, cIn.size() * 4));
   CUDA_OK(cudaMalloc(&dAdd, cAdd.size() * 4));
   CUDA_OK(cudaMalloc(&dDec, count * 4));
+  CUDA_OK(cudaMalloc(&dEf, cEf.size() * 4));
+  CUDA_OK(cudaMalloc(&dRes, count * 4));
+  CUDA_OK(cudaMemcpy(dRes, res0.data(), count * 4, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dG, g.data(), g.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dS, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dIn, cIn.data(), cIn.size() * 4, cudaMemcpyHostToDevice));
@@ -88,6 +100,9 @@ static void checkAgainstCpu(ternDataType_t dt, size_t count, size_t g0) {
   CUDA_OK(static_cast<cudaError_t>(ternaryCudaAddEncode(din, g0, n, dIn, 3, dAdd, 4, st)));
   CUDA_OK(static_cast<cudaError_t>(
       ternaryCudaDecode(dAdd, 4, g0, n, dS, block, count, ternFloat32, 3, dDec, st)));
+  TernaryDeviceInput def = din;
+  def.residual = dRes;
+  CUDA_OK(static_cast<cudaError_t>(ternaryCudaEncode(def, g0, n, dEf, st)));
   CUDA_OK(cudaStreamSynchronize(st));
   char what[96];
   snprintf(what, sizeof what, "encode dt=%d count=%zu g0=%zu", dt, count, g0);
@@ -96,6 +111,11 @@ static void checkAgainstCpu(ternDataType_t dt, size_t count, size_t g0) {
   expectSame(what, cAdd, dAdd, cAdd.size());
   snprintf(what, sizeof what, "decode dt=%d count=%zu g0=%zu", dt, count, g0);
   expectSame(what, cDec, static_cast<float*>(dDec), count);
+  snprintf(what, sizeof what, "error feedback codes dt=%d count=%zu g0=%zu", dt, count, g0);
+  expectSame(what, cEf, dEf, cEf.size());
+  snprintf(what, sizeof what, "error feedback residuals dt=%d count=%zu g0=%zu", dt, count, g0);
+  expectSame(what, cRes, dRes, count);
+  cudaFree(dEf); cudaFree(dRes);
   cudaFree(dG); cudaFree(dS); cudaFree(dEnc); cudaFree(dIn); cudaFree(dAdd); cudaFree(dDec);
   cudaStreamDestroy(st);
 }
@@ -148,6 +168,10 @@ int main(int argc, char** argv) {
   double copy = time([&] { cudaMemcpyAsync(dCopy, dG, count * 4, cudaMemcpyDeviceToDevice, st); });
   double enc = time([&] { ternaryCudaEncode(din, 0, groups, dP, st); });
   double add = time([&] { ternaryCudaAddEncode(din, 0, groups, dIn, 4, dP, 5, st); });
+  TernaryDeviceInput def = din;  // error feedback: residuals in dOut (zero)
+  def.residual = dOut;
+  CUDA_OK(cudaMemset(dOut, 0, count * 4));
+  double ef = time([&] { ternaryCudaEncode(def, 0, groups, dP, st); });
   double dec = time([&] {
     ternaryCudaDecode(dP, 5, 0, groups, dS, block, count, ternFloat32, 0, dOut, st);
   });
@@ -155,6 +179,9 @@ int main(int argc, char** argv) {
   printf("  device copy (D2D memcpy)     %8.1f GB/s\n", copy);
   printf("  encode                       %8.1f GB/s  %5.1f%% of copy\n", enc, 100 * enc / copy);
   printf("  fused decode-add-encode w4->5 %7.1f GB/s  %5.1f%% of copy\n", add, 100 * add / copy);
+  // Reads g and the residual, writes the residual: 3x the bytes of encode.
+  printf("  encode + error feedback       %7.1f GB/s  %5.1f%% of copy (3 streams of floats)\n", ef,
+         100 * ef / copy);
   printf("  decode                       %8.1f GB/s  %5.1f%% of copy\n", dec, 100 * dec / copy);
   printf("# %s\n", failures ? "FAILED" : "all checks passed");
   return failures ? 1 : 0;

@@ -574,12 +574,6 @@ ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t
     return fail(comm, ternInvalidArgument,
                 std::string(what) + ": op must be ternSum or ternAvg (ternary codes cannot "
                                     "express products, maxima or minima)");
-  // Not yet: error feedback keeps its residuals in host memory.
-  if (stream && ternaryFeedsBackErrors(ternaryOf(comm)))
-    return fail(comm, ternInvalidUsage,
-                std::string(what) + ": error feedback (TERN_TERNARY_EF) on device buffers is not "
-                                    "supported yet; turn it off for device buffers, or use host "
-                                    "buffers and a NULL stream");
   if (count == 0) return ternSuccess;
   CollArgs args = collArgs(OpKind::Ternary, sendbuff, recvbuff, count, datatype, op);
   return launch(comm, args, stream,

@@ -3,7 +3,9 @@
 // once, which by the element mapping of ternary_math.h gives the draws of
 // elements 64 sg + 16 j + t % 16, j = 0..3; __ballot_sync turns the 4 x 32
 // comparisons into the nz / neg words of the 4 groups; lanes 0..3 then do the
-// bit-sliced add for one group each.
+// bit-sliced add for one group each.  With error feedback each thread also
+// reads and rewrites the residuals of its 4 elements, for the groups the
+// launch encodes (the others' codes are computed and dropped).
 #include <cuda_runtime.h>
 
 #include "codec/ternary_cuda.h"
@@ -26,8 +28,9 @@ __device__ inline float loadElem(const void* g, ternDataType_t dt, size_t i) {
 
 // Masks of the 4 groups this warp owns (groups 4 * warp + 0..3, relative to
 // the super-group pair starting at group q0).  Every lane gets all of them.
-__device__ inline void warpMasks(const TernaryDeviceInput& in, int shift, size_t q0,
-                                 uint32_t nz[4], uint32_t neg[4]) {
+// Residuals are read and written for groups [g0, gEnd) only.
+__device__ inline void warpMasks(const TernaryDeviceInput& in, int shift, size_t q0, size_t g0,
+                                 size_t gEnd, uint32_t nz[4], uint32_t neg[4]) {
   const int lane = threadIdx.x % 32;
   const size_t sg = q0 / 2 + lane / 16;  // super-group of this half-warp
   uint32_t r[4];
@@ -37,7 +40,13 @@ __device__ inline void warpMasks(const TernaryDeviceInput& in, int shift, size_t
   for (int j = 0; j < 4; ++j) {  // a super-group never spans two blocks (block % 64 == 0)
     size_t i = 64 * sg + 16 * j + lane % 16;
     int t = 0;
-    if (i < in.count) t = ternaryCode(loadElem(in.g, in.dt, i), s, r[j]);
+    if (i < in.count) {
+      float v = loadElem(in.g, in.dt, i);
+      const bool feedBack = in.residual && i / 32 >= g0 && i / 32 < gEnd;
+      if (feedBack) v = __fadd_rn(v, in.residual[i]);
+      t = ternaryCode(v, s, r[j]);
+      if (feedBack) in.residual[i] = ternaryResidual(v, s, t);
+    }
     bz[j] = __ballot_sync(0xffffffffu, t != 0);
     bn[j] = __ballot_sync(0xffffffffu, t < 0);
   }
@@ -62,7 +71,7 @@ __global__ void addEncodeKernel(TernaryDeviceInput in, int shift, size_t g0, siz
   const size_t q0 = (g0 / 4) * 4 + 4 * warp;  // first of this warp's 4 groups
   if (q0 >= g0 + n) return;  // whole warp leaves together: ballots stay full
   uint32_t nz[4], neg[4];
-  warpMasks(in, shift, q0, nz, neg);
+  warpMasks(in, shift, q0, g0, g0 + n, nz, neg);
   const int lane = threadIdx.x % 32;
   if (lane < 4) {
     size_t q = q0 + lane;

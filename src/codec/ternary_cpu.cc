@@ -25,7 +25,7 @@ namespace {
 
 // ---- scalar reference --------------------------------------------------------
 
-// Masks of one group.  `draws` caches the 64 draws of the current 64-element
+// Masks of one group (and its residuals, with error feedback).  `draws` caches the 64 draws of the current 64-element
 // super-group (index *cachedSuper).
 void groupMasksScalar(const TernaryInput& in, size_t q, uint32_t* nz, uint32_t* neg,
                       uint32_t draws[64], uint64_t* cachedSuper) {
@@ -43,7 +43,10 @@ void groupMasksScalar(const TernaryInput& in, size_t q, uint32_t* nz, uint32_t* 
     size_t i = 32 * q + e;
     if (i >= in.count) break;
     float g = ternaryLoad(in.g, in.dt, i);
-    int t = ternaryCode(g, in.scales[i / in.block], draws[i % 64]);
+    const float s = in.scales[i / in.block];
+    if (in.residual) g += in.residual[i];
+    int t = ternaryCode(g, s, draws[i % 64]);
+    if (in.residual) in.residual[i] = ternaryResidual(g, s, t);
     z |= static_cast<uint32_t>(t != 0) << e;
     n |= static_cast<uint32_t>(t < 0) << e;
   }
@@ -136,7 +139,8 @@ TERN_AVX512 inline __m512 load16(const TernaryInput& in, size_t i) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// m = {nz, neg} of group 2*super, then of group 2*super + 1.
+// m = {nz, neg} of group 2*super, then of group 2*super + 1; with error
+// feedback the 64 residuals are read with g and written back in this pass.
 TERN_AVX512 void superMasks512(const TernaryInput& in, uint64_t super, uint32_t m[4]) {
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   uint64_t base = 16 * super;
@@ -166,13 +170,22 @@ TERN_AVX512 void superMasks512(const TernaryInput& in, uint64_t super, uint32_t 
   const __m512 s = _mm512_set1_ps(in.scales[(64 * super) / in.block]);
   const __m512 toUnit = _mm512_set1_ps(1.0f / 16777216.0f);
   const __m512 zero = _mm512_setzero_ps();
+  const __m512 one = _mm512_set1_ps(1.0f), minusOne = _mm512_set1_ps(-1.0f);
   uint32_t nz[4], neg[4];
   for (int j = 0; j < 4; ++j) {
-    __m512 g = load16(in, 64 * super + 16 * j);
+    const size_t i = 64 * super + 16 * j;
+    __m512 g = load16(in, i);
+    if (in.residual) g = _mm512_add_ps(g, _mm512_loadu_ps(in.residual + i));
     __m512 a = _mm512_abs_ps(g);
     __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(words[j], 8)), toUnit);
-    nz[j] = _mm512_cmp_ps_mask(_mm512_mul_ps(u, s), a, _CMP_LT_OQ);
-    neg[j] = _mm512_cmp_ps_mask(g, zero, _CMP_LT_OQ);
+    const __mmask16 z = _mm512_cmp_ps_mask(_mm512_mul_ps(u, s), a, _CMP_LT_OQ);
+    const __mmask16 n = _mm512_cmp_ps_mask(g, zero, _CMP_LT_OQ);
+    nz[j] = z;
+    neg[j] = n;
+    if (in.residual) {  // ternaryResidual: t as float is +-1 where coded, +0 elsewhere
+      __m512 t = _mm512_maskz_mov_ps(z, _mm512_mask_blend_ps(n, one, minusOne));
+      _mm512_storeu_ps(in.residual + i, _mm512_sub_ps(g, _mm512_mul_ps(t, s)));
+    }
   }
   m[0] = nz[0] | nz[1] << 16;
   m[1] = neg[0] | neg[1] << 16;
@@ -231,6 +244,7 @@ TERN_AVX2 void superMasks256(const TernaryInput& in, uint64_t super, uint32_t m[
   const __m256 s = _mm256_set1_ps(in.scales[(64 * super) / in.block]);
   const __m256 toUnit = _mm256_set1_ps(1.0f / 16777216.0f);
   const __m256 signMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 one = _mm256_set1_ps(1.0f), minusOne = _mm256_set1_ps(-1.0f);
   for (int h = 0; h < 2; ++h) {  // Philox blocks 16*super + 8h + lane
     uint64_t base = 16 * super + 8 * h;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -260,11 +274,19 @@ TERN_AVX2 void superMasks256(const TernaryInput& in, uint64_t super, uint32_t m[
     }
     const __m256i words[4] = {x0, x1, x2, x3};
     for (int j = 0; j < 4; ++j) {
-      __m256 g = load8(in, 64 * super + 16 * j + 8 * h);
+      const size_t i = 64 * super + 16 * j + 8 * h;
+      __m256 g = load8(in, i);
+      if (in.residual) g = _mm256_add_ps(g, _mm256_loadu_ps(in.residual + i));
       __m256 a = _mm256_and_ps(g, signMask);
       __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(words[j], 8)), toUnit);
-      nz[2 * j + h] = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_mul_ps(u, s), a, _CMP_LT_OQ)));
-      neg[2 * j + h] = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ)));
+      const __m256 z = _mm256_cmp_ps(_mm256_mul_ps(u, s), a, _CMP_LT_OQ);
+      const __m256 n = _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ);
+      nz[2 * j + h] = static_cast<uint32_t>(_mm256_movemask_ps(z));
+      neg[2 * j + h] = static_cast<uint32_t>(_mm256_movemask_ps(n));
+      if (in.residual) {  // ternaryResidual, as in superMasks512
+        __m256 t = _mm256_and_ps(z, _mm256_blendv_ps(one, minusOne, n));
+        _mm256_storeu_ps(in.residual + i, _mm256_sub_ps(g, _mm256_mul_ps(t, s)));
+      }
     }
   }
   // Word j, half h covers elements 16j + 8h .. +7 of the super-group.

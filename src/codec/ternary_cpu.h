@@ -18,11 +18,16 @@ struct TernaryInput {
   const float* scales;    // one per block, identical on every rank
   uint32_t block;         // elements per scale block, a multiple of 64
   TernaryKey key;         // seed, rank, call
+  // Error feedback (nullptr: off): count floats in g's memory.  An encode
+  // then codes g + residual and, in the same pass, leaves the new residual
+  // (ternary_math.h) for exactly the groups it encodes.
+  float* residual = nullptr;
 };
 
 struct TernaryKernels {
   const char* isa;
-  // out[2 * n]: the codes of groups [g0, g0 + n) as width-2 planes.
+  // out[2 * n]: the codes of groups [g0, g0 + n) as width-2 planes (and
+  // their residuals updated when in.residual is set: each group once a call).
   void (*encode)(const TernaryInput& in, size_t g0, size_t n, uint32_t* out);
   // out[wout * n] = in[win * n] + codes, group by group.
   void (*addEncode)(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes, int win,

@@ -18,14 +18,16 @@ struct TernaryDeviceInput {
   const float* scales;    // device: one per block
   uint32_t block;         // multiple of 64
   TernaryKey key;
+  float* residual = nullptr;  // device: error feedback (TernaryInput::residual)
 };
 
 // The same fields, from the CPU codec's input (pointers then name device memory).
 inline TernaryDeviceInput ternaryDeviceInput(const TernaryInput& in) {
-  return {in.g, in.dt, in.count, in.scales, in.block, in.key};
+  return {in.g, in.dt, in.count, in.scales, in.block, in.key, in.residual};
 }
 
-// out (device, 2 words per group) = codes of groups [g0, g0 + n).
+// out (device, 2 words per group) = codes of groups [g0, g0 + n); with
+// in.residual, those groups' residuals are updated in the same kernel.
 int ternaryCudaEncode(const TernaryDeviceInput& in, size_t g0, size_t n, uint32_t* out,
                       void* stream);
 // out = planes (win words per group) + codes, at wout words per group.

@@ -14,6 +14,11 @@
 // P(t != 0) = |g| / s, so E[s t] = g.  |g| = s gives t = sign(g) always;
 // s = 0 gives t = 0; NaN gives 0; |g| > s (clipped) gives sign(g).
 //
+// Error feedback.  With a residual e, the value coded is v = g + e (float32)
+// and the residual left is v - s * t (ternaryResidual), computed in the same
+// pass as the code.  s * t is exact (t is -1, 0 or +1), so a compiler that
+// contracts the two operations into one FMA gets the same bits.
+//
 // Bit planes.  A group of 32 values of width w is w uint32 words; word j
 // holds bit j of every lane (two's complement).  Adding a ternary code
 // (nz, neg masks) is a bit-sliced ripple-carry add; widening is sign
@@ -94,6 +99,11 @@ TERN_HD inline int ternaryCode(float g, float s, uint32_t r) {
   float a = g < 0 ? -g : g;
   if (!(u * s < a)) return 0;
   return g < 0 ? -1 : 1;
+}
+
+// The residual error feedback keeps for value v coded as t against scale s.
+TERN_HD inline float ternaryResidual(float v, float s, int t) {
+  return v - static_cast<float>(t) * s;
 }
 
 // out (wout planes) = a (win planes, sign-extended) + code (nz, neg masks).

@@ -7,6 +7,8 @@
 //      sum of k ranks travels at w(k) = floor(log2 k) + 2 bits; every hop
 //      decodes, adds its own code (computed on the fly from g, never stored)
 //      and re-encodes at w(k + 1) in one pass (TernaryKernels::addEncode).
+//      With error feedback that pass codes g + residual and leaves the new
+//      residual: each rank encodes each chunk exactly once a call.
 //   3. allgather of the w(N)-bit sums, each hop forwarding the chunk and
 //      decoding it (x scale, / N for ternAvg) into recvbuff on the way.
 //
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <string>
 
 #include "codec/ternary_cpu.h"
 #include "collectives/collectives.h"
@@ -134,27 +137,16 @@ void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDa
   ph->what = "ternary allreduce";
 }
 
-// Error feedback: residual = (g + old residual) - s * t, recomputing t
-// exactly from the same Philox stream.  In slices of 64 groups (8 KiB of
-// floats, cache-resident): the codes are decoded to s * t straight into the
-// residual (the vector kernel), then subtracted from g in place.
-void updateResidual(const TernaryKernels& k, const TernaryInput& in, std::vector<float>& res) {
-  const float* g = static_cast<const float*>(in.g);
-  float* r = res.data();
-  uint32_t planes[2 * 64];
-  size_t groups = (in.count + 31) / 32;
-  for (size_t q = 0; q < groups; q += 64) {
-    size_t n = std::min<size_t>(64, groups - q);
-    k.encode(in, q, n, planes);
-    k.decode(planes, 2, q, n, in.scales, in.block, in.count, ternFloat32, 0, r);
-    for (size_t i = 32 * q, end = std::min(in.count, 32 * (q + n)); i < end; ++i) r[i] = g[i] - r[i];
+// The call's residual in the operation's memory, made (zero) when the
+// tensor has none of this size and type yet.  nullptr: no memory for it.
+float* residualFor(const MemOps& mem, TernaryResidual& r, size_t count) {
+  if (!r.data || r.count != count || r.type != mem.type()) {
+    r.data = mem.persistentZeros(count);
+    r.count = r.data ? count : 0;
+    r.type = mem.type();
   }
+  return r.data.get();
 }
-
-}  // namespace
-
-
-namespace {
 
 // Bytes this rank has put on the wire towards its peers at the operation's
 // level (the level's collectives run one at a time, so these are its own).
@@ -171,9 +163,6 @@ uint64_t bytesSentAtLevel(const PlanCtx& x) {
 class TernaryTask : public Task {
  public:
   TernaryTask(TernaryState& st, const TernaryCall& call) : st_(st), c_(call) {}
-  ~TernaryTask() override {
-    st_.scratch.giveBack(std::move(corrected_));
-  }
 
   ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
     *more = true;
@@ -217,24 +206,21 @@ class TernaryTask : public Task {
     // codes are drawn for g + residual, which clips against that scale; the
     // residual then stays below the scale in magnitude (scales taken from
     // g + residual would grow without bound).
-    const void* g = c_.src;
-    ternDataType_t gdt = c_.dt;
-    if (c_.residual) {
-      std::vector<float>& res = *c_.residual;
-      if (res.size() != c_.count) res.assign(c_.count, 0.0f);
-      corrected_ = st_.scratch.borrow(c_.count);
-      x.mem->ternaryCorrect(c_.src, c_.dt, res.data(), c_.count, corrected_.data());
-      g = corrected_.data();
-      gdt = ternFloat32;
-    }
-    in_ = TernaryInput{g, gdt, c_.count, maxAbs_.data(), B,
+    in_ = TernaryInput{c_.src, c_.dt, c_.count, maxAbs_.data(), B,
                        ternaryKey(c_.cfg.seed, static_cast<uint32_t>(x.rank), c_.index)};
+    if (c_.residual) {
+      in_.residual = residualFor(*x.mem, *c_.residual, c_.count);
+      if (!in_.residual)
+        return setError(ternSystemError,
+                        "ternary allreduce: no " + std::string(memTypeName(x.mem->type())) +
+                            " memory for the error feedback residual of " +
+                            std::to_string(c_.count) + " floats");
+    }
     planTernaryRing(x, in_, c_.dst, c_.dt, c_.op == ternAvg ? x.nranks : 0, codecs_, ph, &payload_);
     return ternSuccess;
   }
 
   void finish(const PlanCtx& x) {
-    if (c_.residual) updateResidual(x.mem->ternary(), in_, *c_.residual);
     const size_t dense = 2 * (x.nranks - 1) * c_.count * ternTypeSize(c_.dt) / x.nranks;
     st_.record(c_.count, payload_, bytesSentAtLevel(x) - sentBefore_, dense);
     TERN_LOG(Trace, "ternary allreduce %zu elements: %llu payload bytes sent (dense ring: %zu)",
@@ -245,7 +231,7 @@ class TernaryTask : public Task {
   TernaryCall c_;
   int stage_ = 0;
   size_t nb_ = 0;
-  std::vector<float> maxAbs_, sumSq_, corrected_;
+  std::vector<float> maxAbs_, sumSq_;
   TernaryInput in_{};
   std::vector<std::unique_ptr<TernaryCodec>> codecs_;
   uint64_t payload_ = 0, sentBefore_ = 0;
@@ -285,7 +271,7 @@ std::unique_ptr<Task> makeTernaryTask(TernaryState& st, const CollArgs& a, const
   call.index = level == TERN_PRIORITY_DEFAULT ? n : (static_cast<uint64_t>(level + 1) << 48) | n;
   if (st.cfg.errorFeedback) {
     auto& slot = st.residuals[handle ? handle : a.src];
-    if (!slot) slot = std::make_shared<std::vector<float>>();
+    if (!slot) slot = std::make_shared<TernaryResidual>();
     call.residual = slot;
   }
   return std::make_unique<TernaryTask>(st, call);

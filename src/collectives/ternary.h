@@ -9,14 +9,24 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <vector>
 
 #include "base/attachments.h"
 #include "collectives/collectives.h"
-#include "memory/scratch_pool.h"
+#include "memory/memory.h"
 #include "tern/tern.h"
 
 namespace tern {
+
+// One tensor's error feedback residual: `count` floats in the memory its
+// calls' buffers live in (host, or the device's: MemOps::persistentZeros),
+// zero at first.  Only the fused encode reads and writes it (one pass with
+// the codes: TernaryInput::residual).  A call of another size or memory type
+// starts it over from zero.
+struct TernaryResidual {
+  std::shared_ptr<float> data;
+  size_t count = 0;
+  MemType type = MemType::Host;
+};
 
 struct TernaryState {
   std::mutex mu;
@@ -25,18 +35,10 @@ struct TernaryState {
   ternTernaryStats_t stats{};
   // Error feedback residuals per tensor handle; a running call holds its own
   // reference, so releasing a handle never pulls memory from under it.
-  std::map<const void*, std::shared_ptr<std::vector<float>>> residuals;
-  ScratchPool<float> scratch;  // for g + residual, reused (its own lock)
+  std::map<const void*, std::shared_ptr<TernaryResidual>> residuals;
 
   void record(size_t elements, uint64_t payload, uint64_t wire, uint64_t dense);
 };
-
-// Whether calls issued now keep residuals (they live in host memory: the
-// device path does not take them yet).
-inline bool ternaryFeedsBackErrors(TernaryState& st) {
-  std::lock_guard<std::mutex> lk(st.mu);
-  return st.cfg.errorFeedback != 0;
-}
 
 // One call, as fixed when it was issued.
 struct TernaryCall {
@@ -47,7 +49,7 @@ struct TernaryCall {
   ternRedOp_t op = ternSum;
   ternTernaryConfig_t cfg{};
   uint64_t index = 0;
-  std::shared_ptr<std::vector<float>> residual;  // error feedback on
+  std::shared_ptr<TernaryResidual> residual;  // error feedback on
 };
 
 // The state attached to `owner` (a communicator's Attachments), made with

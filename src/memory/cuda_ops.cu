@@ -158,11 +158,7 @@ class CudaOps : public MemOps {
                      void* dst) const override;
   void ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
                          float* maxAbs, float* sumSq) const override;
-  void ternaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
-                      float* out) const override {
-    OnDevice on(dev_);
-    check(cudaTernaryCorrect(g, dt, residual, count, out, s_), "ternary correct");
-  }
+  std::shared_ptr<float> persistentZeros(size_t count) const override;
 
   uint64_t fence() const override;
   bool done(uint64_t f) const override;
@@ -416,6 +412,22 @@ void CudaOps::ternaryDecode(const uint32_t* planes, int w, size_t g0, size_t n, 
   check(ternaryCudaDecode(p, w, g0, n, deviceScales(scales, count, block), block, count, dt, avgN,
                           dst, s_),
         "ternary decode");
+}
+
+// cudaMalloc'ed (not a pool's: it outlives the operation), zeroed on the
+// work stream; freed on its own device.  cudaFree waits for the device, so
+// no kernel still using it is cut short.
+std::shared_ptr<float> CudaOps::persistentZeros(size_t count) const {
+  OnDevice on(dev_);
+  int dev = 0;
+  cudaGetDevice(&dev);
+  auto* p = static_cast<float*>(deviceAlloc(count * sizeof(float)));
+  if (!p) return nullptr;
+  check(cudaMemsetAsync(p, 0, count * sizeof(float), s_), "zeroing error feedback residuals");
+  return std::shared_ptr<float>(p, [dev](float* q) {
+    OnDevice on(dev);
+    deviceRelease(q);
+  });
 }
 
 // Block maxima (and sums of squares) into host vectors: the allreduce of

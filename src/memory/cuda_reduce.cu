@@ -113,12 +113,6 @@ __global__ void blockStatsKernel(const void* g, ternDataType_t dt, size_t count,
   sumSq[blockIdx.x] = ss;
 }
 
-__global__ void correctKernel(const void* g, ternDataType_t dt, const float* residual, size_t n,
-                             float* out) {
-  for (size_t i = firstIndex(); i < n; i += strideAll())
-    out[i] = __fadd_rn(loadAsFloat(g, dt, i), residual[i]);
-}
-
 int launched(bool ok) { return ok ? static_cast<int>(cudaGetLastError()) : cudaErrorInvalidValue; }
 
 }  // namespace
@@ -149,14 +143,6 @@ int cudaBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t bloc
   if (blocks == 0) return 0;
   blockStatsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       g, dt, count, block, maxAbs, sumSq);
-  return static_cast<int>(cudaGetLastError());
-}
-
-int cudaTernaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
-                       float* out, void* stream) {
-  if (count == 0) return 0;
-  correctKernel<<<gridFor(count), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      g, dt, residual, count, out);
   return static_cast<int>(cudaGetLastError());
 }
 

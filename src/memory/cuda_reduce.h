@@ -20,8 +20,5 @@ int cudaDivide(void* buf, size_t count, ternDataType_t dt, int divisor, void* st
 // Per block max |g| (and sum of g^2 in the host's order): ternaryBlockStats.
 int cudaBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block, float* maxAbs,
                    float* sumSq, void* stream);
-// out[i] = g[i] + residual[i] as float32.
-int cudaTernaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
-                       float* out, void* stream);
 
 }  // namespace tern

@@ -1,6 +1,7 @@
 #include "memory/memory.h"
 
 #include <cstring>
+#include <new>
 
 #include "memory/host_reduce.h"
 #include "memory/simulated.h"
@@ -25,14 +26,8 @@ class HostOps : public MemOps {
                          float* maxAbs, float* sumSq) const override {
     tern::ternaryBlockStats(g, dt, count, block, maxAbs, sumSq);
   }
-  void ternaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
-                      float* out) const override {
-    if (dt == ternFloat32) {  // the common case, vectorised by the compiler
-      const float* f = static_cast<const float*>(g);
-      for (size_t i = 0; i < count; ++i) out[i] = f[i] + residual[i];
-      return;
-    }
-    for (size_t i = 0; i < count; ++i) out[i] = ternaryLoad(g, dt, i) + residual[i];
+  std::shared_ptr<float> persistentZeros(size_t count) const override {
+    return std::shared_ptr<float>(new (std::nothrow) float[count](), std::default_delete<float[]>());
   }
 };
 

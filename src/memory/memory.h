@@ -34,13 +34,15 @@ class MemOps {
   virtual void divide(void* buf, size_t count, ternDataType_t dt, int divisor) const = 0;
   // The ternary codec's kernels for this memory.
   virtual const TernaryKernels& ternary() const = 0;
-  // Ternary allreduce, the passes over the caller's gradient besides the
-  // codec: per-block max |g| (and sum of g^2 when sumSq is not null), and
-  // out = g + residual as float32 (error feedback).
+  // Ternary allreduce, the pass over the caller's gradient besides the
+  // codec: per-block max |g| (and sum of g^2 when sumSq is not null).
   virtual void ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
                                  float* maxAbs, float* sumSq) const = 0;
-  virtual void ternaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
-                              float* out) const = 0;
+  // `count` floats of this memory that outlive the operation (error
+  // feedback's residuals, collectives/ternary.h), zero for work ordered
+  // after this call; freed with the last reference.  nullptr when there is
+  // no memory.
+  virtual std::shared_ptr<float> persistentZeros(size_t count) const = 0;
 
   // The codec on this memory (TernaryKernels' three calls), ordered on
   // stream() for device types.  The host type runs ternary()'s functions;

@@ -251,6 +251,7 @@ T* at(T* p) {
 TernaryInput resolved(TernaryInput in) {
   in.g = resolve(in.g);
   in.scales = at(in.scales);
+  in.residual = at(in.residual);
   return in;
 }
 
@@ -334,14 +335,12 @@ class SimOps : public MemOps {
                          float* maxAbs, float* sumSq) const override {
     s_->enqueue([=] { tern::ternaryBlockStats(resolve(g), dt, count, block, at(maxAbs), at(sumSq)); });
   }
-  void ternaryCorrect(const void* g, ternDataType_t dt, const float* residual, size_t count,
-                      float* out) const override {
-    s_->enqueue([=] {
-      const void* h = resolve(g);
-      const float* r = at(residual);
-      float* o = at(out);
-      for (size_t i = 0; i < count; ++i) o[i] = ternaryLoad(h, dt, i) + r[i];
-    });
+  // Device memory (never freed, as alloc's), zeroed on the work stream.
+  std::shared_ptr<float> persistentZeros(size_t count) const override {
+    auto* p = static_cast<float*>(alloc(count * sizeof(float)));
+    if (!p) return nullptr;
+    s_->enqueue([=] { memset(at(p), 0, count * sizeof(float)); });
+    return std::shared_ptr<float>(p, [](float*) {});
   }
 
  private:
