@@ -230,10 +230,6 @@ NCCL_SHIM_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t
   // As NCCL's: a blocking communicator's work still running on a stream
   // (device buffers) is not an error; PyTorch's watchdog polls this.
   if (*asyncError == ncclInProgress && comm->blocking) *asyncError = ncclSuccess;
-  else if (*asyncError == ncclSuccess) {  // nothing in flight: its scratch can go
-    std::lock_guard<std::mutex> g(comm->mu);
-    comm->inFlight.clear();
-  }
   return ncclSuccess;
 }
 

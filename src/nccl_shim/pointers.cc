@@ -52,12 +52,4 @@ bool onDevice(const void* p) {
 
 bool deviceBuffers(const void* a, const void* b) { return onDevice(a) || onDevice(b); }
 
-ncclResult_t checkHostBuffers(ncclComm_t comm, const char* what, const void* a, const void* b) {
-  if (deviceBuffers(a, b))
-    return fail(comm, ncclInvalidArgument,
-                "%s: a buffer is CUDA device memory: tern runs collectives on host buffers only "
-                "(the device data path is not there yet)", what);
-  return ncclSuccess;
-}
-
 }  // namespace shim
