@@ -31,6 +31,7 @@ struct ncclComm {
   ternConfig_t config = TERN_CONFIG_INITIALIZER;  // what children inherit (Split / Shrink)
   bool blocking = true;
   std::string name;               // ncclConfig_t.commName
+  int cudaDev = -1;               // the caller's device at init (ncclCommCuDevice)
   std::atomic<bool> revoked{false};
   std::atomic<int> initResult{ncclInProgress};  // ncclSuccess once tern's communicator exists
 
@@ -75,6 +76,9 @@ ncclResult_t waitIdle(ncclComm_t comm);
 
 // Whether either is device memory (the driver, if the program loaded it, says).
 bool deviceBuffers(const void* a, const void* b);
+// The calling thread's CUDA device (its current context's), as NCCL records
+// it at init; -1 when the program has not loaded the driver or has no context.
+int currentDevice();
 
 // Type and op mapping (fp8 and unknown values -> ncclInvalidArgument).
 ncclResult_t toTernType(ncclComm_t comm, ncclDataType_t t, ternDataType_t* out, const char* what);
