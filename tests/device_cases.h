@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/half.h"
 #include "harness.h"
 #include "memory/ipc.h"
 
@@ -138,6 +139,94 @@ inline std::vector<Case> deviceCases(ternComm_t comm, ternComm_t comm2, int n, i
   return v;
 }
 
+// One element of dt holding v (the PreMulSum scalars of the cases below).
+inline std::vector<unsigned char> scalarOf(ternDataType_t dt, double v) {
+  std::vector<unsigned char> b(8, 0);
+  auto put = [&](auto x) { memcpy(b.data(), &x, sizeof x); };
+  if (dt == ternFloat32) put(static_cast<float>(v));
+  else if (dt == ternFloat64) put(v);
+  else if (dt == ternInt32) put(static_cast<int32_t>(v));
+  else if (dt == ternFloat16) put(tern::floatToHalf(static_cast<float>(v)));
+  else if (dt == ternBfloat16) put(tern::floatToBf16(static_cast<float>(v)));
+  return b;
+}
+
+// PreMulSum ops (ternRedOpCreatePreMulSum) in every collective that takes
+// an op, against the host path bit for bit: float32 with a host-immediate
+// scalar; float32 and int32 with a ternScalarDevice scalar, which on the
+// stream is device memory written by a copy enqueued just before the call
+// (behind the held-back work: the operation must read it in stream order,
+// a stale read gives other bytes); float16 / bfloat16 (multiplied in
+// float32, rounded once), float64.  The inputs are caseInputs' bytes read
+// as each type.
+inline std::vector<Case> preMulSumCases(ternComm_t comm, int n, int me, size_t count, Device& d) {
+  const int root = n - 1;
+  std::vector<Case> v;
+  auto add = [&](const std::string& name, ternDataType_t dt, bool onDevice, double k, int kind) {
+    const size_t es = ternTypeSize(dt), b = count * es;
+    auto val = std::make_shared<std::vector<unsigned char>>(scalarOf(dt, k * (me + 1)));
+    // The host run's op reads a host scalar; the stream run's a device one.
+    // Not made: ternNumOps, which every call refuses (never a plain sum).
+    ternRedOp_t hostOp = ternNumOps, devOp = ternNumOps;
+    ternRedOpCreatePreMulSum(&hostOp, val->data(), dt,
+                             onDevice ? ternScalarDevice : ternScalarHostImmediate, comm);
+    void* devScalar = onDevice ? d.alloc(8) : nullptr;
+    if (onDevice) ternRedOpCreatePreMulSum(&devOp, devScalar, dt, ternScalarDevice, comm);
+    else devOp = hostOp;
+    Device* dev = &d;
+    auto prep = [=](ternStream_t st) {
+      if (st && devScalar) dev->upload(devScalar, val->data(), es);
+      return st ? devOp : hostOp;
+    };
+    const std::string full = "premulsum " + name + " of " + std::to_string(count);
+    if (kind == 0)
+      v.push_back(Case{full, b, b, [=](const void* s, void* r, ternStream_t st) {
+        return ternAllReduce(s, r, count, dt, prep(st), comm, st);
+      }});
+    else if (kind == 1)
+      v.push_back(Case{full, b, b, [=](const void* s, void* r, ternStream_t st) {
+        return ternReduce(s, r, count, dt, prep(st), root, comm, st);
+      }, me == root});
+    else
+      v.push_back(Case{full, b * n, b, [=](const void* s, void* r, ternStream_t st) {
+        return ternReduceScatter(s, r, count, dt, prep(st), comm, st);
+      }});
+  };
+  add("allreduce float32 host scalar", ternFloat32, false, 0.5, 0);
+  add("allreduce float32 device scalar", ternFloat32, true, 0.75, 0);
+  add("allreduce int32 device scalar", ternInt32, true, 3, 0);
+  add("reduce bfloat16", ternBfloat16, false, 1.5, 1);
+  add("reduce float64 device scalar", ternFloat64, true, 0.25, 1);
+  add("reduce-scatter float16", ternFloat16, false, 0.25, 2);
+  add("reduce-scatter int32 device scalar", ternInt32, true, 5, 2);
+  return v;
+}
+
+// The host path's PreMulSum against the arithmetic: allreduce of float32
+// inputs x_q scaled by (q + 1) is sum_q (q + 1) x_q (small integers, exact),
+// and the caller's input is left as it was.
+inline int preMulSumValues(RankCtx& ctx, ternComm_t comm) {
+  const size_t count = 5000;
+  std::vector<float> x = caseInputs(ctx.rank, count), out(count);
+  const float k = static_cast<float>(ctx.rank + 1);
+  ternRedOp_t op = ternNumOps;
+  if (ternRedOpCreatePreMulSum(&op, const_cast<float*>(&k), ternFloat32, ternScalarHostImmediate,
+                               comm) != ternSuccess ||
+      ternAllReduce(x.data(), out.data(), count, ternFloat32, op, comm, nullptr) != ternSuccess)
+    return failf(ctx, "premulsum on host buffers: %s", ternGetLastError(comm));
+  int fails = ternRedOpDestroy(op, comm) != ternSuccess;
+  if (ternAllReduce(x.data(), out.data(), count, ternFloat32, op, comm, nullptr) != ternInvalidArgument)
+    fails += failf(ctx, "a destroyed premulsum op was accepted");
+  const std::vector<float> mine = caseInputs(ctx.rank, count);
+  for (size_t i = 0; i < count; ++i) {
+    float want = 0;  // caseInputs(q)[i], times q + 1
+    for (int q = 0; q < ctx.nranks; ++q) want += (q + 1) * static_cast<float>((q + 1) * 3 + static_cast<int>(i % 1000));
+    if (out[i] != want) return fails + failf(ctx, "premulsum: element %zu is %g, want %g", i, out[i], want);
+    if (x[i] != mine[i]) return fails + failf(ctx, "premulsum changed the input");
+  }
+  return fails;
+}
+
 // Three in-place allreduces back to back on one stream, nothing waited for
 // between them: each must start after the one before it ended.
 inline int chainedOnOneStream(RankCtx& ctx, ternComm_t comm, Device& d) {
@@ -161,9 +250,13 @@ inline int chainedOnOneStream(RankCtx& ctx, ternComm_t comm, Device& d) {
 inline int deviceSuite(RankCtx& ctx, Device& d) {
   ternComm_t comm = ctx.comm(0), comm2 = ctx.comm(1);
   int fails = 0;
-  for (size_t count : {size_t(1000), size_t(100000)})
+  for (size_t count : {size_t(1000), size_t(100000)}) {
     for (const Case& c : deviceCases(comm, comm2, ctx.nranks, ctx.rank, count))
       fails += runCase(ctx, comm, d, c);
+    for (const Case& c : preMulSumCases(comm, ctx.nranks, ctx.rank, count, d))
+      fails += runCase(ctx, comm, d, c);
+  }
+  fails += preMulSumValues(ctx, comm);
   ternTernaryStats_t st{};
   ternCommGetTernaryStats(comm2, &st);
   if (st.calls != 2 || st.calls - st.fallbacks < 1)

@@ -1,8 +1,11 @@
 // Device buffers on a CUDA stream through tern, on a GPU (perf/gpu/run.sh
 // runs it; without a device it exits 77 and ctest reports it as not run,
 // never as passed).  Real processes, 2 and 3 ranks (one GPU shared is fine:
-// rank r uses device r % count), shm and tcp: every collective, send/recv
-// and the ternary allreduce on cudaMalloc'ed buffers against the host path
+// rank r uses device r % count), shm and tcp: every collective, send/recv,
+// PreMulSum ops (allreduce, reduce, reduce-scatter; host-immediate scalars
+// and device scalars written on the stream just before the call; float,
+// 16-bit and integer types) and the ternary allreduce on cudaMalloc'ed
+// buffers against the host path
 // bit for bit (the ternary one through a second communicator, so both runs
 // draw the same Philox counters: device codes equal the CPU codec's), with
 // a spinning kernel and the inputs' copy enqueued before each call and a

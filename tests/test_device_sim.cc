@@ -6,7 +6,8 @@
 // fault when the host touches them, so a host dereference crashes a rank and
 // fails the test.  Real processes, real shm / tcp connections.
 //
-// Each rank checks, for every collective and send/recv: the call returns
+// Each rank checks, for every collective and send/recv (and PreMulSum ops
+// in every collective that takes an op): the call returns
 // before the stream's earlier work (held back by a gate) has run and the
 // operation is still in flight then; once the gate opens, the result read
 // back by work enqueued after the call equals the host path's result for

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "codec/half.h"
 #include "memory/buffer_kind.h"
 #include "memory/fence_ring.h"
 #include "memory/memory.h"
@@ -96,6 +97,37 @@ TEST(MemOpsAsync, HostCodecCallsAreTheTable) {
   h.ternaryDecode(a3.data(), 3, 0, groups, s.data(), block, count, ternFloat32, 2, viaOps.data());
   h.ternary().decode(b3.data(), 3, 0, groups, s.data(), block, count, ternFloat32, 2, viaTable.data());
   EXPECT_EQ(viaOps, viaTable);
+}
+
+// A PreMulSum's scaling as NCCL computes it: integers wrap (int8 200 * 3),
+// 16-bit floats are multiplied in float32 and rounded once, and the scalar
+// is one element applied to all.
+TEST(MemOpsScale, WrapsIntegersAndRoundsHalvesOnce) {
+  const MemOps& h = *memOps(MemType::Host);
+  const uint8_t u[3] = {200, 1, 255}, three = 3;
+  uint8_t uo[3];
+  h.scale(uo, u, 3, ternUint8, &three);
+  EXPECT_EQ(uo[0], 88);  // 600 mod 256
+  EXPECT_EQ(uo[1], 3);
+  EXPECT_EQ(uo[2], 253);
+  const int32_t big[2] = {0x7fffffff, -7}, two = 2;
+  int32_t bo[2];
+  h.scale(bo, big, 2, ternInt32, &two);
+  EXPECT_EQ(bo[0], -2);
+  EXPECT_EQ(bo[1], -14);
+  // 1 + 2^-10 (the float16 after 1) times 1 + 2^-10: float32 has the exact
+  // 1 + 2^-9 + 2^-20, which rounds once to 1 + 2^-9.
+  const uint16_t h1 = floatToHalf(1.0f + 1.0f / 1024), k = h1;
+  uint16_t ho;
+  h.scale(&ho, &h1, 1, ternFloat16, &k);
+  EXPECT_EQ(halfToFloat(ho), 1.0f + 1.0f / 512);
+  const float f[4] = {1, -2, 0.5f, 3}, fk = -1.5f;
+  float fo[4];
+  h.scale(fo, f, 4, ternFloat32, &fk);
+  EXPECT_EQ(fo[0], -1.5f);
+  EXPECT_EQ(fo[1], 3.0f);
+  EXPECT_EQ(fo[2], -0.75f);
+  EXPECT_EQ(fo[3], -4.5f);
 }
 
 // Without a device (this machine, or a build without CUDA) there is no

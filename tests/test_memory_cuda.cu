@@ -1,6 +1,6 @@
 // The CUDA memory type on a device (perf/gpu/run.sh runs it; ctest reports
 // it as not run, exit 77, where no device is usable): reductions of every
-// datatype and op against the host reduction, bit for bit; the ternary codec
+// datatype and op, and PreMulSum's scaling, against the host's, bit for bit; the ternary codec
 // through MemOps against the CPU codec for the same Philox counters; block
 // stats and error feedback; fences that poll completion; pointerKind of
 // device, managed, pinned and registered memory; the pinned staging pool.
@@ -140,6 +140,27 @@ TEST(CudaMemOps, DivideEveryTypeMatchesTheHost) {
     finish(*ops);
     expectSameElements(dt, want, da.toHost(), "divide");
   }
+}
+
+// A PreMulSum's scaling: every type, the scalar in host memory (staged in
+// stream order) and in device memory, against the host loop bit for bit.
+TEST(CudaMemOps, ScaleEveryTypeWithAHostOrDeviceScalarMatchesTheHost) {
+  Stream st;
+  std::unique_ptr<MemOps> ops = makeCudaOps(st.s);
+  ASSERT_NE(ops, nullptr);
+  const size_t count = 70001;
+  for (ternDataType_t dt : kAllTypes) {
+    std::vector<char> a = inputs(dt, count, 11 + dt), k = inputs(dt, 3, 50 + dt);
+    std::vector<char> want(a.size());
+    scaleKernel(want.data(), a.data(), count, dt, k.data() + ternTypeSize(dt));
+    DevBuf da(a.data(), a.size()), dk(k.data(), k.size()), d1(a.size()), d2(a.size());
+    ops->scale(d1.p, da.p, count, dt, k.data() + ternTypeSize(dt));
+    ops->scale(d2.p, da.p, count, dt, static_cast<char*>(dk.p) + ternTypeSize(dt));
+    finish(*ops);
+    expectSameElements(dt, want, d1.toHost(), "scale, host scalar");
+    expectSameElements(dt, want, d2.toHost(), "scale, device scalar");
+  }
+  EXPECT_EQ(ops->error(), ternSuccess) << ops->lastError();
 }
 
 TEST(CudaMemOps, CopyMovesEveryDirection) {

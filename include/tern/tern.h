@@ -40,7 +40,9 @@ typedef enum { ternInt8 = 0, ternUint8, ternInt32, ternUint32, ternInt64, ternUi
                ternNumTypes /* not a type: the number of types */ } ternDataType_t;
 
 typedef enum { ternSum = 0, ternProd, ternMax, ternMin, ternAvg,
-               ternNumOps /* not an op: the number of ops */ } ternRedOp_t;
+               ternNumOps /* not an op: the number of ops */,
+               ternMaxRedOp = 0x7fffffff /* not an op: PreMulSum ops take values up to it */
+             } ternRedOp_t;
 
 typedef void* ternStream_t;   /* a cudaStream_t for device buffers; NULL for host buffers */
 
@@ -175,6 +177,23 @@ ternResult_t ternCommRingOrder(const ternComm_t comm, int* ranks);
  * be at least 1. */
 ternResult_t ternRecvAnySource(void* recvbuff, size_t count, ternDataType_t datatype,
     int* source, ternComm_t comm, ternStream_t stream);
+
+/* NCCL's PreMulSum (ncclRedOpCreatePreMulSum): a reduction op of this
+ * communicator, for ternAllReduce, ternReduce and ternReduceScatter on
+ * `datatype`, that sums every rank's input multiplied by that rank's
+ * scalar (one element of datatype; 16-bit floats multiplied in float32 and
+ * rounded once, integers wrapping).  ternScalarHostImmediate: *scalar, host
+ * memory, is read now.  ternScalarDevice: scalar is read when each
+ * operation that uses the op starts: with host buffers it must be host
+ * memory; on a stream it may be device memory (read on the stream, in its
+ * order) or host memory (read once the stream's earlier work is done).  The
+ * scaled input is the operation's own (never the caller's buffer).  Ranks
+ * may use different op values; ternRedOpDestroy frees the op (operations
+ * already called keep what they need).  Not for ternAllReduceTernary. */
+typedef enum { ternScalarDevice = 0, ternScalarHostImmediate = 1 } ternScalarResidence_t;
+ternResult_t ternRedOpCreatePreMulSum(ternRedOp_t* op, void* scalar, ternDataType_t datatype,
+    ternScalarResidence_t residence, ternComm_t comm);
+ternResult_t ternRedOpDestroy(ternRedOp_t op, ternComm_t comm);
 
 /* ---- Weight streams (DESIGN.md, "Weight streaming") ----
  * A one-way stream of versions of a set of host tensors from `sender` to

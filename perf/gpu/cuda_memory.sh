@@ -9,7 +9,7 @@
 # Exit 0 only if every check ran and passed: no device (the test's exit 77)
 # is a failure here, since this script exists to run on a GPU machine.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 build=${1:-build-gpu}
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTERN_BUILD_BINDINGS=OFF -DTERN_WITH_CUDA=ON \

@@ -12,14 +12,17 @@
 #  4. `import torch` with the shim first on the library path, and under LD_AUDIT:
 #     torch binds every nccl symbol it was built with at import, and
 #     torch.cuda.nccl.version() must be the shim's 2.23.0.
-#  5. with NCCL_TESTS_DIR: perf/gpu/nccl_tests.sh (nccl-tests' all_reduce_perf on the shim).
+#  5. with NCCL_TESTS_DIR: perf/gpu/nccl_tests.sh: nccl-tests' all_reduce_perf
+#     1 MiB .. 1 GiB on the shim and on the machine's real NCCL
+#     (NCCL_TESTS_REAL=auto), interleaved, twice each; one rank per GPU (on a
+#     one-GPU machine both are 1-rank runs: it says so).
 #  6. (cudamem) the CUDA memory type: perf/gpu/cuda_memory.sh runs
 #     tests/test_memory_cuda.cu (reduce of every dtype/op vs the host bit for
 #     bit, the codec via MemOps vs the CPU, fences, stream holds, pointer
 #     kinds, pinned staging).
 #  7. (gpupath) device buffers on a CUDA stream through tern's engine:
-#     tests/test_device_colls.cu runs every collective, send/recv and the
-#     ternary allreduce on cudaMalloc'ed buffers, 2 and 3 ranks (processes;
+#     tests/test_device_colls.cu runs every collective, send/recv, PreMulSum
+#     ops and the ternary allreduce on cudaMalloc'ed buffers, 2 and 3 ranks (processes;
 #     one GPU shared is fine), over shm and tcp, against the host path bit
 #     for bit, with a spinning kernel before and a reading kernel after each
 #     call (stream order), and the ternary allreduce with error feedback over
@@ -29,8 +32,13 @@
 #     all-to-all, gather, scatter device to device from the peer's buffer,
 #     nothing staged through host memory; prints which path each rank took
 #     and the INFO lines naming it (2 ranks on one GPU when it has one).
+#  9. torch.distributed backend "nccl" on the shim (LD_AUDIT): 20 DDP steps
+#     of 2 ranks (perf/gpu/ddp_loss.py), whose losses must equal the real
+#     NCCL's (2 GPUs or more) or, on one GPU where the real NCCL refuses two
+#     ranks on one device, DDP's step emulated in one process (always run
+#     too); bitwise, as a sum of two is the same in either order.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 build=${BUILD_DIR:-build-gpu}
 py=${PYTHON:-python3}
 failed=0
@@ -85,7 +93,8 @@ else
 fi
 
 if [ -n "${NCCL_TESTS_DIR:-}" ]; then
-  step "nccl-tests all_reduce_perf on the shim" env BUILD_DIR="$build" perf/gpu/nccl_tests.sh "$NCCL_TESTS_DIR"
+  step "nccl-tests all_reduce_perf, tern (shim) vs the real NCCL" \
+    env BUILD_DIR="$build" NCCL_TESTS_REAL="${NCCL_TESTS_REAL:-auto}" perf/gpu/nccl_tests.sh "$NCCL_TESTS_DIR"
 else
   echo "SKIP nccl-tests: set NCCL_TESTS_DIR to a checkout of NVIDIA/nccl-tests"
 fi
@@ -117,6 +126,28 @@ if [ -x "$build/tests/test_device_colls" ]; then
   rm -f "$ipc_log"
 else
   echo "SKIP CUDA IPC: test_device_colls was not built (no GoogleTest)"
+fi
+
+# ---- torch.distributed "nccl" on the shim: DDP losses equal to the real NCCL's ----
+if "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  ddp=$(mktemp -d)
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  step "DDP, backend nccl on the shim (LD_AUDIT), 2 ranks" \
+    env LD_AUDIT="$shim_dir/libtern_nccl_audit.so" "$py" perf/gpu/ddp_loss.py run --world 2 --out "$ddp/shim.json"
+  step "DDP step emulated in one process (reference)" \
+    "$py" perf/gpu/ddp_loss.py reference --world 2 --out "$ddp/emulated.json"
+  step "DDP losses: shim = emulated step" "$py" perf/gpu/ddp_loss.py compare "$ddp/shim.json" "$ddp/emulated.json"
+  if [ "$gpus" -ge 2 ]; then
+    step "DDP, backend nccl on the real NCCL, 2 ranks" \
+      env -u LD_AUDIT "$py" perf/gpu/ddp_loss.py run --world 2 --out "$ddp/real.json"
+    step "DDP losses: shim = real NCCL" "$py" perf/gpu/ddp_loss.py compare "$ddp/shim.json" "$ddp/real.json"
+  else
+    echo "NOTE: one GPU: the real NCCL refuses two ranks on one device (duplicate GPU), so the shim's"
+    echo "      losses are compared with DDP's step emulated in one process only"
+  fi
+  rm -rf "$ddp"
+else
+  echo "SKIP DDP: no torch with CUDA for $py"
 fi
 
 echo "$failed step(s) failed"

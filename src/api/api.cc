@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "api/group.h"
+#include "api/premul.h"
 #include "collectives/collectives.h"
 #include "collectives/ternary.h"
 #include "comm/comm.h"
@@ -106,6 +107,22 @@ ternResult_t checkOp(ternComm* c, ternRedOp_t op, const char* what) {
   return ternSuccess;
 }
 
+// A built-in op, or one of c's PreMulSum ops made for datatype dt.
+ternResult_t checkOpOrPreMulSum(ternComm* c, ternRedOp_t op, ternDataType_t dt, const char* what) {
+  if (static_cast<int>(op) < ternNumOps) return checkOp(c, op, what);
+  ternDataType_t made;
+  if (!isPreMulSum(c, op, &made))
+    return fail(c, ternInvalidArgument,
+                std::string(what) + ": op " + std::to_string(op) +
+                    " is neither a ternRedOp_t nor a live ternRedOpCreatePreMulSum op of this "
+                    "communicator");
+  if (made != dt)
+    return fail(c, ternInvalidArgument,
+                std::string(what) + ": op " + std::to_string(op) + " was made for datatype " +
+                    std::to_string(made) + " but the call's datatype is " + std::to_string(dt));
+  return ternSuccess;
+}
+
 ternResult_t checkRank(ternComm* c, int r, const char* role, const char* what) {
   if (r < 0 || r >= c->nranks)
     return fail(c, ternInvalidArgument, std::string(what) + ": " + role + " " +
@@ -115,10 +132,9 @@ ternResult_t checkRank(ternComm* c, int r, const char* role, const char* what) {
 }
 
 // The operation the arguments describe, at the calling thread's priority.
-// It comes from the communicator's pool, usually with its dense task, which
+// `op` comes from the communicator's pool, usually with its dense task, which
 // makeTask sets up again in place (no allocation on the small-call path).
-OpPtr makeOp(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task) {
-  OpPtr op = c->engine->newOperation();
+void makeOp(ternComm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task> task) {
   op->level = currentPriority();
   op->collective = args.kind != OpKind::Send && args.kind != OpKind::Recv;
   op->peer = op->collective ? -1 : args.root;
@@ -135,7 +151,6 @@ OpPtr makeOp(ternComm* c, const CollArgs& args, std::unique_ptr<Task> task) {
   d.rank = c->rank;
   d.count = args.count;
   op->task = task ? std::move(task) : makeTask(args, std::move(op->task));
-  return op;
 }
 
 // The buffers a call on a stream reads or writes on this rank (a root's
@@ -208,15 +223,24 @@ TernaryState& ternaryOf(ternComm* c) { return ternaryState(c->attached, c->cfg.t
 // Runs an operation now, or adds it to the open group.  With a stream (device
 // buffers) it is only enqueued: the call returns, and a failure shows up as
 // the communicator's asynchronous error.
-ternResult_t launch(ternComm* c, const CollArgs& args, ternStream_t stream = nullptr,
+ternResult_t launch(ternComm* c, CollArgs args, ternStream_t stream = nullptr,
                     std::unique_ptr<Task> task = nullptr) {
+  const char* what = collectiveKind(args.kind).name;
   std::unique_ptr<MemOps> mem;
-  if (stream) TERN_CHECK(streamOps(c, args, stream, collectiveKind(args.kind).name, &mem));
+  if (stream) TERN_CHECK(streamOps(c, args, stream, what, &mem));
   if (!enterComm(c))
     return fail(nullptr, ternInvalidUsage, "comm was destroyed or aborted during the call");
-  OpPtr op = makeOp(c, args, std::move(task));
+  OpPtr op = c->engine->newOperation();
   op->streamMem = std::move(mem);
-  ternResult_t r = launchOp(c, std::move(op));
+  std::string why;
+  ternResult_t r = static_cast<int>(args.op) >= ternNumOps ? setUpPreMulSum(c, &args, *op, &why)
+                                                            : ternSuccess;
+  if (r != ternSuccess) {
+    leaveComm(c);
+    return fail(c, r, std::string(what) + ": " + why);
+  }
+  makeOp(c, op, args, std::move(task));
+  r = launchOp(c, std::move(op));
   leaveComm(c);
   return r;
 }
@@ -429,7 +453,7 @@ ternResult_t ternAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
                            ternStream_t stream) {
   TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, count, datatype, stream, "ternAllReduce"));
-  TERN_CHECK(checkOp(comm, op, "ternAllReduce"));
+  TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternAllReduce"));
   if (count == 0) return ternSuccess;
   return launch(comm, collArgs(OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op), stream);
 }
@@ -451,7 +475,7 @@ ternResult_t ternReduce(const void* sendbuff, void* recvbuff, size_t count,
                         ternDataType_t datatype, ternRedOp_t op, int root, ternComm_t comm,
                         ternStream_t stream) {
   TERN_CHECK(checkArgs(comm, sendbuff, sendbuff, count, datatype, stream, "ternReduce"));
-  TERN_CHECK(checkOp(comm, op, "ternReduce"));
+  TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternReduce"));
   TERN_CHECK(checkRank(comm, root, "root", "ternReduce"));
   if (comm->rank == root && count > 0 && !recvbuff)
     return fail(comm, ternInvalidArgument, "ternReduce: recvbuff is NULL on the root");
@@ -509,7 +533,7 @@ ternResult_t ternReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                ternStream_t stream) {
   TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, recvcount, datatype, stream,
                        "ternReduceScatter"));
-  TERN_CHECK(checkOp(comm, op, "ternReduceScatter"));
+  TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternReduceScatter"));
   if (recvcount == 0) return ternSuccess;
   return launch(comm,
                 collArgs(OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op), stream);

@@ -546,6 +546,8 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pum
   if (!op.begun) {
     if (!op.ctx.mem->ready()) return ternSuccess;  // the caller's stream is not there yet
     op.begun = true;
+    const Operation::PreMul& pm = op.premul;
+    if (pm.count) op.ctx.mem->scale(pm.scaled, pm.src, pm.count, pm.dt, pm.scalar);
     if (!op.collective && !op.send && !op.unordered) op.desc.seq = nextRecvSeq(op);
     if (trace_) trace_->started(op);
     TERN_CHECK(beginPhase(op, finished));

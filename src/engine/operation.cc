@@ -130,6 +130,7 @@ void Operation::reset() {
   standing = false;
   stamp = 0;
   streamMem.reset();  // releases the caller's stream if a failure left it held
+  premul = PreMul();
   ctx = PlanCtx();
   // task: kept by put() when it can be set up again, else already gone
   resetPhase(phase);

@@ -137,6 +137,18 @@ struct Operation {
   // begun by the API when called.  Null for host buffers (ctx.mem is then
   // the shared host type).
   std::unique_ptr<MemOps> streamMem;
+  // A PreMulSum op (api/premul.cc): when the operation starts, ctx.mem
+  // scales the caller's input into `scaled`, which its plan reads as the
+  // send buffer (NCCL multiplies each input by the rank's scalar).
+  struct PreMul {
+    size_t count = 0;  // elements; 0: not a PreMulSum
+    ternDataType_t dt = ternFloat32;
+    const void* src = nullptr;
+    void* scaled = nullptr;         // host memory, or streamMem's scratch()
+    const void* scalar = nullptr;   // one element, read when the operation starts
+    unsigned char value[8] = {};    // an immediate scalar (scalar points here)
+    std::shared_ptr<void> keep;     // what holds a host `scaled`
+  } premul;
   PlanCtx ctx;
   std::unique_ptr<Task> task;
 

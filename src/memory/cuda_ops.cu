@@ -142,6 +142,14 @@ class CudaOps : public MemOps {
     OnDevice on(dev_);
     check(cudaDivide(buf, count, dt, divisor, s_), "divide");
   }
+  // The scalar in host memory goes through the staging ring in stream
+  // order, so it is read when the stream gets there, as a device one is.
+  void scale(void* dst, const void* src, size_t count, ternDataType_t dt,
+             const void* scalar) const override;
+  void* scratch(size_t bytes) const override {
+    OnDevice on(dev_);
+    return block(bytes);
+  }
   // The function-pointer table cannot carry this operation's stream: the
   // data path calls ternaryEncode/AddEncode/Decode below; the table is the
   // same kernels made synchronous, correct for callers not yet moved over.
@@ -380,6 +388,15 @@ void CudaOps::reduce(void* dst, const void* a, const void* b, size_t count, tern
   void* o = out(dst, 2);
   check(cudaReduce(o, in(a, bytes, 0), in(b, bytes, 1), count, dt, op, avgDivisor, s_), "reduce");
   back(dst, o, bytes);
+}
+
+void CudaOps::scale(void* dst, const void* src, size_t count, ternDataType_t dt,
+                    const void* scalar) const {
+  OnDevice on(dev_);
+  if (!reserve(ternTypeSize(dt))) return;
+  // A slot holds the (staged) scalar; the input and the output are device
+  // memory (the caller's send buffer and scratch(): api/premul.cc).
+  check(cudaScale(dst, src, count, dt, in(scalar, ternTypeSize(dt), 0), s_), "scale");
 }
 
 void CudaOps::ternaryEncode(const TernaryInput& x, size_t g0, size_t n, uint32_t* dst) const {

@@ -21,44 +21,49 @@ unsigned gridFor(size_t n) {
 __device__ inline size_t firstIndex() { return blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; }
 __device__ inline size_t strideAll() { return static_cast<size_t>(gridDim.x) * blockDim.x; }
 
-template <class T, class Op>
+// Bcast: b is one element (device memory), applied to every a[i] (a
+// PreMulSum's scaling, read on the stream when the kernel runs).
+template <class T, class Op, bool Bcast>
 __global__ void reduceNative(T* d, const T* a, const T* b, size_t n, int div) {
-  for (size_t i = firstIndex(); i < n; i += strideAll()) d[i] = reduceElem<Op>(a[i], b[i], div);
-}
-
-template <class Op, bool Bf16>
-__global__ void reduceHalf(uint16_t* d, const uint16_t* a, const uint16_t* b, size_t n, int div) {
   for (size_t i = firstIndex(); i < n; i += strideAll())
-    d[i] = Bf16 ? reduceElem16<Op, bf16ToFloat, floatToBf16>(a[i], b[i], div)
-                : reduceElem16<Op, halfToFloat, floatToHalf>(a[i], b[i], div);
+    d[i] = reduceElem<Op>(a[i], b[Bcast ? 0 : i], div);
 }
 
-template <class T, class Op>
+template <class Op, bool Bf16, bool Bcast>
+__global__ void reduceHalf(uint16_t* d, const uint16_t* a, const uint16_t* b, size_t n, int div) {
+  for (size_t i = firstIndex(); i < n; i += strideAll()) {
+    const uint16_t y = b[Bcast ? 0 : i];
+    d[i] = Bf16 ? reduceElem16<Op, bf16ToFloat, floatToBf16>(a[i], y, div)
+                : reduceElem16<Op, halfToFloat, floatToHalf>(a[i], y, div);
+  }
+}
+
+template <class T, class Op, bool Bcast>
 void native(void* d, const void* a, const void* b, size_t n, int div, cudaStream_t s) {
-  reduceNative<T, Op><<<gridFor(n), kThreads, 0, s>>>(
+  reduceNative<T, Op, Bcast><<<gridFor(n), kThreads, 0, s>>>(
       static_cast<T*>(d), static_cast<const T*>(a), static_cast<const T*>(b), n, div);
 }
 
-template <class Op, bool Bf16>
+template <class Op, bool Bf16, bool Bcast>
 void half16(void* d, const void* a, const void* b, size_t n, int div, cudaStream_t s) {
-  reduceHalf<Op, Bf16><<<gridFor(n), kThreads, 0, s>>>(static_cast<uint16_t*>(d),
+  reduceHalf<Op, Bf16, Bcast><<<gridFor(n), kThreads, 0, s>>>(static_cast<uint16_t*>(d),
       static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n, div);
 }
 
-template <class Op>
+template <class Op, bool Bcast = false>
 bool launchType(void* d, const void* a, const void* b, size_t n, ternDataType_t dt, int div,
                 cudaStream_t s) {
   switch (dt) {
-    case ternInt8: native<int8_t, Op>(d, a, b, n, div, s); return true;
-    case ternUint8: native<uint8_t, Op>(d, a, b, n, div, s); return true;
-    case ternInt32: native<int32_t, Op>(d, a, b, n, div, s); return true;
-    case ternUint32: native<uint32_t, Op>(d, a, b, n, div, s); return true;
-    case ternInt64: native<int64_t, Op>(d, a, b, n, div, s); return true;
-    case ternUint64: native<uint64_t, Op>(d, a, b, n, div, s); return true;
-    case ternFloat32: native<float, Op>(d, a, b, n, div, s); return true;
-    case ternFloat64: native<double, Op>(d, a, b, n, div, s); return true;
-    case ternFloat16: half16<Op, false>(d, a, b, n, div, s); return true;
-    case ternBfloat16: half16<Op, true>(d, a, b, n, div, s); return true;
+    case ternInt8: native<int8_t, Op, Bcast>(d, a, b, n, div, s); return true;
+    case ternUint8: native<uint8_t, Op, Bcast>(d, a, b, n, div, s); return true;
+    case ternInt32: native<int32_t, Op, Bcast>(d, a, b, n, div, s); return true;
+    case ternUint32: native<uint32_t, Op, Bcast>(d, a, b, n, div, s); return true;
+    case ternInt64: native<int64_t, Op, Bcast>(d, a, b, n, div, s); return true;
+    case ternUint64: native<uint64_t, Op, Bcast>(d, a, b, n, div, s); return true;
+    case ternFloat32: native<float, Op, Bcast>(d, a, b, n, div, s); return true;
+    case ternFloat64: native<double, Op, Bcast>(d, a, b, n, div, s); return true;
+    case ternFloat16: half16<Op, false, Bcast>(d, a, b, n, div, s); return true;
+    case ternBfloat16: half16<Op, true, Bcast>(d, a, b, n, div, s); return true;
     default: return false;
   }
 }
@@ -135,6 +140,13 @@ int cudaDivide(void* buf, size_t count, ternDataType_t dt, int divisor, void* st
   if (count == 0) return 0;
   return launched(launchType<First>(buf, buf, buf, count, dt, divisor,
                                     static_cast<cudaStream_t>(stream)));
+}
+
+int cudaScale(void* dst, const void* src, size_t count, ternDataType_t dt, const void* scalar,
+              void* stream) {
+  if (count == 0) return 0;
+  return launched(launchType<Prod, true>(dst, src, scalar, count, dt, 0,
+                                         static_cast<cudaStream_t>(stream)));
 }
 
 int cudaBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block, float* maxAbs,

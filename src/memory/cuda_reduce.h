@@ -17,6 +17,10 @@ int cudaReduce(void* dst, const void* a, const void* b, size_t count, ternDataTy
                ternRedOp_t op, int avgDivisor, void* stream);
 // buf[i] /= divisor: divideKernel on device.
 int cudaDivide(void* buf, size_t count, ternDataType_t dt, int divisor, void* stream);
+// dst[i] = src[i] * *scalar (scalar: one element in device memory, read
+// when the kernel runs): scaleKernel on device.
+int cudaScale(void* dst, const void* src, size_t count, ternDataType_t dt, const void* scalar,
+              void* stream);
 // Per block max |g| (and sum of g^2 in the host's order): ternaryBlockStats.
 int cudaBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block, float* maxAbs,
                    float* sumSq, void* stream);

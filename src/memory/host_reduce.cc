@@ -9,28 +9,29 @@ namespace tern {
 
 namespace {
 
-// Native types: plain loops the compiler vectorises.
-template <class T, class Op>
+// Native types: plain loops the compiler vectorises.  Bcast: b is one
+// element, applied to every a[i] (PreMulSum's scaling).
+template <class T, class Op, bool Bcast>
 void loop(T* d, const T* a, const T* b, size_t n, int div) {
   if (div > 0) {
     const T dv = static_cast<T>(div);
-    for (size_t i = 0; i < n; ++i) d[i] = Op::apply(a[i], b[i]) / dv;
+    for (size_t i = 0; i < n; ++i) d[i] = Op::apply(a[i], b[Bcast ? 0 : i]) / dv;
   } else {
-    for (size_t i = 0; i < n; ++i) d[i] = Op::apply(a[i], b[i]);
+    for (size_t i = 0; i < n; ++i) d[i] = Op::apply(a[i], b[Bcast ? 0 : i]);
   }
 }
 
 // 16-bit floats: widen, reduce in float, narrow.
-template <class Op, float (*Load)(unsigned short), unsigned short (*Store)(float)>
+template <class Op, bool Bcast, float (*Load)(unsigned short), unsigned short (*Store)(float)>
 void loop16(unsigned short* d, const unsigned short* a, const unsigned short* b, size_t n,
             int div) {
-  for (size_t i = 0; i < n; ++i) d[i] = reduceElem16<Op, Load, Store>(a[i], b[i], div);
+  for (size_t i = 0; i < n; ++i) d[i] = reduceElem16<Op, Load, Store>(a[i], b[Bcast ? 0 : i], div);
 }
 
-template <class Op>
+template <class Op, bool Bcast = false>
 void dispatchType(void* d, const void* a, const void* b, size_t n, ternDataType_t dt, int div) {
-#define TERN_LOOP(T) loop<T, Op>(static_cast<T*>(d), static_cast<const T*>(a), \
-                                 static_cast<const T*>(b), n, div)
+#define TERN_LOOP(T) loop<T, Op, Bcast>(static_cast<T*>(d), static_cast<const T*>(a), \
+                                        static_cast<const T*>(b), n, div)
   using U16 = unsigned short;
   switch (dt) {
     case ternInt8: TERN_LOOP(int8_t); break;
@@ -42,11 +43,11 @@ void dispatchType(void* d, const void* a, const void* b, size_t n, ternDataType_
     case ternFloat32: TERN_LOOP(float); break;
     case ternFloat64: TERN_LOOP(double); break;
     case ternFloat16:
-      loop16<Op, halfToFloat, floatToHalf>(static_cast<U16*>(d), static_cast<const U16*>(a),
+      loop16<Op, Bcast, halfToFloat, floatToHalf>(static_cast<U16*>(d), static_cast<const U16*>(a),
                                            static_cast<const U16*>(b), n, div);
       break;
     case ternBfloat16:
-      loop16<Op, bf16ToFloat, floatToBf16>(static_cast<U16*>(d), static_cast<const U16*>(a),
+      loop16<Op, Bcast, bf16ToFloat, floatToBf16>(static_cast<U16*>(d), static_cast<const U16*>(a),
                                            static_cast<const U16*>(b), n, div);
       break;
     default: break;
@@ -70,6 +71,10 @@ void reduceKernel(void* dst, const void* a, const void* b, size_t count, ternDat
 
 void divideKernel(void* buf, size_t count, ternDataType_t dt, int divisor) {
   dispatchType<First>(buf, buf, buf, count, dt, divisor);
+}
+
+void scaleKernel(void* dst, const void* src, size_t count, ternDataType_t dt, const void* scalar) {
+  dispatchType<Prod, true>(dst, src, scalar, count, dt, 0);
 }
 
 }  // namespace tern

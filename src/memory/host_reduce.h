@@ -16,4 +16,9 @@ void reduceKernel(void* dst, const void* a, const void* b, size_t count, ternDat
 // buf[i] = buf[i] / divisor (ternAvg after a sum computed elsewhere).
 void divideKernel(void* buf, size_t count, ternDataType_t dt, int divisor);
 
+// dst[i] = src[i] * scalar (one element of dt): a PreMulSum's scaling, the
+// product of ternProd (16-bit floats multiplied in float32 and rounded once,
+// integers wrapping), as NCCL's PreMulSum computes it.
+void scaleKernel(void* dst, const void* src, size_t count, ternDataType_t dt, const void* scalar);
+
 }  // namespace tern

@@ -21,6 +21,10 @@ class HostOps : public MemOps {
   void divide(void* buf, size_t count, ternDataType_t dt, int divisor) const override {
     divideKernel(buf, count, dt, divisor);
   }
+  void scale(void* dst, const void* src, size_t count, ternDataType_t dt,
+             const void* scalar) const override {
+    scaleKernel(dst, src, count, dt, scalar);
+  }
   const TernaryKernels& ternary() const override { return ternaryKernels(); }
   void ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
                          float* maxAbs, float* sumSq) const override {

@@ -32,6 +32,15 @@ class MemOps {
   virtual void reduce(void* dst, const void* a, const void* b, size_t count, ternDataType_t dt,
                       ternRedOp_t op, int avgDivisor) const = 0;
   virtual void divide(void* buf, size_t count, ternDataType_t dt, int divisor) const = 0;
+  // A PreMulSum's scaling: dst[i] = src[i] * scalar[0] (host_reduce.h's
+  // scaleKernel).  scalar is one element of dt in host memory or in this
+  // type's; device types read it in stream order.
+  virtual void scale(void* dst, const void* src, size_t count, ternDataType_t dt,
+                     const void* scalar) const = 0;
+  // Memory of this type that the operation may use until this MemOps is
+  // destroyed (a PreMulSum's scaled input); nullptr when there is none.
+  // The host type has none: host callers use host memory.
+  virtual void* scratch(size_t /*bytes*/) const { return nullptr; }
   // The ternary codec's kernels for this memory.
   virtual const TernaryKernels& ternary() const = 0;
   // Ternary allreduce, the pass over the caller's gradient besides the

@@ -243,6 +243,32 @@ void giveBackStream(Stream* s) {
   gPool.push_back(s);
 }
 
+// Device scratch for operations (a PreMulSum's scaled input): blocks from
+// alloc(), kept between operations (alloc() never frees) and lent whole.
+struct Block {
+  void* p;
+  size_t bytes;
+};
+std::mutex gScratchMu;
+std::vector<Block> gScratch;  // spare blocks
+
+Block borrowScratch(size_t bytes) {
+  std::lock_guard<std::mutex> lk(gScratchMu);
+  for (size_t i = 0; i < gScratch.size(); ++i)
+    if (gScratch[i].bytes >= bytes) {
+      Block b = gScratch[i];
+      gScratch.erase(gScratch.begin() + static_cast<long>(i));
+      return b;
+    }
+  return Block{alloc(bytes), bytes};
+}
+
+void giveBackScratch(const std::vector<Block>& blocks) {
+  std::lock_guard<std::mutex> lk(gScratchMu);
+  for (const Block& b : blocks)
+    if (b.p) gScratch.push_back(b);
+}
+
 template <class T>
 T* at(T* p) {
   return static_cast<T*>(resolve(p));
@@ -263,7 +289,11 @@ class SimOps : public MemOps {
     // The stream goes back once its last work has run (on a failure path
     // that may be later than now).
     Stream* s = s_;
-    s_->enqueue([s] { giveBackStream(s); });
+    std::vector<Block> lent = std::move(lent_);
+    s_->enqueue([s, lent] {
+      giveBackScratch(lent);
+      giveBackStream(s);
+    });
   }
 
   MemType type() const override { return MemType::Simulated; }
@@ -311,6 +341,16 @@ class SimOps : public MemOps {
   void divide(void* buf, size_t count, ternDataType_t dt, int divisor) const override {
     s_->enqueue([=] { divideKernel(resolve(buf), count, dt, divisor); });
   }
+  // The scalar is read when the stream gets there (a host one too, as
+  // CUDA's staged copy of it would be).
+  void scale(void* dst, const void* src, size_t count, ternDataType_t dt,
+             const void* scalar) const override {
+    s_->enqueue([=] { scaleKernel(resolve(dst), resolve(src), count, dt, resolve(scalar)); });
+  }
+  void* scratch(size_t bytes) const override {
+    lent_.push_back(borrowScratch(bytes));
+    return lent_.back().p;
+  }
   // The codec: the CPU's kernels, run on the stream on the bytes behind the
   // addresses (so the codes are the CPU codec's, as CUDA's are bit for bit).
   const TernaryKernels& ternary() const override { return ternaryKernels(); }
@@ -349,6 +389,7 @@ class SimOps : public MemOps {
   mutable std::shared_ptr<Latch> hold_;
   mutable uint64_t earlier_ = 0;
   mutable bool followed_ = false;
+  mutable std::vector<Block> lent_;  // scratch, back to the spares after the last work
 };
 
 }  // namespace

@@ -39,27 +39,14 @@ ncclResult_t checkRoot(const Call& c, int root, const char* role) {
   return ncclSuccess;
 }
 
-// A reducing collective: `reduce(src)` runs tern's call on the (possibly
-// pre-multiplied) input of `count` elements.
-ncclResult_t reducing(Call& c, ncclDataType_t dt, ncclRedOp_t op, const void* send, size_t count,
-                      std::function<ternResult_t(const void*, ternRedOp_t)> reduce) {
-  OpPlan plan;
-  if (ncclResult_t r = resolveOp(c.comm, op, dt, &plan, c.what)) return r;
-  if (!plan.scale) return submit(c.comm, [=] { return reduce(send, plan.op); });
-  if (c.stream)  // the scaling below runs on the host
-    return fail(c.comm, ncclInvalidUsage,
-                "%s: a PreMulSum op on a stream (device buffers) is not supported yet (tern "
-                "scales the input on the host)", c.what);
-  // PreMulSum: the input times this rank's scalar, read when the operation
-  // runs (NCCL reads a device scalar then too), summed by tern.
-  auto scratch = std::make_shared<std::vector<unsigned char>>(count * typeSize(dt));
-  return submit(
-      c.comm,
-      [=] {
-        applyPreMul(plan.pm, send, scratch->data(), count);
-        return reduce(scratch->data(), ternSum);
-      },
-      scratch);
+// A reducing collective: `reduce(top)` runs tern's call with tern's op (a
+// PreMulSum op is tern's too: it scales each input on the host or, for
+// device buffers, as a kernel on the operation's stream).
+ncclResult_t reducing(Call& c, ncclDataType_t dt, ncclRedOp_t op,
+                      std::function<ternResult_t(ternRedOp_t)> reduce) {
+  ternRedOp_t top;
+  if (ncclResult_t r = resolveOp(c.comm, op, dt, &top, c.what)) return r;
+  return submit(c.comm, [=] { return reduce(top); });
 }
 
 }  // namespace
@@ -69,8 +56,8 @@ NCCL_SHIM_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff,
   Call c{"ncclAllReduce", comm};
   ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
   if (r == ncclSuccess)
-    r = reducing(c, datatype, op, sendbuff, count, [=](const void* src, ternRedOp_t top) {
-      return ternAllReduce(src, recvbuff, count, c.type, top, comm->tern, c.stream);
+    r = reducing(c, datatype, op, [=](ternRedOp_t top) {
+      return ternAllReduce(sendbuff, recvbuff, count, c.type, top, comm->tern, c.stream);
     });
   return traced(comm, r, "%s(count=%zu, %s, %s)", c.what, count, typeName(datatype), opName(op));
 }
@@ -82,8 +69,8 @@ NCCL_SHIM_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, si
   ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
   if (r == ncclSuccess) r = checkRoot(c, root, "root");
   if (r == ncclSuccess)
-    r = reducing(c, datatype, op, sendbuff, count, [=](const void* src, ternRedOp_t top) {
-      return ternReduce(src, recvbuff, count, c.type, top, root, comm->tern, c.stream);
+    r = reducing(c, datatype, op, [=](ternRedOp_t top) {
+      return ternReduce(sendbuff, recvbuff, count, c.type, top, root, comm->tern, c.stream);
     });
   return traced(comm, r, "%s(count=%zu, %s, %s, root=%d)", c.what, count, typeName(datatype),
                 opName(op), root);
@@ -95,11 +82,9 @@ NCCL_SHIM_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvb
   Call c{"ncclReduceScatter", comm};
   ncclResult_t r = prepare(&c, datatype, stream, sendbuff, recvbuff);
   if (r == ncclSuccess)
-    r = reducing(c, datatype, op, sendbuff, recvcount * comm->nranks,
-                 [=](const void* src, ternRedOp_t top) {
-                   return ternReduceScatter(src, recvbuff, recvcount, c.type, top, comm->tern,
-                                            c.stream);
-                 });
+    r = reducing(c, datatype, op, [=](ternRedOp_t top) {
+      return ternReduceScatter(sendbuff, recvbuff, recvcount, c.type, top, comm->tern, c.stream);
+    });
   return traced(comm, r, "%s(recvcount=%zu, %s, %s)", c.what, recvcount, typeName(datatype),
                 opName(op));
 }

@@ -13,7 +13,6 @@ namespace {
 struct Queued {
   ncclComm_t comm;
   std::function<ternResult_t()> run;
-  std::shared_ptr<void> keep;
 };
 
 struct GroupState {
@@ -22,14 +21,6 @@ struct GroupState {
   std::vector<std::function<void()>> inits;
 };
 thread_local GroupState tls;
-
-// Completed scratch is dropped; a nonblocking operation's stays with its
-// communicator until ncclCommGetAsyncError reports it done.
-void release(ncclComm_t comm, std::shared_ptr<void> keep, ncclResult_t r) {
-  if (!keep || r != ncclInProgress) return;
-  std::lock_guard<std::mutex> g(comm->mu);
-  comm->inFlight.push_back(std::move(keep));
-}
 
 void runInits(std::vector<std::function<void()>> inits) {
   if (inits.size() == 1) return inits[0]();
@@ -49,9 +40,7 @@ ncclResult_t runOps(std::vector<Queued> ops) {
   }
   ncclComm_t anyComm = ops.front().comm;
   ncclResult_t end = fromTern(anyComm, ternGroupEnd());  // always closes tern's group
-  ncclResult_t r = first != ncclSuccess ? first : end;
-  for (auto& q : ops) release(q.comm, std::move(q.keep), r);
-  return r;
+  return first != ncclSuccess ? first : end;
 }
 
 }  // namespace
@@ -60,14 +49,12 @@ bool inGroup() { return tls.depth > 0; }
 
 void deferInit(std::function<void()> init) { tls.inits.push_back(std::move(init)); }
 
-ncclResult_t submit(ncclComm_t comm, std::function<ternResult_t()> op, std::shared_ptr<void> keep) {
+ncclResult_t submit(ncclComm_t comm, std::function<ternResult_t()> op) {
   if (inGroup()) {
-    tls.ops.push_back({comm, std::move(op), std::move(keep)});
+    tls.ops.push_back({comm, std::move(op)});
     return ncclSuccess;
   }
-  ncclResult_t r = fromTern(comm, op());
-  release(comm, std::move(keep), r);
-  return r;
+  return fromTern(comm, op());
 }
 
 // Ends the outermost group: inits first (operations may use those comms).

@@ -19,6 +19,7 @@ ncclResult_t newComm(ncclComm_t* out, const ternConfig_t& cfg, const std::string
   c->config = cfg;
   c->blocking = cfg.blocking != 0;  // unset (TERN_CONFIG_UNDEF_INT) is blocking, as NCCL's default
   c->name = name;
+  c->cudaDev = currentDevice();  // on the caller's thread, whose device NCCL takes
   registerComm(c);
   *out = c;
   return ncclSuccess;
@@ -159,6 +160,9 @@ NCCL_SHIM_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const 
   ncclResult_t r = ncclGroupEnd();
   for (int i = 0; r == ncclSuccess && i < ndev; ++i)
     r = static_cast<ncclResult_t>(comms[i] ? comms[i]->initResult.load() : ncclInternalError);
+  // Rank i's device is devlist[i] (or i), as NCCL's, in a program using CUDA.
+  for (int i = 0; r == ncclSuccess && i < ndev; ++i)
+    if (comms[i]->cudaDev >= 0) comms[i]->cudaDev = devlist ? devlist[i] : i;
   return traced(nullptr, r, "%s(ndev=%d)", what, ndev);
 }
 
@@ -230,10 +234,6 @@ NCCL_SHIM_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t
   // As NCCL's: a blocking communicator's work still running on a stream
   // (device buffers) is not an error; PyTorch's watchdog polls this.
   if (*asyncError == ncclInProgress && comm->blocking) *asyncError = ncclSuccess;
-  else if (*asyncError == ncclSuccess) {  // nothing in flight: its scratch can go
-    std::lock_guard<std::mutex> g(comm->mu);
-    comm->inFlight.clear();
-  }
   return ncclSuccess;
 }
 
@@ -251,11 +251,12 @@ NCCL_SHIM_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) 
   return r;
 }
 
-// The host path has no CUDA device: -1, the value CUDA itself gives the host
-// (cudaCpuDeviceId).
+// The device that was current when the communicator was made, as NCCL's;
+// -1 (CUDA's cudaCpuDeviceId) in a program without CUDA.  tern itself runs
+// each operation on its buffers' device.
 NCCL_SHIM_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
   ncclResult_t r = checkLive(comm, "ncclCommCuDevice");
   if (r == ncclSuccess && !device) r = fail(comm, ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
-  if (r == ncclSuccess) *device = -1;
+  if (r == ncclSuccess) *device = comm->cudaDev;
   return r;
 }

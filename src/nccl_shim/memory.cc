@@ -117,15 +117,16 @@ NCCL_SHIM_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindo
 }
 
 // ncclMemAlloc hands out CUDA device memory (cuMem) that callers then fill
-// with kernels.  The shim has no CUDA path, and host memory in its place
-// would fault in the caller's kernels, so it refuses: cudaMalloc (or host
-// buffers, which the host path takes) instead.
+// with kernels.  The shim links nothing of CUDA and never loads it, and host
+// memory in its place would fault in the caller's kernels, so it refuses:
+// cudaMalloc'ed buffers (tern's device path takes them) or host buffers
+// instead.
 NCCL_SHIM_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   if (ptr) *ptr = nullptr;
   return traced(nullptr,
                 fail(nullptr, ncclInvalidUsage,
-                     "ncclMemAlloc: tern's NCCL shim allocates no device memory (it runs on host "
-                     "buffers); use cudaMalloc or plain host memory"),
+                     "ncclMemAlloc: tern's NCCL shim allocates no device memory; allocate with "
+                     "cudaMalloc (tern runs collectives on device buffers) or use host memory"),
                 "ncclMemAlloc(%zu bytes)", size);
 }
 

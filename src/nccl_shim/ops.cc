@@ -1,8 +1,6 @@
 // Datatypes and reduction ops: NCCL's values onto tern's, and the user ops
-// of ncclRedOpCreatePreMulSum (each rank's input times its scalar, summed).
-#include <cstring>
-
-#include "codec/half.h"
+// of ncclRedOpCreatePreMulSum onto tern's PreMulSum ops (each rank's input
+// times its scalar, summed; tern scales on the host or on the stream).
 #include "nccl_shim/shim.h"
 
 // The values tern shares with NCCL are the same numbers; a table keeps that explicit.
@@ -41,72 +39,26 @@ ncclResult_t toTernType(ncclComm_t comm, ncclDataType_t t, ternDataType_t* out, 
   return ncclSuccess;
 }
 
-namespace {
-
-template <class T>
-void scaleAs(const void* src, void* dst, size_t n, const void* scalar) {
-  T s, x;
-  memcpy(&s, scalar, sizeof s);
-  for (size_t i = 0; i < n; ++i) {
-    memcpy(&x, static_cast<const char*>(src) + i * sizeof x, sizeof x);
-    x = static_cast<T>(x * s);
-    memcpy(static_cast<char*>(dst) + i * sizeof x, &x, sizeof x);
-  }
-}
-
-// 16-bit floats: multiplied in float32 and rounded once, as NCCL's kernels do.
-template <float (*toF)(unsigned short), unsigned short (*fromF)(float)>
-void scale16(const void* src, void* dst, size_t n, const void* scalar) {
-  unsigned short s, x;
-  memcpy(&s, scalar, 2);
-  const float fs = toF(s);
-  for (size_t i = 0; i < n; ++i) {
-    memcpy(&x, static_cast<const char*>(src) + 2 * i, 2);
-    x = fromF(toF(x) * fs);
-    memcpy(static_cast<char*>(dst) + 2 * i, &x, 2);
-  }
-}
-
-}  // namespace
-
-void applyPreMul(const ncclComm::PreMulSum& op, const void* src, void* dst, size_t n) {
-  const void* scalar = op.scalarPtr ? op.scalarPtr : op.scalar.data();
-  switch (op.dtype) {
-    case ncclInt8: return scaleAs<int8_t>(src, dst, n, scalar);
-    case ncclUint8: return scaleAs<uint8_t>(src, dst, n, scalar);
-    case ncclInt32: return scaleAs<int32_t>(src, dst, n, scalar);
-    case ncclUint32: return scaleAs<uint32_t>(src, dst, n, scalar);
-    case ncclInt64: return scaleAs<int64_t>(src, dst, n, scalar);
-    case ncclUint64: return scaleAs<uint64_t>(src, dst, n, scalar);
-    case ncclFloat32: return scaleAs<float>(src, dst, n, scalar);
-    case ncclFloat64: return scaleAs<double>(src, dst, n, scalar);
-    case ncclFloat16: return scale16<tern::halfToFloat, tern::floatToHalf>(src, dst, n, scalar);
-    case ncclBfloat16: return scale16<tern::bf16ToFloat, tern::floatToBf16>(src, dst, n, scalar);
-    default: return;  // refused when the op was made
-  }
-}
-
-ncclResult_t resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dt, OpPlan* plan,
+ncclResult_t resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dt, ternRedOp_t* out,
                        const char* what) {
   if (op >= 0 && op < ncclNumOps) {
-    plan->op = static_cast<ternRedOp_t>(op);
-    plan->scale = false;
+    *out = static_cast<ternRedOp_t>(op);
     return ncclSuccess;
   }
   std::unique_lock<std::mutex> g(comm->mu);
   auto it = comm->ops.find(static_cast<int>(op));
   const bool found = it != comm->ops.end();
-  if (found) plan->pm = it->second;
+  ncclComm::PreMulSum pm;
+  if (found) pm = it->second;
   g.unlock();
   if (!found)
     return fail(comm, ncclInvalidArgument,
                 "%s: op %d is neither a built-in ncclRedOp_t nor a live "
                 "ncclRedOpCreatePreMulSum op of this communicator", what, (int)op);
-  if (plan->pm.dtype != dt)
+  if (pm.dtype != dt)
     return fail(comm, ncclInvalidArgument, "%s: op %d was made for %s but the call's datatype is %s",
-                what, (int)op, typeName(plan->pm.dtype), typeName(dt));
-  plan->op = ternSum;
-  plan->scale = true;
+                what, (int)op, typeName(pm.dtype), typeName(dt));
+  *out = pm.ternOp;
   return ncclSuccess;
 }
 
@@ -124,18 +76,24 @@ NCCL_SHIM_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* sca
   if (r == ncclSuccess && residence != ncclScalarHostImmediate && residence != ncclScalarDevice)
     r = fail(comm, ncclInvalidArgument, "%s: residence %d is not a ncclScalarResidence_t", what,
              (int)residence);
-  if (r == ncclSuccess) r = checkHostBuffers(comm, what, scalar, nullptr);
+  // A host-immediate scalar is read now, on the host (a device scalar is
+  // read when each operation runs: on its stream for device buffers).
+  if (r == ncclSuccess && residence == ncclScalarHostImmediate && deviceBuffers(scalar, nullptr))
+    r = fail(comm, ncclInvalidArgument,
+             "%s: a ncclScalarHostImmediate scalar is read on the host now, but this one is CUDA "
+             "device memory (use ncclScalarDevice)", what);
+  ncclComm::PreMulSum pm{datatype, ternSum};
+  if (r == ncclSuccess)
+    r = fromTern(comm, ternRedOpCreatePreMulSum(&pm.ternOp, scalar,
+                                                static_cast<ternDataType_t>(datatype),
+                                                residence == ncclScalarDevice
+                                                    ? ternScalarDevice
+                                                    : ternScalarHostImmediate,
+                                                comm->tern));
   if (r == ncclSuccess) {
-    ncclComm::PreMulSum pm{datatype, {}, nullptr};
-    if (residence == ncclScalarHostImmediate) {  // read now
-      const auto* b = static_cast<const unsigned char*>(scalar);
-      pm.scalar.assign(b, b + typeSize(datatype));
-    } else {  // read when each collective runs (host path: host memory)
-      pm.scalarPtr = scalar;
-    }
     std::lock_guard<std::mutex> g(comm->mu);
     *op = static_cast<ncclRedOp_t>(comm->nextOp++);
-    comm->ops[*op] = std::move(pm);
+    comm->ops[*op] = pm;
   }
   return traced(comm, r, "%s(%s, residence=%d) = %d", what, typeName(datatype), (int)residence,
                 op && r == ncclSuccess ? (int)*op : -1);
@@ -146,9 +104,13 @@ NCCL_SHIM_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
   ncclResult_t r = checkComm(comm, "ncclRedOpDestroy");
   if (r == ncclSuccess) {
     std::unique_lock<std::mutex> g(comm->mu);
-    size_t erased = comm->ops.erase(static_cast<int>(op));
+    auto it = comm->ops.find(static_cast<int>(op));
+    const bool found = it != comm->ops.end();
+    const ternRedOp_t top = found ? it->second.ternOp : ternSum;
+    if (found) comm->ops.erase(it);
     g.unlock();
-    if (!erased)
+    if (found) r = fromTern(comm, ternRedOpDestroy(top, comm->tern));
+    else
       r = fail(comm, ncclInvalidArgument,
                "ncclRedOpDestroy: op %d is not a live ncclRedOpCreatePreMulSum op of this "
                "communicator", (int)op);

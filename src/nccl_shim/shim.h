@@ -31,19 +31,20 @@ struct ncclComm {
   ternConfig_t config = TERN_CONFIG_INITIALIZER;  // what children inherit (Split / Shrink)
   bool blocking = true;
   std::string name;               // ncclConfig_t.commName
+  int cudaDev = -1;               // the caller's device at init (ncclCommCuDevice)
   std::atomic<bool> revoked{false};
   std::atomic<int> initResult{ncclInProgress};  // ncclSuccess once tern's communicator exists
 
+  // A PreMulSum op: tern's (ternRedOpCreatePreMulSum), which scales on the
+  // host or, for device buffers, as a kernel on the operation's stream.
   struct PreMulSum {
     ncclDataType_t dtype = ncclFloat32;
-    std::vector<unsigned char> scalar;   // host copy (ncclScalarHostImmediate)
-    const void* scalarPtr = nullptr;     // read when the collective runs (ncclScalarDevice)
+    ternRedOp_t ternOp = ternSum;
   };
   std::mutex mu;
   std::map<int, PreMulSum> ops;   // ncclRedOp_t value -> user op
   int nextOp = ncclNumOps;
   std::string lastError;
-  std::vector<std::shared_ptr<void>> inFlight;  // scratch of nonblocking operations not yet done
   std::thread initThread;                         // a nonblocking init outside a group
 
   static constexpr uint64_t kMagic = 0x7465726e6e63636cull;  // "ternnccl"
@@ -73,11 +74,11 @@ ncclResult_t checkComm(ncclComm_t comm, const char* what, bool allowRevoked = fa
 // Waits until tern has no operation of comm in flight; their result.
 ncclResult_t waitIdle(ncclComm_t comm);
 
-// ncclInvalidArgument when a or b is CUDA device memory (asked of the CUDA
-// driver if the program has loaded it), which the host path cannot touch.
-ncclResult_t checkHostBuffers(ncclComm_t comm, const char* what, const void* a, const void* b);
 // Whether either is device memory (the driver, if the program loaded it, says).
 bool deviceBuffers(const void* a, const void* b);
+// The calling thread's CUDA device (its current context's), as NCCL records
+// it at init; -1 when the program has not loaded the driver or has no context.
+int currentDevice();
 
 // Type and op mapping (fp8 and unknown values -> ncclInvalidArgument).
 ncclResult_t toTernType(ncclComm_t comm, ncclDataType_t t, ternDataType_t* out, const char* what);
@@ -89,27 +90,18 @@ size_t typeSize(ncclDataType_t t);
 ncclResult_t readConfig(const ncclConfig_t* user, ternConfig_t* out, std::string* name);
 
 // Group handling: inside ncclGroupStart/End, calls are validated at once and
-// run at the outermost ncclGroupEnd (so ncclGroupSimulateEnd can drop them,
-// and a PreMulSum scales its input when the operation runs, as NCCL does).
+// run at the outermost ncclGroupEnd (so ncclGroupSimulateEnd can drop them).
+// A PreMulSum scales its input when the operation runs, as NCCL does.
 bool inGroup();
-// Runs op now (outside a group) or at the group's end.  `keep` (scratch) is
-// released when the operation is complete.
-ncclResult_t submit(ncclComm_t comm, std::function<ternResult_t()> op,
-                    std::shared_ptr<void> keep = nullptr);
+// Runs op now (outside a group) or at the group's end.
+ncclResult_t submit(ncclComm_t comm, std::function<ternResult_t()> op);
 // Deferred communicator inits of the current group run side by side at its end.
 void deferInit(std::function<void()> init);
 
-// The op a collective runs: built-in ops map directly; a PreMulSum op
-// (op >= ncclNumOps) is ternSum over each rank's input times its scalar.
-struct OpPlan {
-  ternRedOp_t op = ternSum;
-  bool scale = false;
-  ncclComm::PreMulSum pm;
-};
-ncclResult_t resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dt, OpPlan* plan,
+// The tern op a collective runs: built-in ops map directly; a PreMulSum op
+// (op >= ncclNumOps) is its tern PreMulSum op, made for datatype dt.
+ncclResult_t resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dt, ternRedOp_t* out,
                        const char* what);
-// dst[i] = src[i] * scalar in op's datatype (16-bit floats via float32).
-void applyPreMul(const ncclComm::PreMulSum& op, const void* src, void* dst, size_t n);
 
 // Makes shim communicator `c`'s tern communicator (blocking: waits for the ranks).
 ncclResult_t initTern(ncclComm_t c, int nranks, const ternUniqueId& id, int rank);

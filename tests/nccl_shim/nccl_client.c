@@ -476,8 +476,12 @@ static void testErrors(ncclComm_t comm) {
     ncclRedOp_t pm;
     float two = 2.0f;
     OK(ncclRedOpCreatePreMulSum(&pm, &two, ncclFloat32, ncclScalarHostImmediate, comm));
-    expectError(ncclAllReduce(x, x, 4, ncclFloat32, pm, comm, (cudaStream_t)0x1), ncclInvalidUsage,
-                comm, "PreMulSum op on a stream", "premulsum on a stream");
+    /* PreMulSum runs on streams too: here, without a device, it is refused
+     * like every call with a stream, not as an op tern cannot run there. */
+    expectError(ncclAllReduce(x, x, 4, ncclFloat32, pm, comm, (cudaStream_t)0x1), ncclInvalidArgument,
+                comm, "no usable CUDA device", "premulsum on a stream");
+    expectError(ncclAllReduce(x, x, 4, ncclFloat64, pm, comm, NULL), ncclInvalidArgument, comm,
+                "was made for float32", "premulsum of another datatype");
     OK(ncclRedOpDestroy(pm, comm));
   }
   expectError(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument, comm, "not a live", "destroy sum");
