@@ -155,6 +155,33 @@ TEST(Fifo, WindowBoundsTheSpanOfSmallMessages) {
   EXPECT_GT(f.restarts(), 50u);
 }
 
+// The consumer keeps the base it last read and checks it against the
+// header's on each read: a restart it did not see coming (the ring emptied
+// and the producer started over at its first page) still moves its view
+// there, and a read that finds the same base keeps the place it had.
+TEST(Fifo, ConsumerFollowsARestartItDidNotSee) {
+  const size_t granule = 4096, cap = 4 * granule;
+  std::vector<char> mem(fifoFootprint(cap) + 4096);
+  void* at = mem.data() + (4096 - reinterpret_cast<uintptr_t>(mem.data()) % 4096) % 4096;
+  Fifo prod, cons;
+  prod.attach(at, cap, granule, true);
+  cons.attach(at, cap, granule, false);
+  uint32_t next = 0, expect = 0;
+  const char* q;
+  ASSERT_EQ(putBytes(prod, &next, 5000), 5000u);  // past the window: the next empty start restarts
+  ASSERT_TRUE(takeBytes(cons, &expect));
+  ASSERT_EQ(putBytes(prod, &next, 100), 100u);
+  EXPECT_EQ(prod.restarts(), 1u);
+  const char* first = static_cast<char*>(at) + fifoFootprint(cap) - cap;  // the data's first page
+  ASSERT_EQ(cons.readable(&q), 100u);
+  EXPECT_EQ(q, first + 5000 % granule);  // where the producer put it, not at 5000
+  ASSERT_EQ(putBytes(prod, &next, 50), 50u);  // no restart: the ring is not empty
+  ASSERT_EQ(cons.readable(&q), 150u);
+  EXPECT_EQ(q, first + 5000 % granule);
+  ASSERT_TRUE(takeBytes(cons, &expect));
+  EXPECT_EQ(expect, next);
+}
+
 // A producer and a consumer on two threads, messages swinging between a few
 // bytes and more than the ring, the consumer sometimes behind and sometimes
 // idle: every restart happens while messages come and go, and the stream

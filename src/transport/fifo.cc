@@ -25,7 +25,7 @@ void Fifo::attach(void* mem, size_t capacity, size_t granule, bool init) {
   window_ = granule_;
   head_ = hdr_->head.load();
   tail_ = hdr_->tail.load();
-  base_ = hdr_->base.load();
+  base_ = rbase_ = hdr_->base.load();
 }
 
 void Fifo::setWindow(size_t bytes) {
@@ -57,6 +57,21 @@ void Fifo::produce(size_t n) {
   hdr_->head.store(head_, std::memory_order_release);
 }
 
+// The consumer's view of `avail` bytes at the tail, laid out from `base`.
+size_t Fifo::readAt(uint64_t base, uint64_t avail, const char** p) const {
+  uint64_t off = (tail_ - base) % cap_;
+  uint64_t contiguous = cap_ - off;
+  *p = data_ + off;
+  return static_cast<size_t>(avail < contiguous ? avail : contiguous);
+}
+
+// The base moved (the producer restarted): rare, so kept off the inlined
+// path, where the compiler could otherwise make the offset wait on the load.
+[[gnu::noinline, gnu::cold]] size_t Fifo::rebase(uint64_t base, uint64_t avail, const char** p) {
+  rbase_ = base;
+  return readAt(base, avail, p);
+}
+
 size_t Fifo::readable(const char** p) {
   uint64_t head = hdr_->head.load(std::memory_order_acquire);
   uint64_t avail = head - tail_;
@@ -65,11 +80,19 @@ size_t Fifo::readable(const char** p) {
     return 0;
   }
   // After the acquire: the base the bytes up to `head` were written at (it
-  // cannot move again until we have consumed them).
-  uint64_t off = (tail_ - hdr_->base.load(std::memory_order_relaxed)) % cap_;
-  uint64_t contiguous = cap_ - off;
-  *p = data_ + off;
-  return static_cast<size_t>(avail < contiguous ? avail : contiguous);
+  // cannot move again until we have consumed them).  It is the one we saw
+  // last unless the producer restarted: the offset is computed from that
+  // one, and the load only decides a branch that is almost never taken, so
+  // the bytes' address does not wait on it (the line head and base share is
+  // also the one the producer keeps storing its head into: a dependent load
+  // there cost 0.2-0.3 us per 4 KiB allreduce, perf/RESULTS.md session 28).
+  // `at` is an opaque copy of the cached base: after the test the compiler
+  // would otherwise use the loaded register, equal to it by then.
+  uint64_t cached = rbase_, at = cached;
+  asm("" : "+r"(at));
+  uint64_t base = hdr_->base.load(std::memory_order_relaxed);
+  if (__builtin_expect(base != cached, 0)) return rebase(base, avail, p);
+  return readAt(at, avail, p);
 }
 
 void Fifo::consume(size_t n) {

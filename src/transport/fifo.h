@@ -72,9 +72,13 @@ class Fifo {
   char* data_ = nullptr;
   uint64_t cap_ = 0, granule_ = 4096, window_ = 4096;
   // Each side caches its own counter (only it writes that one); base_ is the
-  // producer's (the consumer reads the header's).
+  // producer's.
   uint64_t head_ = 0, tail_ = 0, base_ = 0, span_ = 0, restarts_ = 0;
+  // Consumer: the base it last read from the header.
+  uint64_t rbase_ = 0;
   void restart();
+  size_t readAt(uint64_t base, uint64_t avail, const char** p) const;
+  size_t rebase(uint64_t base, uint64_t avail, const char** p);
 };
 
 }  // namespace tern
