@@ -198,17 +198,71 @@ TEST(Fifo, WindowBoundsTheSpanOfSmallMessages) {
   EXPECT_GT(f.restarts(), 50u);
 }
 
+// A fifo in page-aligned private memory, with a producer end and a consumer end.
+struct FifoPair {
+  FifoPair(size_t cap, size_t granule) : mem(fifoFootprint(cap) + 4096) {
+    at = mem.data() + (4096 - reinterpret_cast<uintptr_t>(mem.data()) % 4096) % 4096;
+    prod.attach(at, cap, granule, true);
+    cons.attach(at, cap, granule, false);
+    data = at + fifoFootprint(cap) - cap;
+  }
+  std::vector<char> mem;
+  char *at, *data;
+  Fifo prod, cons;
+};
+
+// The consumer computes where bytes are from the base it expects (the last
+// one, or the restart point once the producer's window is used up and it had
+// read all it saw) and checks the header's: a restart it did not see coming
+// still moves its view to the first page, a producer that wrote on instead
+// of restarting keeps it where it was, and a read with the same base keeps
+// its place.
+TEST(Fifo, ConsumerFollowsRestartsItDidNotSee) {
+  const size_t granule = 4096, cap = 4 * granule;
+  for (bool windowKnown : {false, true}) {
+    FifoPair f(cap, granule);
+    if (windowKnown) f.prod.setWindow(granule);  // published in the header
+    uint32_t next = 0, expect = 0;
+    const char* q;
+    ASSERT_EQ(putBytes(f.prod, &next, 5000), 5000u);  // past the window: an empty start restarts
+    ASSERT_TRUE(takeBytes(f.cons, &expect));
+    ASSERT_EQ(putBytes(f.prod, &next, 100), 100u);
+    EXPECT_EQ(f.prod.restarts(), 1u);
+    ASSERT_EQ(f.cons.readable(&q), 100u);
+    EXPECT_EQ(q, f.data + 5000 % granule);  // where the producer put it, not at 5000
+    ASSERT_EQ(putBytes(f.prod, &next, 50), 50u);  // no restart: the ring is not empty
+    ASSERT_EQ(f.cons.readable(&q), 150u);
+    EXPECT_EQ(q, f.data + 5000 % granule);
+    ASSERT_TRUE(takeBytes(f.cons, &expect));
+    // Past the window again, but the producer writes on before the consumer
+    // has read the last bytes: no restart, though the consumer read all it saw.
+    ASSERT_EQ(putBytes(f.prod, &next, 4000), 4000u);
+    ASSERT_EQ(f.cons.readable(&q), 4000u);
+    ASSERT_EQ(putBytes(f.prod, &next, 60), 60u);
+    f.cons.consume(4000);
+    expect += 4000;
+    EXPECT_EQ(f.prod.restarts(), 1u);
+    ASSERT_EQ(f.cons.readable(&q), 60u);
+    EXPECT_EQ(q, f.data + (5000 % granule + 150 + 4000));
+    ASSERT_TRUE(takeBytes(f.cons, &expect));
+    // Read all, window used up, and this time the producer finds it empty.
+    ASSERT_EQ(putBytes(f.prod, &next, 10), 10u);
+    EXPECT_EQ(f.prod.restarts(), 2u);
+    ASSERT_EQ(f.cons.readable(&q), 10u);
+    EXPECT_EQ(q, f.data + 9210 % granule);
+    ASSERT_TRUE(takeBytes(f.cons, &expect));
+    EXPECT_EQ(expect, next);
+  }
+}
+
 // A producer and a consumer on two threads, messages swinging between a few
 // bytes and more than the ring, the consumer sometimes behind and sometimes
 // idle: every restart happens while messages come and go, and the stream
 // stays exact (TSan checks the ordering of base against head).
 TEST(Fifo, RestartsKeepTheStreamWhileMessagesAreInFlight) {
   const size_t granule = 12288, cap = 6 * granule;
-  std::vector<char> mem(fifoFootprint(cap) + 4096);
-  void* at = mem.data() + (4096 - reinterpret_cast<uintptr_t>(mem.data()) % 4096) % 4096;
-  Fifo prod, cons;
-  prod.attach(at, cap, granule, true);
-  cons.attach(at, cap, granule, false);
+  FifoPair f(cap, granule);
+  Fifo &prod = f.prod, &cons = f.cons;
   const uint64_t total = 32 << 20;
   std::atomic<bool> wrong{false};
   std::thread reader([&] {

@@ -31,6 +31,9 @@ struct FifoHeader {
   std::atomic<uint64_t> base;
   alignas(64) std::atomic<uint64_t> tail;  // written by the consumer only
   alignas(64) uint64_t capacity;
+  // The producer's window (setWindow; 0 until it sets one): lets the
+  // consumer foresee where a restart puts the next bytes.
+  std::atomic<uint64_t> window;
 };
 
 // Bytes of memory a fifo of `capacity` data bytes occupies (header included).
@@ -72,9 +75,15 @@ class Fifo {
   char* data_ = nullptr;
   uint64_t cap_ = 0, granule_ = 4096, window_ = 4096;
   // Each side caches its own counter (only it writes that one); base_ is the
-  // producer's (the consumer reads the header's).
+  // producer's.
   uint64_t head_ = 0, tail_ = 0, base_ = 0, span_ = 0, restarts_ = 0;
+  // Consumer: the base it last read from the header, the producer's window
+  // (none known: no restart foreseen) and the head it last saw.
+  uint64_t rbase_ = 0, rwindow_ = UINT64_MAX, seen_ = 0;
   void restart();
+  uint64_t expectedBase() const;
+  size_t readAt(uint64_t base, uint64_t avail, const char** p) const;
+  size_t rebase(uint64_t base, uint64_t avail, const char** p);
 };
 
 }  // namespace tern
