@@ -37,6 +37,10 @@
 #     NCCL's (2 GPUs or more) or, on one GPU where the real NCCL refuses two
 #     ranks on one device, DDP's step emulated in one process (always run
 #     too); bitwise, as a sum of two is the same in either order.
+# 10. (devperf) tern's allreduce on device buffers, 1 MiB .. 1 GiB, 2 ranks
+#     (sharing the GPU on a one-GPU machine, which the real NCCL refuses),
+#     beside the host-staging limit (pinned D2H / H2D of the same size on
+#     the same device): perf/gpu/device_allreduce_perf.cu; every size checked.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 build=${BUILD_DIR:-build-gpu}
@@ -56,7 +60,7 @@ configure() {
 }
 # A bare machine may lack GoogleTest (and no package registry is reachable
 # from it): then the tests that need it are skipped, said so below.
-targets=(ternary_gpu_check tern_nccl tern_nccl_audit)
+targets=(ternary_gpu_check device_allreduce_perf tern_nccl tern_nccl_audit)
 if configure -DTERN_BUILD_TESTS=ON; then
   targets+=(test_ternary_nvcc test_nccl_shim nccl_client nccl_audit_probe)
   targets+=(test_memory_cuda)  # cudamem
@@ -127,6 +131,10 @@ if [ -x "$build/tests/test_device_colls" ]; then
 else
   echo "SKIP CUDA IPC: test_device_colls was not built (no GoogleTest)"
 fi
+
+# ---- tern's device allreduce against the host-staging limit (10) ----
+step "device allreduce 1 MiB-1 GiB, 2 ranks, beside the staging limit (device_allreduce_perf)" \
+  tools/ternrun -n 2 "$build/perf/device_allreduce_perf" -b 1M -e 1G -n 10
 
 # ---- torch.distributed "nccl" on the shim: DDP losses equal to the real NCCL's ----
 if "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
