@@ -13,7 +13,8 @@
 // last column is busbw over min(D2H, H2D) measured with pinned buffers of the
 // same size on this rank's device (issue 23's target: >= 0.5, within 2x).
 // Every size is checked: each element must be the sum of 1..nranks.
-// Exit 77 where no CUDA device is usable (CI compiles it, never runs it).
+// Exit 77 where no CUDA device is usable (CI compiles it, never runs it),
+// 1 on a wrong result or a failed tern call, 2 on a failed CUDA call.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,18 +24,10 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "cuda_ok.h"
 #include "tern/tern.h"
 
 namespace {
-
-#define CUDA_OK(call)                                                                    \
-  do {                                                                                   \
-    cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
 
 __global__ void fill(float* p, size_t n, float v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;

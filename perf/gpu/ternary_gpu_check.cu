@@ -11,17 +11,9 @@
 
 #include "codec/ternary_cpu.h"
 #include "codec/ternary_cuda.h"
+#include "cuda_ok.h"
 
 using namespace tern;
-
-#define CUDA_OK(x)                                                                \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(2);                                                                    \
-    }                                                                             \
-  } while (0)
 
 static int failures = 0;
 
