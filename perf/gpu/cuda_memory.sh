@@ -11,14 +11,16 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 build=${1:-build-gpu}
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTERN_BUILD_BINDINGS=OFF -DTERN_WITH_CUDA=ON \
-        -DTERN_BUILD_TESTS=ON -DCMAKE_CUDA_COMPILER="${CUDACXX:-/usr/local/cuda/bin/nvcc}" >/dev/null || exit 1
+if [ "${TERN_GPU_PREBUILT:-0}" != 1 ]; then  # prebuilt elsewhere (perf/gpu/run.sh)
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTERN_BUILD_BINDINGS=OFF -DTERN_WITH_CUDA=ON \
+          -DTERN_BUILD_TESTS=ON -DCMAKE_CUDA_COMPILER="${CUDACXX:-/usr/local/cuda/bin/nvcc}" >/dev/null || exit 1
+  fi
+  cmake --build "$build" -j"$(nproc)" --target test_memory_cuda >/dev/null || {
+    echo "cuda_memory: could not build test_memory_cuda (a build without CUDA or GoogleTest?)"
+    exit 1
+  }
 fi
-cmake --build "$build" -j"$(nproc)" --target test_memory_cuda >/dev/null || {
-  echo "cuda_memory: could not build test_memory_cuda (a build without CUDA or GoogleTest?)"
-  exit 1
-}
 "$build/tests/test_memory_cuda"
 rc=$?
 [ $rc -eq 77 ] && echo "cuda_memory: NOT RUN (no usable CUDA device)"

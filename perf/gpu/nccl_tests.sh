@@ -5,6 +5,7 @@
 #   perf/gpu/nccl_tests.sh NCCL_TESTS_DIR [all_reduce_perf args...]
 #
 # Env: BUILD_DIR (tern's build, default build-gpu), NVCC_GENCODE (default sm_90),
+#      TERN_GPU_PREBUILT=1 (all_reduce_perf already built in NCCL_TESTS_OUT: no make),
 #      NCCL_TESTS_BUILD_ONLY=1 (stop after building: machines without a GPU),
 #      NCCL_TESTS_OUT (where nccl-tests builds, default $BUILD_DIR/nccl-tests),
 #      NCCL_TESTS_REAL=DIR|auto: also run the same binary on the machine's
@@ -40,8 +41,11 @@ shim_dir=$(cd "$build/nccl_shim" && pwd)
 home=$(perf/gpu/nccl_home.sh "$build")
 
 out=${NCCL_TESTS_OUT:-$root/$build/nccl-tests}
-make -C "$tests_dir/src" -j"$(nproc)" NCCL_HOME="$home" CUDA_HOME="$cuda" BUILDDIR="$out" \
-     NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}" build
+# TERN_GPU_PREBUILT=1: built on another host at this path (perf/gpu/run.sh).
+if [ "${TERN_GPU_PREBUILT:-0}" != 1 ] || [ ! -x "$out/all_reduce_perf" ]; then
+  make -C "$tests_dir/src" -j"$(nproc)" NCCL_HOME="$home" CUDA_HOME="$cuda" BUILDDIR="$out" \
+       NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}" build
+fi
 # The run's loader environment: the shim first, and LD_AUDIT so that no
 # other libnccl.so.2 (ld.so.conf may list the toolkit's) is ever chosen.
 export LD_LIBRARY_PATH="$home/lib:$shim_dir:${LD_LIBRARY_PATH:-}"
@@ -51,7 +55,7 @@ ldd "$out/all_reduce_perf" | grep -E "nccl|tern" || true
 [ "${NCCL_TESTS_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 # -b/-e/-f: 1 MiB .. 1 GiB, x2; -g: every GPU, one rank each; -c 1: check results.
-gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
 [ "$gpus" -ge 1 ] || gpus=1
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(-b 1M -e 1G -f 2 -g "$gpus" -c 1)
@@ -61,7 +65,8 @@ args=("$@")
 real_dir() {
   local d
   for d in "$cuda/lib64" "$cuda/lib" /usr/lib/x86_64-linux-gnu \
-           "$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) + "/lib")' 2>/dev/null)"; do
+           $(python3 -c 'import glob, sys  # the nvidia-nccl wheels (torch needs one), any layout
+for d in sys.path: print(*sorted({p.rsplit("/", 1)[0] for p in glob.glob(d + "/nvidia/**/libnccl.so.2", recursive=True)}))' 2>/dev/null); do
     if [ -n "$d" ] && [ -e "$d/libnccl.so.2" ] && [ "$(readlink -f "$d/libnccl.so.2")" != "$(readlink -f "$shim_dir/libnccl.so.2")" ]; then
       echo "$d"
       return 0

@@ -148,4 +148,11 @@ int ternaryCudaDecode(const uint32_t* planes, int w, size_t g0, size_t n, const 
   return static_cast<int>(cudaGetLastError());
 }
 
+int ternaryCudaPreload() {
+  cudaFuncAttributes fa;
+  cudaFuncGetAttributes(&fa, addEncodeKernel);
+  cudaFuncGetAttributes(&fa, decodeKernel);
+  return static_cast<int>(cudaGetLastError());
+}
+
 }  // namespace tern

@@ -37,6 +37,9 @@ int ternaryCudaAddEncode(const TernaryDeviceInput& in, size_t g0, size_t n,
 int ternaryCudaDecode(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
                       uint32_t block, size_t count, ternDataType_t dt, int avgN, void* dst,
                       void* stream);
+// Loads the kernels above now rather than at their first launch
+// (cudaPreloadReduceKernels says why); the cudaError_t as an int.
+int ternaryCudaPreload();
 
 // The same kernels as a TernaryKernels table (isa "cuda-sync"): device
 // buffers, each call synchronous on the whole device (ternary_cuda_table.cu).

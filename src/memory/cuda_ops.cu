@@ -30,7 +30,45 @@ namespace tern {
 
 namespace {
 
-// The ring's events: CUDA events on the work stream, made on first use.
+// Events kept between operations, per device: an operation takes its
+// ring's 16 on the caller's thread (CudaOps::prepare) and gives them back.
+class EventPool {
+ public:
+  cudaError_t take(cudaEvent_t* e) {
+    const int dev = device();
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      for (size_t i = 0; i < spare_.size(); ++i)
+        if (spare_[i].first == dev) {
+          *e = spare_[i].second;
+          spare_.erase(spare_.begin() + static_cast<long>(i));
+          return cudaSuccess;
+        }
+    }
+    return cudaEventCreateWithFlags(e, cudaEventDisableTiming);
+  }
+  void giveBack(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lk(m_);
+    spare_.emplace_back(device(), e);
+  }
+
+ private:
+  static int device() {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    return dev;
+  }
+  std::mutex m_;
+  std::vector<std::pair<int, cudaEvent_t>> spare_;
+};
+
+EventPool& eventPool() {
+  static EventPool* p = new EventPool;  // never freed: see pinnedStagingPool
+  return *p;
+}
+
+// The ring's events: CUDA events on the work stream, taken from the pool
+// up front (create()) or, where an operation skipped that, at first use.
 struct CudaEvents {
   cudaStream_t s;
   cudaEvent_t ev[FenceRing<CudaEvents>::kSlots] = {};
@@ -38,13 +76,17 @@ struct CudaEvents {
   explicit CudaEvents(cudaStream_t stream) : s(stream) {}
   ~CudaEvents() {
     for (cudaEvent_t e : ev)
-      if (e) cudaEventDestroy(e);
+      if (e) eventPool().giveBack(e);
+  }
+  int create() {
+    for (cudaEvent_t& e : ev)
+      if (!e)
+        if (cudaError_t r = eventPool().take(&e)) return r;
+    return 0;
   }
   int record(unsigned k) {
-    if (!ev[k]) {
-      cudaError_t e = cudaEventCreateWithFlags(&ev[k], cudaEventDisableTiming);
-      if (e != cudaSuccess) return e;
-    }
+    if (!ev[k])
+      if (cudaError_t e = eventPool().take(&ev[k])) return e;
     return cudaEventRecord(ev[k], s);
   }
   int query(unsigned k) {
@@ -112,8 +154,9 @@ class CudaOps : public MemOps {
   ~CudaOps() override {
     OnDevice on(dev_);
     end();  // never leave the caller's stream waiting
-    if (after_) cudaEventDestroy(after_);
-    if (pinned_.p || !blocks_.empty()) {
+    if (after_) eventPool().giveBack(after_);
+    for (void* p : late_) cudaFreeAsync(p, s_);
+    if (pinned_.p || !blocks_.empty() || !late_.empty()) {
       // Idle after a completed operation; a failure can leave work queued,
       // and what goes back to the pools must be idle.
       cudaStreamSynchronize(s_);
@@ -202,14 +245,26 @@ class CudaOps : public MemOps {
     return err_ != 0;
   }
 
+  // Makes, on the caller's thread before the hold, what the progress thread
+  // would otherwise make: tern's kernels loaded (lazy loading, CUDA's
+  // default since 12.2, loads a kernel at its first launch, and loading
+  // may wait for the whole context), the fence events, the pinned ring and
+  // a burst's scratch.  After the hold the progress thread must not
+  // allocate or load: on an H200 (driver 580) its cudaHostAlloc waited on
+  // a driver lock that the caller, blocked in cudaStreamSynchronize on its
+  // held stream, kept, and two ranks deadlocked (perf/RESULTS.md,
+  // session 29).  cudaFree is worse: it waits for the whole device, held
+  // streams included.
+  void prepare() const;
   // Device scratch: three slots of at least `bytes` each (false: no memory).
   // Reserve once per call, before taking slots: growing frees the old
   // block (stream-ordered) under slots taken earlier.
   bool reserve(size_t bytes) const;
   char* slot(int k) const { return static_cast<char*>(scratch_.p) + k * scratch_.slot; }
-  // A block of device memory from the pool, kept until the destructor
-  // (work queued on the stream may still use a block replaced by a larger
-  // one).  nullptr when out of memory.
+  // A block of device memory kept until the destructor (work queued on the
+  // stream may still use a block replaced by a larger one): from the pool
+  // before the hold, stream-ordered (cudaMallocAsync on the work stream,
+  // freed by cudaFreeAsync) after it.  nullptr when out of memory.
   void* block(size_t bytes) const;
   // p's bytes on the device: p itself if it is device memory, else a copy
   // in slot k (enqueued now).
@@ -228,6 +283,7 @@ class CudaOps : public MemOps {
   // the rest.  Where the ring has no room (or no pinned memory exists) CUDA
   // copies from / to the pageable memory itself, after the stream's
   // earlier work (correct, but the calling thread waits).
+  bool ring() const;  // borrows the pinned ring (false: no pinned memory)
   char* piece(size_t bytes) const;
   void hostCopy(char* piece, void* dst, const void* src, size_t bytes) const;
   void toDevice(void* d, const void* host, size_t bytes) const;
@@ -248,6 +304,8 @@ class CudaOps : public MemOps {
   mutable Scratch scratch_;
   mutable void* scales_ = nullptr;  // the codec's scales on the device
   mutable std::vector<StagingPool::Buffer> blocks_;  // lent by deviceScratchPool
+  mutable std::vector<void*> late_;                  // cudaMallocAsync'ed after the hold
+  mutable bool held_ = false;                        // hold() ran: allocate stream-ordered
   mutable StagingPool::Buffer pinned_;           // the ring's memory, lent by the pool
   mutable std::unique_ptr<StagingRing> staging_;
   mutable uint64_t nextFence_ = 1;               // the fence that covers pieces taken now
@@ -263,6 +321,14 @@ class CudaOps : public MemOps {
 };
 
 void* CudaOps::block(size_t bytes) const {
+  if (held_) {
+    void* p = nullptr;
+    if (cudaMallocAsync(&p, bytes, s_) == cudaSuccess) {
+      late_.push_back(p);
+      return p;
+    }
+    cudaGetLastError();  // no stream-ordered allocator on this device: the pool
+  }
   StagingPool::Buffer b = deviceScratchPool()->borrow(bytes);
   if (!b.p) {
     check(cudaErrorMemoryAllocation, "scratch allocation");
@@ -304,14 +370,18 @@ void CUDART_CB runHostCopy(void* record) {
   memcpy(c->dst, c->src, c->bytes);
 }
 
+bool CudaOps::ring() const {
+  if (pinned_.p) return true;
+  StagingPool* pool = pinnedStagingPool();
+  if (!pool) return false;
+  pinned_ = pool->borrow(kRingBytes);
+  if (!pinned_.p) return false;
+  staging_ = std::make_unique<StagingRing>(pinned_.bytes);
+  return true;
+}
+
 char* CudaOps::piece(size_t bytes) const {
-  if (!pinned_.p) {
-    StagingPool* pool = pinnedStagingPool();
-    if (!pool) return nullptr;
-    pinned_ = pool->borrow(kRingBytes);
-    if (!pinned_.p) return nullptr;
-    staging_ = std::make_unique<StagingRing>(pinned_.bytes);
-  }
+  if (!ring()) return nullptr;
   const size_t off = staging_->take(kRecord + bytes, nextFence_);
   return off == StagingRing::kNone ? nullptr : static_cast<char*>(pinned_.p) + off;
 }
@@ -431,14 +501,21 @@ void CudaOps::ternaryDecode(const uint32_t* planes, int w, size_t g0, size_t n, 
         "ternary decode");
 }
 
-// cudaMalloc'ed (not a pool's: it outlives the operation), zeroed on the
-// work stream; freed on its own device.  cudaFree waits for the device, so
-// no kernel still using it is cut short.
+// Its own allocation (not a pool's: it outlives the operation), zeroed on
+// the work stream; freed on its own device.  cudaFree waits for the device,
+// so no kernel still using it is cut short (it runs when a tensor's
+// residual is replaced or its communicator destroyed, not on a held stream's
+// path).
 std::shared_ptr<float> CudaOps::persistentZeros(size_t count) const {
   OnDevice on(dev_);
   int dev = 0;
   cudaGetDevice(&dev);
-  auto* p = static_cast<float*>(deviceAlloc(count * sizeof(float)));
+  // After the hold the progress thread allocates stream-ordered (prepare()).
+  float* p = nullptr;
+  if (!held_ || cudaMallocAsync(reinterpret_cast<void**>(&p), count * sizeof(float), s_) != cudaSuccess) {
+    cudaGetLastError();
+    p = static_cast<float*>(deviceAlloc(count * sizeof(float)));
+  }
   if (!p) return nullptr;
   check(cudaMemsetAsync(p, 0, count * sizeof(float), s_), "zeroing error feedback residuals");
   return std::shared_ptr<float>(p, [dev](float* q) {
@@ -472,9 +549,34 @@ bool CudaOps::ready() const {
   return true;
 }
 
+// The largest burst the executor hands over (engine/program.cc kBurst);
+// larger requests still work, with stream-ordered memory.
+constexpr size_t kPreparedBurst = size_t(256) << 10;
+
+// tern's kernels, loaded once per device on a caller's thread.
+void preloadKernels() {
+  static std::mutex m;
+  static std::vector<int> loaded;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  std::lock_guard<std::mutex> lk(m);
+  if (std::find(loaded.begin(), loaded.end(), dev) != loaded.end()) return;
+  loaded.push_back(dev);
+  cudaPreloadReduceKernels();
+  ternaryCudaPreload();
+}
+
+void CudaOps::prepare() const {
+  preloadKernels();
+  check(events_.create(), "event create");
+  ring();
+  reserve(kPreparedBurst);
+}
+
 void CudaOps::follow() const {
   OnDevice on(dev_);
-  if (!after_) check(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming), "event create");
+  prepare();
+  if (!after_) check(eventPool().take(&after_), "event create");
   if (!after_) return;
   check(cudaEventRecord(after_, user_), "event record");
   check(cudaStreamWaitEvent(s_, after_, 0), "stream wait");
@@ -489,6 +591,7 @@ void CudaOps::hold() const {
     return;
   }
   check(hold_->hold(user_), "stream hold");
+  held_ = true;
 }
 
 uint64_t CudaOps::fence() const {

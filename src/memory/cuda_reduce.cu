@@ -38,16 +38,29 @@ __global__ void reduceHalf(uint16_t* d, const uint16_t* a, const uint16_t* b, si
   }
 }
 
+// Launches kernel k over n elements; n == 0 (only cudaPreloadReduceKernels
+// asks for none) loads it instead (cudaFuncGetAttributes), so that the
+// dispatch below names every kernel once, for both.
+template <class... P, class... A>
+void launchOrLoad(void (*k)(P...), size_t n, cudaStream_t s, A... args) {
+  if (n == 0) {
+    cudaFuncAttributes fa;
+    cudaFuncGetAttributes(&fa, k);
+    return;
+  }
+  k<<<gridFor(n), kThreads, 0, s>>>(args...);
+}
+
 template <class T, class Op, bool Bcast>
 void native(void* d, const void* a, const void* b, size_t n, int div, cudaStream_t s) {
-  reduceNative<T, Op, Bcast><<<gridFor(n), kThreads, 0, s>>>(
-      static_cast<T*>(d), static_cast<const T*>(a), static_cast<const T*>(b), n, div);
+  launchOrLoad(reduceNative<T, Op, Bcast>, n, s, static_cast<T*>(d), static_cast<const T*>(a),
+               static_cast<const T*>(b), n, div);
 }
 
 template <class Op, bool Bf16, bool Bcast>
 void half16(void* d, const void* a, const void* b, size_t n, int div, cudaStream_t s) {
-  reduceHalf<Op, Bf16, Bcast><<<gridFor(n), kThreads, 0, s>>>(static_cast<uint16_t*>(d),
-      static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n, div);
+  launchOrLoad(reduceHalf<Op, Bf16, Bcast>, n, s, static_cast<uint16_t*>(d),
+               static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n, div);
 }
 
 template <class Op, bool Bcast = false>
@@ -155,6 +168,21 @@ int cudaBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t bloc
   if (blocks == 0) return 0;
   blockStatsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       g, dt, count, block, maxAbs, sumSq);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int cudaPreloadReduceKernels() {
+  for (int t = 0; t < ternNumTypes; ++t) {
+    const auto dt = static_cast<ternDataType_t>(t);
+    launchType<Sum>(nullptr, nullptr, nullptr, 0, dt, 0, nullptr);
+    launchType<Prod>(nullptr, nullptr, nullptr, 0, dt, 0, nullptr);
+    launchType<Max>(nullptr, nullptr, nullptr, 0, dt, 0, nullptr);
+    launchType<Min>(nullptr, nullptr, nullptr, 0, dt, 0, nullptr);
+    launchType<First>(nullptr, nullptr, nullptr, 0, dt, 0, nullptr);  // cudaDivide
+    launchType<Prod, true>(nullptr, nullptr, nullptr, 0, dt, 0, nullptr);  // cudaScale
+  }
+  cudaFuncAttributes fa;
+  cudaFuncGetAttributes(&fa, blockStatsKernel);
   return static_cast<int>(cudaGetLastError());
 }
 

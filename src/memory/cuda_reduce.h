@@ -25,4 +25,9 @@ int cudaScale(void* dst, const void* src, size_t count, ternDataType_t dt, const
 int cudaBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block, float* maxAbs,
                    float* sumSq, void* stream);
 
+// Loads every kernel above now (lazy loading would load each at its first
+// launch, and loading may wait for the whole context: memory/cuda_ops.cu,
+// prepare()).  The launch's cudaError_t as an int.
+int cudaPreloadReduceKernels();
+
 }  // namespace tern

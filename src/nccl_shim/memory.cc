@@ -2,7 +2,10 @@
 // copies through its own staging buffers, so registering a buffer changes
 // nothing about how it moves: a handle records the range so that
 // deregistration can be checked, as NCCL checks it.
+#include <cuda.h>  // types only: the driver's functions come from driverFunction
+
 #include <map>
+#include <set>
 
 #include "nccl_shim/shim.h"
 
@@ -116,23 +119,70 @@ NCCL_SHIM_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindo
   return traced(comm, r, "ncclCommWindowDeregister(%p)", (void*)win);
 }
 
-// ncclMemAlloc hands out CUDA device memory (cuMem) that callers then fill
-// with kernels.  The shim links nothing of CUDA and never loads it, and host
-// memory in its place would fault in the caller's kernels, so it refuses:
-// cudaMalloc'ed buffers (tern's device path takes them) or host buffers
-// instead.
+// ncclMemAlloc: device memory of the calling thread's current device, from
+// the CUDA driver the program has loaded (the shim never loads CUDA and
+// links nothing of it).  Plain cuMemAlloc memory, which tern's device path
+// takes like cudaMalloc's (CUDA IPC between the ranks of a host included);
+// NCCL's own allocator maps multicast-capable memory that only its symmetric
+// kernels need.  ncclMemFree frees only what ncclMemAlloc handed out.
+namespace {
+
+std::mutex allocsMu;
+std::set<void*> allocs;
+
+template <typename F>
+F cuda(const char* name) {
+  return reinterpret_cast<F>(driverFunction(name));
+}
+
+ncclResult_t deviceAlloc(void** ptr, size_t size) {
+  if (!ptr || size == 0)
+    return fail(nullptr, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL or size is 0");
+  *ptr = nullptr;
+  auto getCurrent = cuda<CUresult (*)(CUcontext*)>("cuCtxGetCurrent");
+  auto alloc = cuda<CUresult (*)(CUdeviceptr*, size_t)>("cuMemAlloc_v2");
+  if (!getCurrent || !alloc)
+    return fail(nullptr, ncclInvalidUsage,
+                "ncclMemAlloc: this process has not loaded the CUDA driver (libcuda.so.1), so it "
+                "has no device to allocate on: call cudaSetDevice first");
+  CUcontext ctx = nullptr;
+  if (getCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+    return fail(nullptr, ncclInvalidUsage,
+                "ncclMemAlloc: the calling thread has no current CUDA context: call cudaSetDevice "
+                "first");
+  CUdeviceptr d = 0;
+  if (CUresult e = alloc(&d, size)) {
+    const char* name = "?";
+    if (auto errName = cuda<CUresult (*)(CUresult, const char**)>("cuGetErrorName")) errName(e, &name);
+    return fail(nullptr, ncclUnhandledCudaError, "ncclMemAlloc: cuMemAlloc of %zu bytes failed: %s",
+                size, name);
+  }
+  *ptr = reinterpret_cast<void*>(d);
+  std::lock_guard<std::mutex> g(allocsMu);
+  allocs.insert(*ptr);
+  return ncclSuccess;
+}
+
+ncclResult_t deviceFree(void* ptr) {
+  if (!ptr) return ncclSuccess;  // like free(NULL)
+  {
+    std::lock_guard<std::mutex> g(allocsMu);
+    if (!allocs.erase(ptr))
+      return fail(nullptr, ncclInvalidArgument, "ncclMemFree: %p was not allocated by ncclMemAlloc",
+                  ptr);
+  }
+  auto release = cuda<CUresult (*)(CUdeviceptr)>("cuMemFree_v2");
+  if (!release || release(reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS)
+    return fail(nullptr, ncclUnhandledCudaError, "ncclMemFree: cuMemFree of %p failed", ptr);
+  return ncclSuccess;
+}
+
+}  // namespace
+
 NCCL_SHIM_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
-  if (ptr) *ptr = nullptr;
-  return traced(nullptr,
-                fail(nullptr, ncclInvalidUsage,
-                     "ncclMemAlloc: tern's NCCL shim allocates no device memory; allocate with "
-                     "cudaMalloc (tern runs collectives on device buffers) or use host memory"),
-                "ncclMemAlloc(%zu bytes)", size);
+  return traced(nullptr, deviceAlloc(ptr, size), "ncclMemAlloc(%zu bytes)", size);
 }
 
 NCCL_SHIM_API(ncclResult_t, ncclMemFree, void* ptr) {
-  ncclResult_t r = ptr ? fail(nullptr, ncclInvalidArgument,
-                              "ncclMemFree: %p was not allocated by ncclMemAlloc", ptr)
-                       : ncclSuccess;  // like free(NULL)
-  return traced(nullptr, r, "ncclMemFree(%p)", ptr);
+  return traced(nullptr, deviceFree(ptr), "ncclMemFree(%p)", ptr);
 }

@@ -11,6 +11,15 @@
 #include "nccl_shim/shim.h"
 
 namespace shim {
+
+void* driverFunction(const char* name) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);  // only if already loaded
+  if (!lib) return nullptr;
+  void* f = dlsym(lib, name);
+  dlclose(lib);  // the program's own reference keeps it mapped
+  return f;
+}
+
 namespace {
 
 using GetAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
@@ -28,10 +37,7 @@ GetAttribute driver() {
                       std::chrono::steady_clock::now().time_since_epoch()).count();
   if (now < nextLook.load()) return nullptr;
   nextLook.store(now + 1000);
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);  // only if already loaded
-  if (!lib) return nullptr;
-  f = reinterpret_cast<GetAttribute>(dlsym(lib, "cuPointerGetAttribute"));
-  dlclose(lib);  // the program's own reference keeps it mapped
+  f = reinterpret_cast<GetAttribute>(driverFunction("cuPointerGetAttribute"));
   fn.store(f);
   return f;
 }
@@ -53,11 +59,8 @@ bool onDevice(const void* p) {
 bool deviceBuffers(const void* a, const void* b) { return onDevice(a) || onDevice(b); }
 
 int currentDevice() {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);  // only if already loaded
-  if (!lib) return -1;
   using CtxGetDevice = CUresult (*)(CUdevice*);
-  auto f = reinterpret_cast<CtxGetDevice>(dlsym(lib, "cuCtxGetDevice"));
-  dlclose(lib);
+  auto f = reinterpret_cast<CtxGetDevice>(driverFunction("cuCtxGetDevice"));
   CUdevice d = -1;
   return f && f(&d) == CUDA_SUCCESS ? static_cast<int>(d) : -1;
 }

@@ -470,24 +470,36 @@ static void testErrors(ncclComm_t comm) {
               "root 5", "bad root");
   expectError(ncclSend(x, 4, ncclFloat32, -1, comm, NULL), ncclInvalidArgument, comm, "peer -1",
               "bad peer");
+  /* A stream with host buffers: without a device "... no usable CUDA
+   * device", with one "... sendbuff is host memory"; both begin so. */
   expectError(ncclAllReduce(x, x, 4, ncclFloat32, ncclSum, comm, (cudaStream_t)0x1), ncclInvalidArgument,
-              comm, "no usable CUDA device", "stream");
+              comm, "stream is not NULL but", "stream");
   {
     ncclRedOp_t pm;
     float two = 2.0f;
     OK(ncclRedOpCreatePreMulSum(&pm, &two, ncclFloat32, ncclScalarHostImmediate, comm));
-    /* PreMulSum runs on streams too: here, without a device, it is refused
-     * like every call with a stream, not as an op tern cannot run there. */
+    /* PreMulSum runs on streams too: with host buffers it is refused like
+     * every call with a stream, not as an op tern cannot run there. */
     expectError(ncclAllReduce(x, x, 4, ncclFloat32, pm, comm, (cudaStream_t)0x1), ncclInvalidArgument,
-                comm, "no usable CUDA device", "premulsum on a stream");
+                comm, "stream is not NULL but", "premulsum on a stream");
     expectError(ncclAllReduce(x, x, 4, ncclFloat64, pm, comm, NULL), ncclInvalidArgument, comm,
                 "was made for float32", "premulsum of another datatype");
     OK(ncclRedOpDestroy(pm, comm));
   }
   expectError(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument, comm, "not a live", "destroy sum");
+  /* Device memory where this thread has a CUDA context (it has none unless
+   * the driver was loaded and a device set), else a sentence saying why. */
   void* p = (void*)0x1;
-  expectError(ncclMemAlloc(&p, 1024), ncclInvalidUsage, NULL, "no device memory", "memalloc");
-  check(p == NULL, "ncclMemAlloc left a pointer");
+  ncclResult_t r = ncclMemAlloc(&p, 1024);
+  if (r == ncclSuccess) {
+    check(p != NULL, "ncclMemAlloc succeeded without a pointer");
+    OK(ncclMemFree(p));
+  } else {
+    expectError(r, ncclInvalidUsage, NULL, "call cudaSetDevice first", "memalloc");
+    check(p == NULL, "ncclMemAlloc left a pointer");
+  }
+  expectError(ncclMemAlloc(NULL, 1024), ncclInvalidArgument, NULL, "ptr is NULL", "memalloc null");
+  expectError(ncclMemFree(x), ncclInvalidArgument, NULL, "not allocated by ncclMemAlloc", "memfree");
   OK(ncclMemFree(NULL));
   expectError(ncclGroupEnd(), ncclInvalidUsage, NULL, "no ncclGroupStart", "unmatched groupend");
   int version = 0;

@@ -4,6 +4,12 @@
 // and errors with a sentence on one-rank communicators.
 #include <gtest/gtest.h>
 #include <nccl.h>
+#if __has_include(<nccl_device.h>)
+#include <cstddef>
+#include <cuda_runtime.h>  // types only
+#include <nccl_device.h>
+#define TERN_HAVE_NCCL_DEVICE_API 1
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -38,6 +44,25 @@ std::set<std::string> headerFunctions() {
   std::set<std::string> names;
   for (std::sregex_iterator it(text.begin(), text.end(), decl), end; it != end; ++it)
     names.insert((*it)[1]);
+  return names;
+}
+
+// The host functions of NCCL's device API (nccl_device/*.h beside nccl.h,
+// NCCL >= 2.28): "NCCL_EXTERN_C __host__ <type> nccl<Name>(".  Programs built
+// against it (PyTorch 2.11) bind them at load.
+std::set<std::string> deviceApiHostFunctions() {
+  std::string dir = TERN_NCCL_HEADER;
+  dir = dir.substr(0, dir.rfind('/')) + "/nccl_device/";
+  std::regex decl(R"(NCCL_EXTERN_C\s+__host__\s+[\w\s\*]*?\b(nccl\w+)\s*\()");
+  std::set<std::string> names;
+  for (const char* h : {"core.h", "ll_a2a.h", "lsa_barrier.h", "gin_barrier.h"}) {
+    std::ifstream in(dir + h);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    for (std::sregex_iterator it(text.begin(), text.end(), decl), end; it != end; ++it)
+      names.insert((*it)[1]);
+  }
   return names;
 }
 
@@ -87,6 +112,14 @@ TEST(NcclShimAbi, EveryHeaderFunctionAndItsPncclAliasIsExported) {
     EXPECT_TRUE(syms.count(base)) << base << " is declared in nccl.h but not exported";
     EXPECT_TRUE(syms.count("p" + base)) << "p" << base << " is not exported";
   }
+}
+
+TEST(NcclShimAbi, EveryHostFunctionOfTheDeviceApiIsExported) {
+  std::set<std::string> want = deviceApiHostFunctions();
+  if (want.empty()) GTEST_SKIP() << "this toolkit's NCCL has no device API headers (before 2.28)";
+  EXPECT_TRUE(want.count("ncclDevCommDestroy") && want.count("ncclTeamWorld"));
+  auto syms = exported();
+  for (const std::string& f : want) EXPECT_TRUE(syms.count(f)) << f << " is declared in nccl_device/ but not exported";
 }
 
 TEST(NcclShimAbi, UnversionedNcclSymbolsOnlyAndSoname) {
@@ -268,3 +301,30 @@ TEST(NcclShimErrors, DataCallsOnOneRank) {
   EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 }
+
+#ifdef TERN_HAVE_NCCL_DEVICE_API
+// The device API exists for the programs that bind it; using it gets a
+// sentence, and the teams describe tern's world (LSA teams of one rank).
+TEST(NcclShimErrors, DeviceApiRefusedWithASentenceTeamsTruthful) {
+  ncclResult_t r;
+  ncclComm_t comm = oneRankComm(nullptr, &r);
+  ASSERT_EQ(r, ncclSuccess);
+  ncclDevCommRequirements_t reqs = {};
+  ncclDevComm_t dev;
+  EXPECT_EQ(ncclDevCommCreate(comm, &reqs, &dev), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(comm)).find("no device API"), std::string::npos);
+  EXPECT_EQ(ncclDevCommDestroy(comm, &dev), ncclInvalidArgument);
+  EXPECT_EQ(ncclDevCommCreate(nullptr, &reqs, &dev), ncclInvalidArgument);
+  ncclTeam_t world = ncclTeamWorld(comm), lsa = ncclTeamLsa(comm);
+  EXPECT_EQ(world.nRanks, 1);
+  EXPECT_EQ(world.rank, 0);
+  EXPECT_EQ(lsa.nRanks, 1);
+  EXPECT_EQ(ncclTeamRankToWorld(comm, world, 0), 0);
+  EXPECT_EQ(ncclTeamRankToLsa(comm, world, 0), 0);
+  EXPECT_EQ(ncclLLA2ACalcSlots(32, 16), 64);  // NCCL's: 8 bytes of an element per slot
+  EXPECT_EQ(ncclLLA2ACalcSlots(10, 4), 10);
+  EXPECT_EQ(ncclDevCommCreate(comm, nullptr, &dev), ncclInvalidUsage);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  EXPECT_EQ(ncclTeamWorld(comm).rank, -1);  // a dead handle is refused, not followed
+}
+#endif
