@@ -5,8 +5,10 @@
 // stats and error feedback; fences that poll completion; pointerKind of
 // device, managed, pinned and registered memory; the pinned staging pool.
 #include <cuda_runtime.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -105,6 +107,50 @@ void expectSameElements(ternDataType_t dt, const std::vector<char>& want, const 
 const ternDataType_t kAllTypes[] = {ternInt8, ternUint8, ternInt32, ternUint32, ternInt64,
                                     ternUint64, ternFloat16, ternFloat32, ternFloat64, ternBfloat16};
 const ternRedOp_t kAllOps[] = {ternSum, ternProd, ternMax, ternMin, ternAvg};
+
+// What a caller does after ncclAllReduce: it waits in cudaStreamSynchronize
+// on the stream the operation holds, while the progress thread does the
+// operation's work (a staged copy out, a reduce with a host operand: its
+// first kernel launch in this process).  First in this file on purpose:
+// nothing is loaded or pooled yet.  On an H200 (driver 580) the progress
+// thread's first pinned allocation waited on the driver for as long as the
+// caller's synchronize did, and the two waited for each other
+// (perf/RESULTS.md, session 29); a watchdog ends the process instead of
+// hanging the suite.
+TEST(CudaMemOps, ProgressThreadWorksWhileTheCallerSynchronizesItsHeldStream) {
+  Stream st;
+  std::unique_ptr<MemOps> ops = makeCudaOps(st.s);
+  ASSERT_NE(ops, nullptr);
+  const size_t n = 1 << 16;
+  std::vector<char> a = inputs(ternFloat32, n, 1), b = inputs(ternFloat32, n, 2);
+  std::vector<char> slot(a.size());  // a fifo slot's stand-in: host memory
+  DevBuf da(a.data(), a.size()), db(b.data(), b.size());
+  ops->begin();
+  std::atomic<bool> finished{false};
+  std::thread progress([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the caller is waiting by now
+    ops->copy(slot.data(), da.p, a.size());                         // device -> host, staged
+    ops->reduce(db.p, slot.data(), db.p, n, ternFloat32, ternSum, 0);  // host operand, staged
+    finish(*ops);
+    ops->end();
+    finished = true;
+  });
+  std::thread watchdog([&] {
+    for (int i = 0; i < 300 && !finished; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (finished) return;
+    fprintf(stderr, "FAILED: the progress thread and the caller's cudaStreamSynchronize wait for "
+                    "each other (30 s)\n");
+    fflush(stderr);
+    _exit(1);
+  });
+  CUDA_OK(cudaStreamSynchronize(st.s));
+  progress.join();
+  watchdog.join();
+  EXPECT_EQ(ops->error(), ternSuccess) << ops->lastError();
+  std::vector<char> want(a.size());
+  reduceKernel(want.data(), a.data(), b.data(), n, ternFloat32, ternSum, 0);
+  expectSameElements(ternFloat32, want, db.toHost(), "reduce while the caller synchronizes");
+}
 
 TEST(CudaMemOps, ReduceEveryTypeAndOpMatchesTheHostBitForBit) {
   Stream st;
