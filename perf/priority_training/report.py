@@ -37,13 +37,14 @@ def table(docs):
             "| median single iteration | speed-up vs DDP (median of rounds) |", "|---|---|---|---|---|---|---|"]
     for doc in docs:
         n, times = doc["cfg"]["nranks"], per_round(doc)
+        hosts = "%d (%s)" % (n, doc["cfg"]["condition"]) if doc["cfg"].get("condition") else str(n)
         base = times.get("ddp", {})
         for v, by_round in times.items():
             ms = list(by_round.values())
             ratios = [base[r] / t for r, t in by_round.items() if r in base]
             gain = "%.2fx" % statistics.median(ratios) if ratios and v != "ddp" else "-"
-            rows.append("| %d | %d | %s | %.1f | %.1f-%.1f | %.1f | %s |" % (
-                n, doc["cfg"]["batch"], v, statistics.median(ms), min(ms), max(ms), pooled_median(doc, v), gain))
+            rows.append("| %s | %d | %s | %.1f | %.1f-%.1f | %.1f | %s |" % (
+                hosts, doc["cfg"]["batch"], v, statistics.median(ms), min(ms), max(ms), pooled_median(doc, v), gain))
     return "\n".join(rows)
 
 
@@ -60,8 +61,8 @@ def plot_iterations(doc, path):
     c = doc["cfg"]
     ax.set_ylabel("ms per iteration (mean of a round)")
     ax.set_ylim(bottom=0)
-    ax.set_title("%d hosts, %s links: plain DDP vs PriorityScheduler (%d rounds)" % (
-        c["nranks"], c["link"], c["rounds"]), fontsize=9)
+    ax.set_title("%d hosts, %s links%s: plain DDP vs PriorityScheduler (%d rounds)" % (
+        c["nranks"], c["link"], " (%s)" % c["condition"] if c.get("condition") else "", c["rounds"]), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -106,9 +107,10 @@ def main():
     docs = [json.load(open(p)) for p in a.results]
     print(table(docs))
     for doc in docs:
-        n = doc["cfg"]["nranks"]
-        plot_iterations(doc, os.path.join(a.plots, "priority_iter_%dh.png" % n))
-        plot_timeline(doc, os.path.join(a.plots, "priority_timeline_%dh.png" % n))
+        name = "%dh%s" % (doc["cfg"]["nranks"], "_" + doc["cfg"]["condition"].replace(", ", "_")
+                          if doc["cfg"].get("condition") else "")
+        plot_iterations(doc, os.path.join(a.plots, "priority_iter_%s.png" % name))
+        plot_timeline(doc, os.path.join(a.plots, "priority_timeline_%s.png" % name))
 
 
 if __name__ == "__main__":
