@@ -7,7 +7,8 @@
 #     another host at this same path, e.g. one with the toolchain but no GPU: nothing
 #     is configured or built here, which saves a lent GPU's minutes)
 #   STEP_TIMEOUT=S: each step is killed after S seconds (default 600), so that
-#     one hang cannot eat the whole lease; a killed step is a FAIL.
+#     one hang cannot eat the whole lease; a killed step is a FAIL, printed
+#     with the backtraces of its processes (cuda-gdb or gdb) first.
 #
 #  1. ternary_gpu_check: the CUDA ternary kernels (error feedback's fused
 #     encode too) bit for bit against the CPU codec, and timed against the
@@ -17,7 +18,7 @@
 #  4. `import torch` with the shim first on the library path, and under LD_AUDIT:
 #     torch binds every nccl symbol it was built with at import, and
 #     torch.cuda.nccl.version() must be the shim's 2.23.0.
-#  5. with NCCL_TESTS_DIR: perf/gpu/nccl_tests.sh: nccl-tests' all_reduce_perf
+#  5. (run last) with NCCL_TESTS_DIR: perf/gpu/nccl_tests.sh: nccl-tests' all_reduce_perf
 #     1 MiB .. 1 GiB on the shim and on the machine's real NCCL
 #     (NCCL_TESTS_REAL=auto), interleaved, twice each; one rank per GPU (on a
 #     one-GPU machine both are 1-rank runs: it says so).
@@ -51,13 +52,36 @@ cd "$(dirname "$0")/../.." || exit 1
 build=${BUILD_DIR:-build-gpu}
 py=${PYTHON:-python3}
 failed=0
-step() {  # step NAME COMMAND...: runs it, prints the verdict
-  local name=$1
+# Backtraces of every thread of process group $1 (cuda-gdb, else gdb): what a
+# hung step was waiting on (session 29's deadlock was found this way).
+backtraces() {
+  local dbg
+  dbg=$(command -v cuda-gdb || command -v gdb) || { echo "(no cuda-gdb or gdb for backtraces)"; return; }
+  for p in $(pgrep -g "$1"); do
+    echo "--- pid $p: $(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-120)"
+    timeout 30 "$dbg" -q -batch -p "$p" -ex 'thread apply all bt 20' 2>&1 | grep -E '^#|^Thread' | head -200
+  done
+}
+step() {  # step NAME COMMAND...: runs it (at most STEP_TIMEOUT s), prints the verdict
+  local name=$1 rc
   shift
   echo "=== $name"
-  local t0=$SECONDS
-  if timeout -k 10 "${STEP_TIMEOUT:-600}" "$@"; then echo "PASS $name ($((SECONDS - t0)) s)"
-  else echo "FAIL $name (rc $?, $((SECONDS - t0)) s)"; failed=$((failed + 1)); fi
+  local t0=$SECONDS limit=${STEP_TIMEOUT:-600}
+  setsid "$@" &  # its own process group: backtraces and the kill reach all of it
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "TIMEOUT after $limit s; backtraces:"
+    backtraces "$pid"
+    kill -TERM -- -"$pid" 2>/dev/null; sleep 3; kill -KILL -- -"$pid" 2>/dev/null
+    wait "$pid"
+    rc=124
+  else
+    wait "$pid"
+    rc=$?
+  fi
+  if [ "$rc" -eq 0 ]; then echo "PASS $name ($((SECONDS - t0)) s)"
+  else echo "FAIL $name (rc $rc, $((SECONDS - t0)) s)"; failed=$((failed + 1)); fi
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
@@ -111,12 +135,6 @@ else
   echo "SKIP import torch: no torch for $py"
 fi
 
-if [ -n "${NCCL_TESTS_DIR:-}" ]; then
-  step "nccl-tests all_reduce_perf, tern (shim) vs the real NCCL" \
-    env BUILD_DIR="$build" NCCL_TESTS_REAL="${NCCL_TESTS_REAL:-auto}" perf/gpu/nccl_tests.sh "$NCCL_TESTS_DIR"
-else
-  echo "SKIP nccl-tests: set NCCL_TESTS_DIR to a checkout of NVIDIA/nccl-tests"
-fi
 # ---- CUDA memory type (helper `cudamem`): MemOps on a stream, pointer kinds, pinned staging ----
 if [ -x "$build/tests/test_memory_cuda" ]; then
   step "CUDA memory type (reduce, codec, fences, holds, pointer kinds, staging)" \
@@ -173,5 +191,12 @@ else
   echo "SKIP DDP: no torch with CUDA for $py"
 fi
 
+# ---- nccl-tests last: the slowest step, and only 1 rank on a one-GPU machine ----
+if [ -n "${NCCL_TESTS_DIR:-}" ]; then
+  step "nccl-tests all_reduce_perf, tern (shim) vs the real NCCL" \
+    env BUILD_DIR="$build" NCCL_TESTS_REAL="${NCCL_TESTS_REAL:-auto}" perf/gpu/nccl_tests.sh "$NCCL_TESTS_DIR"
+else
+  echo "SKIP nccl-tests: set NCCL_TESTS_DIR to a checkout of NVIDIA/nccl-tests"
+fi
 echo "$failed step(s) failed"
 exit $((failed > 0))
