@@ -291,11 +291,13 @@ def test_rebalance_moves_the_layer_back_when_the_stage_recovers(tmp_path):
 
 def test_rebalance_policy_damps_flapping():
     """The policy alone, on synthetic measurements: a stage slowed 6x gets a
-    layer moved off after two boundaries; once it recovers the move is
-    undone; then a noise spike (one stage 2x for two boundaries, enough
-    before the first move back) no longer moves a layer, because each move
-    back doubles the boundaries in a row a move must be worth making at;
-    a slowdown that lasts (four boundaries) is still relieved."""
+    layer moved off after two boundaries; nothing is decided for the three
+    boundaries after each partition change (settling); once the stage has
+    recovered the move is undone; then a noise spike (one stage 2x for two
+    boundaries, enough before the first move back) no longer moves a layer,
+    because each move back doubles the boundaries in a row a move must be
+    worth making at; a slowdown that lasts (four boundaries) is still
+    relieved."""
     class Model:  # the iteration is its slowest stage's op (enough for the policy)
         cfg = type("Cfg", (), {"batch": 32})
 
@@ -307,7 +309,7 @@ def test_rebalance_policy_damps_flapping():
                      bwd_ms_per_sample=0.0) for i, n in enumerate(partition)]
 
     policy, part = Rebalancer(Model(), 0.3), [2, 2, 2]
-    slow_by_boundary = [{1: 6.0}] * 4 + [{}] * 4 + [{2: 2.0}] * 2 + [{}] * 2 + [{0: 3.0}] * 4
+    slow_by_boundary = [{1: 6.0}] * 4 + [{}] * 6 + [{2: 2.0}] * 2 + [{}] * 2 + [{0: 3.0}] * 4
     acted = []
     for it, slow in enumerate(slow_by_boundary):
         move = policy.decide(it, part, rows(part, slow), 4, 1, True)
@@ -316,9 +318,10 @@ def test_rebalance_policy_damps_flapping():
             part = policy.log[-1]["new_partition"]
     assert [a[1] for a in acted] == ["move", "move back", "move"], policy.log
     (it0, _, off), (it1, _, back), (it2, _, late) = acted
-    assert it0 == 1 and off[0] == 1 and back == off[::-1] and 4 <= it1 <= 5
-    assert it2 == 15 and late[0] == 0  # the lasting slowdown, after 4 boundaries
-    assert policy.persist == 4 and all(e["action"] == "hold" for e in policy.log[8:12])
+    assert it0 == 1 and off[0] == 1 and back == off[::-1] and it1 == 6  # settled at 2-4, then 2 in a row
+    assert all(e["settling"] for e in policy.log[2:5] + policy.log[7:10])
+    assert it2 == 17 and late[0] == 0  # the lasting slowdown, after 4 boundaries
+    assert policy.persist == 4 and all(e["action"] == "hold" for e in policy.log[10:14])
 
 
 # ---- the migration's own flow ----

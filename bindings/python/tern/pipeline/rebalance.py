@@ -35,8 +35,17 @@ batches' noise can exceed the threshold for two boundaries running, and
 without damping the policy would move a layer away again (seen in CI: move,
 move back, move).  A stage that really turns slow again keeps the gain for
 as many boundaries as it stays slow, so it is still relieved, later.
+
+Settling: for SETTLE boundaries after the partition changes, nothing is
+decided and no streak counts.  A stage whose layer count changed starts its
+compute history afresh, so its first boundaries rest on one or two
+batches, and those batches carry the migration's own completion.  In CI,
+a slowed stage that read 29 and 19 ms in the two batches after its move
+(against 67-262 ms before and after) got its layer moved back while it was
+still slow.
 """
 COMPUTE = ("fwd_fixed_ms", "fwd_ms_per_sample", "bwd_fixed_ms", "bwd_ms_per_sample")
+SETTLE = 3  # boundaries after a partition change at which nothing is decided (docstring)
 
 
 def op_ms(row, size):
@@ -73,10 +82,14 @@ class Rebalancer:
         self.made = []       # the moves made, in order (the last one is undone first)
         self.persist = 2     # boundaries in a row a move must be worth making at (doubles per move back)
         self._streak = {}    # move -> boundaries in a row, up to the previous one, it was worth making at
+        self._partition, self._since = None, SETTLE  # the last partition seen, boundaries since it changed
 
     def decide(self, iteration, partition, rows, m, k, idle):
         """(from, to) to move one layer after `iteration`, or None; `idle`:
         no migration is in progress (a stage takes part in one at a time)."""
+        changed = self._partition is not None and list(partition) != self._partition
+        self._partition, self._since = list(partition), 0 if changed else self._since + 1
+        settling = self._since < SETTLE
         old_ms = self.replanner.predict(partition, rows, m, k)
         options = [(self.replanner.predict(new, scaled(rows, partition, new), m, k), src, dst, new)
                    for src, dst, new in moves(partition)]
@@ -98,10 +111,10 @@ class Rebalancer:
                           "predicted_gain": gain, "back": best is back})
             # Made when the boundaries before found it worth making too (the best
             # move itself may flip between a slowed stage's two neighbours).
-            if (src, dst) in worth and idle and self._streak.get((src, dst), 0) + 1 >= self.persist:
+            if (src, dst) in worth and idle and not settling and self._streak.get((src, dst), 0) + 1 >= self.persist:
                 move = (src, dst)
-        self._streak = {} if move else {mv: self._streak.get(mv, 0) + 1 for mv in worth}
-        entry["persist"] = self.persist
+        self._streak = {} if move or settling else {mv: self._streak.get(mv, 0) + 1 for mv in worth}
+        entry["persist"], entry["settling"] = self.persist, settling
         entry["action"] = ("move back" if best is back else "move") if move else "hold"
         self.log.append(entry)
         if move:
