@@ -14,12 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build-gpu
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTERN_BUILD_BINDINGS=OFF -DTERN_WITH_CUDA=ON \
-      -DCMAKE_CUDA_COMPILER="${CUDACXX:-/usr/local/cuda/bin/nvcc}" -DTERN_BUILD_TESTS=ON \
-      -DTERN_WITH_UCX=OFF -DTERN_WITH_HWLOC=OFF -DTERN_WITH_VERBS=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)" --target ternary_gpu_check device_allreduce_perf tern_nccl \
-      tern_nccl_audit test_ternary_nvcc test_nccl_shim nccl_client nccl_audit_probe test_memory_cuda \
-      test_device_colls >/dev/null
+source perf/gpu/build_checks.sh
+build_gpu_checks "$build" -DTERN_WITH_UCX=OFF -DTERN_WITH_HWLOC=OFF -DTERN_WITH_VERBS=OFF
 if [ -n "${1:-}" ]; then
   NCCL_TESTS_BUILD_ONLY=1 BUILD_DIR="$build" perf/gpu/nccl_tests.sh "$1" >/dev/null
 fi

@@ -85,26 +85,12 @@ step() {  # step NAME COMMAND...: runs it (at most STEP_TIMEOUT s), prints the v
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-configure() {
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTERN_BUILD_BINDINGS=OFF -DTERN_WITH_CUDA=ON \
-        -DCMAKE_CUDA_COMPILER="${CUDACXX:-/usr/local/cuda/bin/nvcc}" "$@" >/dev/null
-}
-# A bare machine may lack GoogleTest (and no package registry is reachable
-# from it): then the tests that need it are skipped, said so below.
 if [ "${TERN_GPU_PREBUILT:-0}" = 1 ]; then
   echo "prebuilt: $build (nothing is built here; checks whose binary is missing are skipped, said so)"
   [ -x "$build/perf/ternary_gpu_check" ] || { echo "no $build/perf/ternary_gpu_check"; exit 1; }
 else
-  targets=(ternary_gpu_check device_allreduce_perf tern_nccl tern_nccl_audit)
-  if configure -DTERN_BUILD_TESTS=ON; then
-    targets+=(test_ternary_nvcc test_nccl_shim nccl_client nccl_audit_probe)
-    targets+=(test_memory_cuda)  # cudamem
-    targets+=(test_device_colls)  # gpupath
-  else
-    echo "SKIP the GoogleTest-based checks: configuring with tests failed (libgtest-dev missing?)"
-    configure -DTERN_BUILD_TESTS=OFF || exit 1
-  fi
-  cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null || exit 1
+  source perf/gpu/build_checks.sh
+  build_gpu_checks "$build" || exit 1
 fi
 
 step "ternary kernels vs CPU and copy bandwidth" "$build/perf/ternary_gpu_check" "${1:-67108864}"

@@ -30,41 +30,12 @@ namespace tern {
 
 namespace {
 
-// Events kept between operations, per device: an operation takes its
-// ring's 16 on the caller's thread (CudaOps::prepare) and gives them back.
-class EventPool {
- public:
-  cudaError_t take(cudaEvent_t* e) {
-    const int dev = device();
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      for (size_t i = 0; i < spare_.size(); ++i)
-        if (spare_[i].first == dev) {
-          *e = spare_[i].second;
-          spare_.erase(spare_.begin() + static_cast<long>(i));
-          return cudaSuccess;
-        }
-    }
-    return cudaEventCreateWithFlags(e, cudaEventDisableTiming);
-  }
-  void giveBack(cudaEvent_t e) {
-    std::lock_guard<std::mutex> lk(m_);
-    spare_.emplace_back(device(), e);
-  }
-
- private:
-  static int device() {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    return dev;
-  }
-  std::mutex m_;
-  std::vector<std::pair<int, cudaEvent_t>> spare_;
-};
-
-EventPool& eventPool() {
-  static EventPool* p = new EventPool;  // never freed: see pinnedStagingPool
-  return *p;
+// One of the pooled events (work_streams.h): made there only when none is spare.
+cudaError_t takeEvent(cudaEvent_t* e) {
+  void* v = nullptr;
+  const int r = borrowEvent(&v);
+  *e = static_cast<cudaEvent_t>(v);
+  return static_cast<cudaError_t>(r);
 }
 
 // The ring's events: CUDA events on the work stream, taken from the pool
@@ -76,17 +47,17 @@ struct CudaEvents {
   explicit CudaEvents(cudaStream_t stream) : s(stream) {}
   ~CudaEvents() {
     for (cudaEvent_t e : ev)
-      if (e) eventPool().giveBack(e);
+      giveBackEvent(e);
   }
   int create() {
     for (cudaEvent_t& e : ev)
       if (!e)
-        if (cudaError_t r = eventPool().take(&e)) return r;
+        if (cudaError_t r = takeEvent(&e)) return r;
     return 0;
   }
   int record(unsigned k) {
     if (!ev[k])
-      if (cudaError_t e = eventPool().take(&ev[k])) return e;
+      if (cudaError_t e = takeEvent(&ev[k])) return e;
     return cudaEventRecord(ev[k], s);
   }
   int query(unsigned k) {
@@ -154,7 +125,7 @@ class CudaOps : public MemOps {
   ~CudaOps() override {
     OnDevice on(dev_);
     end();  // never leave the caller's stream waiting
-    if (after_) eventPool().giveBack(after_);
+    giveBackEvent(after_);
     for (void* p : late_) cudaFreeAsync(p, s_);
     if (pinned_.p || !blocks_.empty() || !late_.empty()) {
       // Idle after a completed operation; a failure can leave work queued,
@@ -266,6 +237,10 @@ class CudaOps : public MemOps {
   // before the hold, stream-ordered (cudaMallocAsync on the work stream,
   // freed by cudaFreeAsync) after it.  nullptr when out of memory.
   void* block(size_t bytes) const;
+  // After the hold: bytes of stream-ordered memory (cudaMallocAsync on the
+  // work stream) into *p.  false before the hold, or where the device has
+  // no stream-ordered allocator: the caller allocates as before the hold.
+  bool streamOrdered(void** p, size_t bytes) const;
   // p's bytes on the device: p itself if it is device memory, else a copy
   // in slot k (enqueued now).
   const void* in(const void* p, size_t bytes, int k) const;
@@ -320,14 +295,18 @@ class CudaOps : public MemOps {
   mutable FenceRing<CudaEvents> ring_;
 };
 
+bool CudaOps::streamOrdered(void** p, size_t bytes) const {
+  if (!held_) return false;
+  if (cudaMallocAsync(p, bytes, s_) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
 void* CudaOps::block(size_t bytes) const {
-  if (held_) {
-    void* p = nullptr;
-    if (cudaMallocAsync(&p, bytes, s_) == cudaSuccess) {
-      late_.push_back(p);
-      return p;
-    }
-    cudaGetLastError();  // no stream-ordered allocator on this device: the pool
+  void* p = nullptr;
+  if (streamOrdered(&p, bytes)) {
+    late_.push_back(p);
+    return p;
   }
   StagingPool::Buffer b = deviceScratchPool()->borrow(bytes);
   if (!b.p) {
@@ -510,12 +489,9 @@ std::shared_ptr<float> CudaOps::persistentZeros(size_t count) const {
   OnDevice on(dev_);
   int dev = 0;
   cudaGetDevice(&dev);
-  // After the hold the progress thread allocates stream-ordered (prepare()).
-  float* p = nullptr;
-  if (!held_ || cudaMallocAsync(reinterpret_cast<void**>(&p), count * sizeof(float), s_) != cudaSuccess) {
-    cudaGetLastError();
-    p = static_cast<float*>(deviceAlloc(count * sizeof(float)));
-  }
+  void* v = nullptr;
+  if (!streamOrdered(&v, count * sizeof(float))) v = deviceAlloc(count * sizeof(float));
+  auto* p = static_cast<float*>(v);
   if (!p) return nullptr;
   check(cudaMemsetAsync(p, 0, count * sizeof(float), s_), "zeroing error feedback residuals");
   return std::shared_ptr<float>(p, [dev](float* q) {
@@ -576,7 +552,7 @@ void CudaOps::prepare() const {
 void CudaOps::follow() const {
   OnDevice on(dev_);
   prepare();
-  if (!after_) check(eventPool().take(&after_), "event create");
+  if (!after_) check(takeEvent(&after_), "event create");
   if (!after_) return;
   check(cudaEventRecord(after_, user_), "event record");
   check(cudaStreamWaitEvent(s_, after_, 0), "stream wait");

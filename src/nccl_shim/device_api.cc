@@ -22,8 +22,10 @@ constexpr const char* kNoDeviceApi =
     "tern's NCCL shim has no device API (kernels that load and store peers' memory): tern "
     "moves the bytes itself: use the collectives and send/recv";
 
-ncclTeam_t team(ncclComm_t comm, bool world) {
-  if (checkComm(comm, world ? "ncclTeamWorld" : "ncclTeamLsa") != ncclSuccess) return {0, -1, 0};
+// The world, or (world false) this rank's LSA team: itself alone.  `what`
+// names the call in the sentence a dead handle gets.
+ncclTeam_t team(ncclComm_t comm, bool world, const char* what) {
+  if (checkComm(comm, what) != ncclSuccess) return {0, -1, 0};
   return world ? ncclTeam_t{comm->nranks, comm->rank, 1} : ncclTeam_t{1, 0, 1};
 }
 
@@ -45,11 +47,11 @@ NCCL_SHIM_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, ncclDevComm_t c
   return traced(comm, r, "ncclDevCommDestroy(%p)", static_cast<const void*>(devComm));
 }
 
-NCCL_SHIM_API(ncclTeam_t, ncclTeamWorld, ncclComm_t comm) { return team(comm, true); }
-NCCL_SHIM_API(ncclTeam_t, ncclTeamLsa, ncclComm_t comm) { return team(comm, false); }
+NCCL_SHIM_API(ncclTeam_t, ncclTeamWorld, ncclComm_t comm) { return team(comm, true, "ncclTeamWorld"); }
+NCCL_SHIM_API(ncclTeam_t, ncclTeamLsa, ncclComm_t comm) { return team(comm, false, "ncclTeamLsa"); }
 // The ranks of this rank's LSA index in every LSA team: with LSA teams of
 // one rank, all of them.
-NCCL_SHIM_API(ncclTeam_t, ncclTeamRail, ncclComm_t comm) { return team(comm, true); }
+NCCL_SHIM_API(ncclTeam_t, ncclTeamRail, ncclComm_t comm) { return team(comm, true, "ncclTeamRail"); }
 
 // Team rank r's world rank: teams are strided runs through this rank.
 NCCL_SHIM_API(int, ncclTeamRankToWorld, ncclComm_t comm, ncclTeam_t t, int r) {

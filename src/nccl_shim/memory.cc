@@ -130,17 +130,12 @@ namespace {
 std::mutex allocsMu;
 std::set<void*> allocs;
 
-template <typename F>
-F cuda(const char* name) {
-  return reinterpret_cast<F>(driverFunction(name));
-}
-
 ncclResult_t deviceAlloc(void** ptr, size_t size) {
   if (!ptr || size == 0)
     return fail(nullptr, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL or size is 0");
   *ptr = nullptr;
-  auto getCurrent = cuda<CUresult (*)(CUcontext*)>("cuCtxGetCurrent");
-  auto alloc = cuda<CUresult (*)(CUdeviceptr*, size_t)>("cuMemAlloc_v2");
+  auto getCurrent = driverFunction<CUresult (*)(CUcontext*)>("cuCtxGetCurrent");
+  auto alloc = driverFunction<CUresult (*)(CUdeviceptr*, size_t)>("cuMemAlloc_v2");
   if (!getCurrent || !alloc)
     return fail(nullptr, ncclInvalidUsage,
                 "ncclMemAlloc: this process has not loaded the CUDA driver (libcuda.so.1), so it "
@@ -153,7 +148,7 @@ ncclResult_t deviceAlloc(void** ptr, size_t size) {
   CUdeviceptr d = 0;
   if (CUresult e = alloc(&d, size)) {
     const char* name = "?";
-    if (auto errName = cuda<CUresult (*)(CUresult, const char**)>("cuGetErrorName")) errName(e, &name);
+    if (auto errName = driverFunction<CUresult (*)(CUresult, const char**)>("cuGetErrorName")) errName(e, &name);
     return fail(nullptr, ncclUnhandledCudaError, "ncclMemAlloc: cuMemAlloc of %zu bytes failed: %s",
                 size, name);
   }
@@ -171,7 +166,7 @@ ncclResult_t deviceFree(void* ptr) {
       return fail(nullptr, ncclInvalidArgument, "ncclMemFree: %p was not allocated by ncclMemAlloc",
                   ptr);
   }
-  auto release = cuda<CUresult (*)(CUdeviceptr)>("cuMemFree_v2");
+  auto release = driverFunction<CUresult (*)(CUdeviceptr)>("cuMemFree_v2");
   if (!release || release(reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS)
     return fail(nullptr, ncclUnhandledCudaError, "ncclMemFree: cuMemFree of %p failed", ptr);
   return ncclSuccess;

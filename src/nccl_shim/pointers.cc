@@ -37,7 +37,7 @@ GetAttribute driver() {
                       std::chrono::steady_clock::now().time_since_epoch()).count();
   if (now < nextLook.load()) return nullptr;
   nextLook.store(now + 1000);
-  f = reinterpret_cast<GetAttribute>(driverFunction("cuPointerGetAttribute"));
+  f = driverFunction<GetAttribute>("cuPointerGetAttribute");
   fn.store(f);
   return f;
 }
@@ -60,7 +60,7 @@ bool deviceBuffers(const void* a, const void* b) { return onDevice(a) || onDevic
 
 int currentDevice() {
   using CtxGetDevice = CUresult (*)(CUdevice*);
-  auto f = reinterpret_cast<CtxGetDevice>(driverFunction("cuCtxGetDevice"));
+  auto f = driverFunction<CtxGetDevice>("cuCtxGetDevice");
   CUdevice d = -1;
   return f && f(&d) == CUDA_SUCCESS ? static_cast<int>(d) : -1;
 }

@@ -74,9 +74,14 @@ ncclResult_t checkComm(ncclComm_t comm, const char* what, bool allowRevoked = fa
 // Waits until tern has no operation of comm in flight; their result.
 ncclResult_t waitIdle(ncclComm_t comm);
 
-// A function of the CUDA driver (libcuda.so.1) if the program has loaded it;
-// the shim never loads CUDA itself and links nothing of it.
+// A function of the CUDA driver (libcuda.so.1) if the program has loaded it,
+// as type F (nullptr otherwise); the shim never loads CUDA itself and links
+// nothing of it.
 void* driverFunction(const char* name);
+template <class F>
+F driverFunction(const char* name) {
+  return reinterpret_cast<F>(driverFunction(name));
+}
 // Whether either is device memory (the driver, if the program loaded it, says).
 bool deviceBuffers(const void* a, const void* b);
 // The calling thread's CUDA device (its current context's), as NCCL records

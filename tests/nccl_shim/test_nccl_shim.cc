@@ -34,16 +34,22 @@ std::string run(const std::string& cmd) {
   return out;
 }
 
-// Every function nccl.h declares: "<type> nccl<Name>(" at the start of a line.
-std::set<std::string> headerFunctions() {
-  std::ifstream in(TERN_NCCL_HEADER);
+// Adds to `names` the first group of every match of `decl` in the file at
+// `path` (none when it cannot be read).
+void declaredIn(const std::string& path, const std::regex& decl, std::set<std::string>* names) {
+  std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   std::string text = ss.str();
-  std::regex decl(R"((?:^|\n)\s*(?:const\s+char\s*\*|ncclResult_t|void)\s+(p?nccl\w+)\s*\()");
-  std::set<std::string> names;
   for (std::sregex_iterator it(text.begin(), text.end(), decl), end; it != end; ++it)
-    names.insert((*it)[1]);
+    names->insert((*it)[1]);
+}
+
+// Every function nccl.h declares: "<type> nccl<Name>(" at the start of a line.
+std::set<std::string> headerFunctions() {
+  std::set<std::string> names;
+  declaredIn(TERN_NCCL_HEADER,
+             std::regex(R"((?:^|\n)\s*(?:const\s+char\s*\*|ncclResult_t|void)\s+(p?nccl\w+)\s*\()"), &names);
   return names;
 }
 
@@ -55,14 +61,7 @@ std::set<std::string> deviceApiHostFunctions() {
   dir = dir.substr(0, dir.rfind('/')) + "/nccl_device/";
   std::regex decl(R"(NCCL_EXTERN_C\s+__host__\s+[\w\s\*]*?\b(nccl\w+)\s*\()");
   std::set<std::string> names;
-  for (const char* h : {"core.h", "ll_a2a.h", "lsa_barrier.h", "gin_barrier.h"}) {
-    std::ifstream in(dir + h);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string text = ss.str();
-    for (std::sregex_iterator it(text.begin(), text.end(), decl), end; it != end; ++it)
-      names.insert((*it)[1]);
-  }
+  for (const char* h : {"core.h", "ll_a2a.h", "lsa_barrier.h", "gin_barrier.h"}) declaredIn(dir + h, decl, &names);
   return names;
 }
 
