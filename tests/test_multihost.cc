@@ -3,16 +3,22 @@
 // forked rank enters its host's namespace with setns(), and the test checks
 // what a multi-host job needs: hosts contiguous in the ring (so it crosses
 // each host boundary once), shm inside a host and the network between
-// hosts, and correct results from every collective.  Needs root (CI is).
+// hosts, and correct results from every collective; and, with the switch's
+// port to a host shaped, that a less urgent level leaves a short queue in
+// it once priorities are in use (TERN_BULK_QUEUED).  Needs root (CI is).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -28,14 +34,15 @@ int sh(const std::string& cmd) { return system((cmd + " >/dev/null 2>&1").c_str(
 // Creates the hosts and removes them again, whatever happens in between.
 struct Hosts {
   std::string prefix = "terntest" + std::to_string(getpid());
+  std::string tag = std::to_string(getpid() % 100000);  // the parent's: ranks are its children
   bool ok = true;
   Hosts() {
     ok &= sh("ip netns add " + prefix + "sw") == 0;
     ok &= sh("ip netns exec " + prefix + "sw ip link add br0 type bridge") == 0;
     ok &= sh("ip netns exec " + prefix + "sw ip link set br0 up") == 0;
     for (int h = 0; h < kHosts; ++h) {
-      std::string ns = name(h), a = "t" + std::to_string(getpid() % 100000) + "h" + std::to_string(h);
-      std::string b = "t" + std::to_string(getpid() % 100000) + "s" + std::to_string(h);
+      std::string ns = name(h), a = "t" + tag + "h" + std::to_string(h);
+      std::string b = port(h);
       ok &= sh("ip netns add " + ns) == 0;
       ok &= sh("ip link add " + a + " type veth peer name " + b) == 0;
       ok &= sh("ip link set " + a + " netns " + ns) == 0;
@@ -51,6 +58,9 @@ struct Hosts {
     sh("ip netns del " + prefix + "sw");
   }
   std::string name(int h) const { return prefix + "h" + std::to_string(h); }
+  // The switch's port to host h, and a command run in the switch.
+  std::string port(int h) const { return "t" + tag + "s" + std::to_string(h); }
+  std::string inSwitch(const std::string& cmd) const { return "ip netns exec " + prefix + "sw " + cmd; }
   static std::string addr(int h) { return "10.233.0." + std::to_string(h + 2); }
 };
 
@@ -168,5 +178,108 @@ std::vector<std::string> multiHostTransports() {
 
 INSTANTIATE_TEST_SUITE_P(Transports, MultiHost, ::testing::ValuesIn(multiHostTransports()),
                          [](const auto& info) { return info.param; });
+
+// ---- a less urgent level's queue in a shaped switch port ----
+
+constexpr size_t kBulkBytes = 12 << 20;  // ~1 s through the 100 Mbit/s port
+
+// The largest backlog (bytes) the switch port's queues held, sampled every
+// 5 ms while `busy`.
+size_t sampleBacklog(const std::string& cmd, const std::atomic<bool>& busy) {
+  size_t most = 0;
+  while (busy.load()) {
+    if (FILE* f = popen(cmd.c_str(), "r")) {
+      char line[512];
+      while (fgets(line, sizeof line, f))
+        if (const char* b = strstr(line, "backlog ")) most = std::max<size_t>(most, strtoull(b + 8, nullptr, 10));
+      pclose(f);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return most;
+}
+
+// Rank 0 (host 0) sends kBulkBytes at level 7 to rank 1 (host 1) through
+// the shaped port, after an allreduce at level 0 when `urgentFirst`; rank 0
+// reports the port's largest backlog in its exit code's stead: as a line.
+int bulkBody(RankCtx& ctx, const Hosts& hosts, bool urgentFirst, size_t bound) {
+  if (!enterHost(hosts.name(hostOf(ctx.rank)))) return failf(ctx, "cannot enter the host's namespace");
+  setenv("TERN_RANK", std::to_string(ctx.rank).c_str(), 1);
+  setenv("TERN_NRANKS", std::to_string(ctx.nranks).c_str(), 1);
+  ternComm_t comm;
+  if (ternCommInitFromEnv(&comm) != ternSuccess) return failf(ctx, "init failed: %s", ternGetLastError(nullptr));
+  int fails = 0;
+  float one = 1.f, sum = 0.f;
+  ternSetPriority(0);
+  if (urgentFirst && (ternAllReduce(&one, &sum, 1, ternFloat32, ternSum, comm, nullptr) || sum != 2.f))
+    fails += failf(ctx, "urgent allreduce wrong");
+  std::vector<char> buf(kBulkBytes);
+  for (size_t i = 0; i < buf.size(); i += 4096) buf[i] = static_cast<char>(i / 4096 + 1);  // faulted in
+  ternSetPriority(7);
+  if (ctx.rank == 0) {
+    std::atomic<bool> busy{true};
+    size_t most = 0;
+    std::thread sampler([&] { most = sampleBacklog(hosts.inSwitch("tc -s qdisc show dev " + hosts.port(1)), busy); });
+    auto t0 = std::chrono::steady_clock::now();
+    if (ternSend(buf.data(), buf.size(), ternInt8, 1, comm, nullptr)) fails += failf(ctx, "send failed");
+    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    busy = false;
+    sampler.join();
+    printf("bulk backlog: most %zu bytes in the port (bound %zu), %.2f s\n", most, bound, sec);
+    if (bound && most > bound + (128 << 10))
+      fails += failf(ctx, "the port queued %zu bytes of the bulk level, over the %zu bound", most, bound);
+    if (!bound && most < (1 << 20))
+      fails += failf(ctx, "without a bound the port queued only %zu bytes: this bed cannot show one", most);
+  } else {
+    std::vector<char> in(kBulkBytes);
+    if (ternRecv(in.data(), in.size(), ternInt8, 0, comm, nullptr) || in != buf)
+      fails += failf(ctx, "bulk receive wrong");
+  }
+  ternCommDestroy(comm);
+  return fails ? 1 : 0;
+}
+
+// Params: urgent level used first, TERN_BULK_QUEUED.  Bounded only after a
+// more urgent level was used; unbounded, the same bed queues megabytes (so
+// the bounded case could fail).
+class BulkQueue : public ::testing::TestWithParam<std::tuple<bool, size_t>> {};
+
+TEST_P(BulkQueue, ShapedPortHoldsAtMostTheBoundOnceUrgentLevelsAreUsed) {
+  if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  const bool urgentFirst = std::get<0>(GetParam());
+  const size_t setting = std::get<1>(GetParam()), bound = urgentFirst ? setting : 0;
+  Hosts hosts;
+  ASSERT_TRUE(hosts.ok) << "could not create the namespaces (iproute2 missing?)";
+  // The switch's port to host 1: 100 Mbit/s with a deep FIFO, as a switch
+  // or shaper with large buffers has (tcp's small-queue limit does not reach
+  // into another namespace's qdisc).
+  const std::string dev = " dev " + hosts.port(1);
+  ASSERT_EQ(sh(hosts.inSwitch("tc qdisc add" + dev + " root handle 1: htb default 1")), 0);
+  ASSERT_EQ(sh(hosts.inSwitch("tc class add" + dev + " parent 1: classid 1:1 htb rate 100mbit ceil 100mbit")), 0);
+  ASSERT_EQ(sh(hosts.inSwitch("tc qdisc add" + dev + " parent 1:1 handle 10: pfifo limit 100000")), 0);
+  // Hosts whose windows are already open as a long-running flow's are
+  // (4 MiB socket buffers, initial windows of 2000 segments): in a one-second
+  // test tcp would otherwise still be growing its window, and the queue
+  // would stay short with or without the bound.
+  for (int h = 0; h < 2; ++h)
+    ASSERT_EQ(sh("ip netns exec " + hosts.name(h) +
+                 " sh -c 'sysctl -w net.ipv4.tcp_rmem=\"4096 4194304 16777216\" &&"
+                 " sysctl -w net.ipv4.tcp_wmem=\"4096 4194304 16777216\" &&"
+                 " ip route change 10.233.0.0/24 dev $(ip -o link show | grep -o \"t[0-9]*h[0-9]\" | head -1)"
+                 " proto kernel scope link initcwnd 2000 initrwnd 2000'"), 0);
+  std::string root = Hosts::addr(0) + ":" + std::to_string(20000 + getpid() % 20000);
+  std::map<std::string, std::string> env = {{"TERN_ROOT", root}, {"TERN_TIMEOUT", "30"}, {"TERN_TRANSPORT", "tcp"},
+                                            {"TERN_BULK_QUEUED", std::to_string(setting)},
+                                            {"TERN_SECRET", "0123456789abcdef0123456789abcdef"}};
+  expectAllRanksOk(runRanks(2, env, [&](RankCtx& c) { return bulkBody(c, hosts, urgentFirst, bound); }, 0, 120));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shaped, BulkQueue,
+                         ::testing::Values(std::make_tuple(true, size_t{256 << 10}), std::make_tuple(true, size_t{0}),
+                                           std::make_tuple(false, size_t{256 << 10})),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "UrgentUsed" : "NoUrgent") + "Bound" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace

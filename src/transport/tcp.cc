@@ -6,12 +6,18 @@
 // level's flow class.  Nonblocking, with private staging fifos on both
 // sides (faulted in as they are used).  progress() pushes committed bytes
 // to the kernel and pulls whatever has arrived, in bursts, never blocking.
+// A bulk connection (a level less urgent than one in use) keeps the kernel's
+// share of its bytes short: see pushOut().
 #include <linux/sockios.h>
+#include <linux/tcp.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstddef>
 #include <cstring>
 
 #include "base/auth.h"
@@ -26,7 +32,7 @@ namespace {
 
 class TcpConn : public Conn {
  public:
-  TcpConn(int peer, const Config& cfg) : peer_(peer), st_(cfg) {}
+  TcpConn(int peer, const Config& cfg) : peer_(peer), bulkQueued_(cfg.bulkQueued), st_(cfg) {}
   ~TcpConn() override { closeFd(fd_); }
   ternResult_t activate() override {
     if (st_.allocate() != ternSuccess) return setSysError("cannot allocate tcp staging buffers");
@@ -40,6 +46,7 @@ class TcpConn : public Conn {
   uint64_t recvPos() const override { return st_.ready() ? recv_().consumed() : 0; }
   void recvConsume(size_t n) override { st_.recv().consume(n); }
   bool flushed() const override { return !st_.ready() || send_().empty(); }
+  bool wantsWritable() const override { return !flushed() && !capped_; }
   int pollFd() const override { return fd_; }
   bool inputEnded() const override { return eof_ || (fd_ < 0 && peerGone()); }
   size_t kernelQueued() const override {
@@ -70,8 +77,21 @@ class TcpConn : public Conn {
   // urgent caller waited 3 ms for the drive token behind one such call).
   static constexpr size_t kSliceBytes = 256 << 10;
 
+  // A bulk connection hands the kernel no more than it may hold (bulkRoom):
+  // unacknowledged bytes of a less urgent level, in the socket, the qdisc or
+  // a shaper's FIFO downstream, are all ahead of the urgent level's next
+  // message on the same link.  The bytes held back wait in our fifo, where
+  // the engine's priorities still apply; the receiver keeps reading
+  // regardless, so this is only a smaller send buffer and cannot deadlock.
   ternResult_t pushOut(bool* moved) {
-    for (size_t left = kSliceBytes; left > 0;) {
+    size_t slice = kSliceBytes;
+    capped_ = false;
+    if (bulk && bulkQueued_ > 0 && !send_().empty()) {
+      const size_t room = bulkRoom();
+      capped_ = room < slice;
+      slice = std::min(slice, room);
+    }
+    for (size_t left = slice; left > 0;) {
       const char* p;
       size_t n = std::min(st_.send().readable(&p), left);
       if (n == 0) return ternSuccess;
@@ -88,6 +108,29 @@ class TcpConn : public Conn {
       return broken("failed while sending", errno);
     }
     return ternSuccess;
+  }
+
+  // What a bulk connection may add to the kernel's queue now: the bound is
+  // TERN_BULK_QUEUED or twice the path's bandwidth-delay product, whichever
+  // is larger, so a long or fast path still runs at its full rate.
+  size_t bulkRoom() {
+    const size_t bound = std::max(bulkQueued_, 2 * pathBdp());
+    const size_t queued = kernelQueued();
+    return queued < bound ? bound - queued : 0;
+  }
+
+  // The kernel's own estimates (delivery rate x minimum round trip), asked
+  // at most once a millisecond.  0 until it has them.
+  size_t pathBdp() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - bdpAt_ < std::chrono::milliseconds(1)) return bdp_;
+    bdpAt_ = now;
+    struct tcp_info ti {};
+    socklen_t len = sizeof ti;
+    if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        len >= offsetof(struct tcp_info, tcpi_delivery_rate) + sizeof ti.tcpi_delivery_rate)
+      bdp_ = static_cast<size_t>(static_cast<double>(ti.tcpi_delivery_rate) * ti.tcpi_min_rtt * 1e-6);
+    return bdp_;
   }
 
   ternResult_t pullIn(bool* moved) {
@@ -119,6 +162,10 @@ class TcpConn : public Conn {
 
   int fd_ = -1, peer_;
   bool eof_ = false;
+  const size_t bulkQueued_;  // TERN_BULK_QUEUED (0: no bound)
+  bool capped_ = false;      // the last push stopped at the bulk bound with bytes left
+  size_t bdp_ = 0;
+  std::chrono::steady_clock::time_point bdpAt_{};
   Staging st_;
 };
 

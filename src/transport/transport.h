@@ -72,6 +72,14 @@ class Conn {
   // there is no such queue.  A bulk sender that keeps it short leaves the
   // link to a more urgent level as soon as that one moves.
   virtual size_t kernelQueued() const { return 0; }
+  // Set by the engine before each progress() (driving thread only): this
+  // connection's level is less urgent than one the communicator has used, so
+  // a transport with a kernel queue keeps it short (tcp: TERN_BULK_QUEUED).
+  bool bulk = false;
+  // Whether an idle wait should wake when the endpoint can take more bytes
+  // (poll's POLLOUT): committed bytes wait, and nothing but the kernel's
+  // room holds them back (tcp: not the bulk bound, which poll cannot see).
+  virtual bool wantsWritable() const { return !flushed(); }
   // A socket to poll while idle, or -1 when the transport cannot be polled.
   virtual int pollFd() const { return -1; }
   // Whether progress() must be called to move bytes (tcp, ucx; not shm).
