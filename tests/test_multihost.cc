@@ -209,12 +209,12 @@ int bulkBody(RankCtx& ctx, const Hosts& hosts, bool urgentFirst, size_t bound) {
   ternComm_t comm;
   if (ternCommInitFromEnv(&comm) != ternSuccess) return failf(ctx, "init failed: %s", ternGetLastError(nullptr));
   int fails = 0;
+  std::vector<char> buf(kBulkBytes);
+  for (size_t i = 0; i < buf.size(); i += 4096) buf[i] = static_cast<char>(i / 4096 + 1);  // faulted in
   float one = 1.f, sum = 0.f;
   ternSetPriority(0);
   if (urgentFirst && (ternAllReduce(&one, &sum, 1, ternFloat32, ternSum, comm, nullptr) || sum != 2.f))
     fails += failf(ctx, "urgent allreduce wrong");
-  std::vector<char> buf(kBulkBytes);
-  for (size_t i = 0; i < buf.size(); i += 4096) buf[i] = static_cast<char>(i / 4096 + 1);  // faulted in
   ternSetPriority(7);
   if (ctx.rank == 0) {
     std::atomic<bool> busy{true};

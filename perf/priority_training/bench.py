@@ -5,12 +5,16 @@ over tern against tern.torch.PriorityScheduler (tic, tac, layer).
 
 cfg: nranks, store (a file:// rendezvous path), variants (["ddp", "tac", ...]), rounds, iters, warmup, batch (per
 rank), width, hidden, lr, partition_bytes, credit_bytes, bandwidth_gbps.
+A variant may carry tern settings after "@" ("tac@TERN_BULK_QUEUED=0+TERN_X=1"):
+it then runs on a process group of its own, whose communicator was made with
+them (an A/B of an engine setting interleaved in one job).
 Each round runs every variant once, in turn (interleaved: the shared host's
 load drifts), each from the same initial weights on the same batches of
 Fashion-MNIST: `warmup` iterations, then `iters` timed ones (from a barrier
 to the last update applied).  Rank 0 writes {"cfg", "runs": [{"variant",
 "round", "iter_ms": [...], "seconds"}], "spans": one tac iteration's
-allreduce and update spans, "levels": {variant: {param: level}}}.
+allreduce and update spans, "spans_by_variant": the same for every variant
+of tac ("tac@..." included), "levels": {variant: {param: level}}}.
 """
 import json
 import os
@@ -46,11 +50,34 @@ def step_plain(model, opt, x, y):
     opt.step()
 
 
+_groups = {}
+
+
+def group_for(settings):
+    """The process group for a variant's "@" settings (None: the default
+    group), made once: tern reads its settings when a communicator is made."""
+    if not settings:
+        return None
+    if settings not in _groups:
+        pairs = [kv.split("=", 1) for kv in settings.split("+")]
+        saved = {k: os.environ.get(k) for k, _ in pairs}
+        os.environ.update(dict(pairs))
+        _groups[settings] = dist.new_group(backend="tern")
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+    return _groups[settings]
+
+
 def run_variant(variant, cfg, data, record):
     """(per-iteration ms, seconds of the timed part, spans, levels)."""
+    variant, _, settings = variant.partition("@")
     # ddp: DDP's default 25 MB buckets; ddp-1mb: small buckets, so the first
     # ones travel during the backward
-    model = DDP(skewed_mlp(cfg["width"], cfg["hidden"]), bucket_cap_mb=1 if variant == "ddp-1mb" else 25)
+    model = DDP(skewed_mlp(cfg["width"], cfg["hidden"]), bucket_cap_mb=1 if variant == "ddp-1mb" else 25,
+                process_group=group_for(settings))
     opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9)
     sched = None
     if not variant.startswith("ddp"):
@@ -94,15 +121,17 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("tern", init_method="file://" + cfg["store"], rank=rank, world_size=n)
     data = batches(rank, n, cfg["batch"], cfg["warmup"] + cfg["iters"])
-    out = dict(cfg=cfg, runs=[], spans=[], levels={})
+    out = dict(cfg=cfg, runs=[], spans=[], spans_by_variant={}, levels={})
     for rnd in range(cfg["rounds"]):
         for v in cfg["variants"]:
-            record = v == "tac" and rnd == cfg["rounds"] - 1
+            record = v.partition("@")[0] == "tac" and rnd == cfg["rounds"] - 1
             iter_ms, seconds, spans, levels = run_variant(v, cfg, data, record)
             out["runs"].append(dict(variant=v, round=rnd, iter_ms=iter_ms, seconds=seconds,
                                     load=os.getloadavg()[0]))
             if record:
-                out["spans"] = spans
+                out["spans_by_variant"][v] = spans
+                if v == "tac":
+                    out["spans"] = spans
             if levels:
                 out["levels"][v] = levels
             if rank == 0:

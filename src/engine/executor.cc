@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -337,12 +338,6 @@ void Executor::admit() {
   anyPending_.store(false, std::memory_order_relaxed);
 }
 
-// Into its level's active list (driver only).
-void Executor::enlist(const OpPtr& op) {
-  mostUrgentUsed_ = std::min(mostUrgentUsed_, op->level);
-  active_[op->level].push_back(op);
-}
-
 // Issue order within a level: see executor.h.
 // A receive from any source that has not picked its sender yet stands for
 // every peer: later receives wait for it (it may pick their peer).
@@ -445,6 +440,38 @@ bool Executor::round() {
     // A level whose operations only listen (stream receivers) holds nobody back.
     urgentWaiting |= std::any_of(list.begin(), list.end(), [](const OpPtr& o) { return !o->phase.listening; });
   }
+  return false;
+}
+
+namespace {
+// Milliseconds on the coarse monotonic clock (a few ns to read; ticks of a
+// few ms, plenty for a one-second window).
+int64_t coarseMs() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000 + t.tv_nsec / 1000000;
+}
+}  // namespace
+
+// Into its level's active list (driver only), noting when the level last had work.
+void Executor::enlist(const OpPtr& op) {
+  lastAdmitMs_[op->level] = coarseMs();
+  active_[op->level].push_back(op);
+}
+
+// Whether a level more urgent than `level` is in use: it has work, or had
+// some within the last kUrgentRecentMs.  Priorities in training recur every
+// iteration (seconds apart for large models), and the bulk bytes an urgent
+// message finds ahead of it were queued before it was issued, so the bound
+// must already hold then.  A job with one level, or bulk transfers long
+// after anything urgent, run unbounded (measured: at 4 ranks on 2 cores and
+// 10 Gbit/s the bound cost a bulk allreduce 1.1-1.4x its time;
+// perf/RESULTS.md, 2026-11-28).
+bool Executor::urgentInUse(int level) const {
+  constexpr int64_t kUrgentRecentMs = 10000;
+  const int64_t now = coarseMs();
+  for (int l = 0; l < level; ++l)
+    if (!active_[l].empty() || (lastAdmitMs_[l] && now - lastAdmitMs_[l] < kUrgentRecentMs)) return true;
   return false;
 }
 
@@ -563,12 +590,12 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pum
     TERN_CHECK(awaitOpen(op));
     if (!op.opening.empty()) return ternSuccess;
   }
-  // Once priorities are in use, a less urgent level keeps what it leaves in
+  // While priorities are in use, a less urgent level keeps what it leaves in
   // the kernel short: bytes queued there (and in the qdisc, and in a shaper's
   // FIFO) go before a more urgent level's next message whatever the engine
   // decides.  Measured (perf/RESULTS.md, 2026-11-27): an urgent allreduce of
   // a few KB waited 77 ms behind 9.6 MB of bulk in a shaper's queue.
-  const bool bulk = op.level > mostUrgentUsed_;
+  const bool bulk = !op.pumps.empty() && urgentInUse(op.level);
   for (Conn* k : op.pumps) {
     bool m = false;
     k->bulk = bulk;
@@ -701,21 +728,28 @@ void Executor::idleWait(unsigned idle, const Operation* op) {
   pollfd fds[65];
   int n = 0;
   if (bell_ >= 0) fds[n++] = {bell_, POLLIN, 0};
-  bool pollable = true, any = false;
+  bool pollable = true, any = false, heldBack = false;
   for (auto& list : active_)
     for (OpPtr& o : list)
       for (Conn* c : o->pumps) {
         any = true;
+        const bool writable = c->wantsWritable();
+        heldBack |= !writable && !c->flushed();
         if (c->pollFd() < 0) pollable = false;
         else if (n < 65)
-          fds[n++] = {c->pollFd(), static_cast<short>(POLLIN | (c->wantsWritable() ? POLLOUT : 0)), 0};
+          fds[n++] = {c->pollFd(), static_cast<short>(POLLIN | (writable ? POLLOUT : 0)), 0};
       }
   if (!any || !pollable) {
     usleep(any ? 5 : 50);
     return;
   }
+  // A connection holding bytes back at its kernel-queue bound gets no event
+  // when the queue drains: look again soon (at 10 Gbit/s the 256 KiB bound
+  // drains in 0.2 ms; a millisecond's sleep left the link idle, measured:
+  // a 4-rank bulk allreduce 1.4x slower).
+  const timespec wait{0, heldBack ? 100000 : 1000000};
   polling_.store(true);
-  if (!anyPending_.load() && !shouldHandOver(op)) poll(fds, n, 1);
+  if (!anyPending_.load() && !shouldHandOver(op)) ppoll(fds, n, &wait, nullptr);
   polling_.store(false);
   uint64_t rung;
   if (bell_ >= 0 && fds[0].revents) (void)!read(bell_, &rung, sizeof rung);

@@ -84,6 +84,7 @@ class Executor {
   bool round();
   bool anyActiveBelow(const std::vector<OpPtr>* level) const;
   void enlist(const OpPtr& op);
+  bool urgentInUse(int level) const;
   void admit();
   bool runnable(const std::vector<OpPtr>& list, size_t i) const;
   ternResult_t bindSource(const std::vector<OpPtr>& list, size_t i, bool* bound);
@@ -145,9 +146,7 @@ class Executor {
   uint64_t busyRounds_ = 0;      // rounds that moved something (round())
   uint64_t busyRoundsSeen_ = 0;  // busyRounds_ at checkIdle's last look
   Clock::time_point heldUntil_{};  // less urgent levels wait until then (round())
-  // The most urgent level this communicator has admitted work at (kLevels:
-  // none yet): connections of less urgent levels are bulk (Conn::bulk).
-  int mostUrgentUsed_ = kLevels;
+  int64_t lastAdmitMs_[kLevels] = {};  // when each level last admitted work (coarse ms; urgentInUse)
   Clock::time_point lastListenMove_{};  // listen(): when a standing operation last moved
   std::thread thread_;
   Trace* trace_ = nullptr;

@@ -73,7 +73,7 @@ class Conn {
   // link to a more urgent level as soon as that one moves.
   virtual size_t kernelQueued() const { return 0; }
   // Set by the engine before each progress() (driving thread only): this
-  // connection's level is less urgent than one the communicator has used, so
+  // connection's level is less urgent than one in use (Executor::urgentInUse), so
   // a transport with a kernel queue keeps it short (tcp: TERN_BULK_QUEUED).
   bool bulk = false;
   // Whether an idle wait should wake when the endpoint can take more bytes
