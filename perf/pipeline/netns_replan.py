@@ -54,7 +54,7 @@ def one_run(compare, a, fixed, out):
         plan = dict(plan=True, microbatches=2, k=1) if fixed is None else dict(microbatches=fixed[0], k=fixed[1])
         cfg = Config(stages=3, schedule="flush", iterations=a.iterations, replan_threshold=a.threshold,
                      timeout=120, transport="tcp", netns=[ns.ns(r) for r in range(3)], progress=progress,
-                     root="%s:%d" % (ns.addrs[0], 29621), **plan, **MODEL)
+                     root="%s:%d" % (ns.addrs[0], 29621), **plan, **dict(MODEL, batch=a.batch, width=a.width))
         result = {}
         worker = threading.Thread(target=lambda: result.update(report=run(cfg, out)))
         worker.start()
@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--switch-at", type=int, default=20, help="change the rate once this batch is done")
     ap.add_argument("--threshold", type=float, default=0.5, help="the runtime's re-plan threshold")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=MODEL["batch"], help="samples per batch (activations scale with it)")
+    ap.add_argument("--width", type=int, default=MODEL["width"])
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("netns_replan: skipped: needs root for ip netns and tc (run it with sudo).")
