@@ -9,8 +9,12 @@ Both parts start from a calibration (`Stage.time_compute` at 1 sample and
 at the whole batch) and are refitted from what the stage actually ran:
 with ops of two or more sizes seen (a sweep, or a plan that changed m) a
 least-squares line through each size's recent median; with one size, the
-calibrated fixed part (capped below that size's op time) and the rest per
-sample.
+calibration stretched by the same factor in both parts until it gives that
+size's op time.  A shared host stretches the whole op (the dispatch as much
+as the arithmetic); keeping the calibrated fixed part and putting the rest
+per sample made every extra micro-batch look too cheap, and after a link
+drop the planner chose splits 2-8x finer that ran 11-22% slower than the
+plan it had (perf/RESULTS.md, 2026-11-28).
 """
 import statistics
 
@@ -52,5 +56,7 @@ class Cost:
             self.fixed = max(my - self.per_sample * mx, 0.0)
             return
         t = statistics.median(self.seen[latest])
-        self.fixed = min(self.calibrated[0], 0.9 * t)
-        self.per_sample = max((t - self.fixed) / latest, 1e-6)
+        fixed, per_sample = self.calibrated
+        stretch = t / max(fixed + per_sample * latest, 1e-9)
+        self.fixed = fixed * stretch
+        self.per_sample = max(per_sample * stretch, 1e-6)
