@@ -41,7 +41,7 @@ struct Hosts {
     ok &= sh("ip netns exec " + prefix + "sw ip link add br0 type bridge") == 0;
     ok &= sh("ip netns exec " + prefix + "sw ip link set br0 up") == 0;
     for (int h = 0; h < kHosts; ++h) {
-      std::string ns = name(h), a = "t" + tag + "h" + std::to_string(h);
+      std::string ns = name(h), a = nic(h);
       std::string b = port(h);
       ok &= sh("ip netns add " + ns) == 0;
       ok &= sh("ip link add " + a + " type veth peer name " + b) == 0;
@@ -58,7 +58,8 @@ struct Hosts {
     sh("ip netns del " + prefix + "sw");
   }
   std::string name(int h) const { return prefix + "h" + std::to_string(h); }
-  // The switch's port to host h, and a command run in the switch.
+  // Host h's interface, the switch's port to it, and a command run in the switch.
+  std::string nic(int h) const { return "t" + tag + "h" + std::to_string(h); }
   std::string port(int h) const { return "t" + tag + "s" + std::to_string(h); }
   std::string inSwitch(const std::string& cmd) const { return "ip netns exec " + prefix + "sw " + cmd; }
   static std::string addr(int h) { return "10.233.0." + std::to_string(h + 2); }
@@ -201,7 +202,8 @@ size_t sampleBacklog(const std::string& cmd, const std::atomic<bool>& busy) {
 
 // Rank 0 (host 0) sends kBulkBytes at level 7 to rank 1 (host 1) through
 // the shaped port, after an allreduce at level 0 when `urgentFirst`; rank 0
-// reports the port's largest backlog in its exit code's stead: as a line.
+// samples the port's backlog until rank 1 has everything (a level-0
+// allreduce after the receive), prints the largest and checks it.
 int bulkBody(RankCtx& ctx, const Hosts& hosts, bool urgentFirst, size_t bound) {
   if (!enterHost(hosts.name(hostOf(ctx.rank)))) return failf(ctx, "cannot enter the host's namespace");
   setenv("TERN_RANK", std::to_string(ctx.rank).c_str(), 1);
@@ -222,6 +224,10 @@ int bulkBody(RankCtx& ctx, const Hosts& hosts, bool urgentFirst, size_t bound) {
     std::thread sampler([&] { most = sampleBacklog(hosts.inSwitch("tc -s qdisc show dev " + hosts.port(1)), busy); });
     auto t0 = std::chrono::steady_clock::now();
     if (ternSend(buf.data(), buf.size(), ternInt8, 1, comm, nullptr)) fails += failf(ctx, "send failed");
+    // The send returns once its bytes are in the kernel and the queues;
+    // sample until they have drained into rank 1.
+    ternSetPriority(0);
+    if (ternAllReduce(&one, &sum, 1, ternFloat32, ternSum, comm, nullptr)) fails += failf(ctx, "final allreduce failed");
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     busy = false;
     sampler.join();
@@ -234,6 +240,8 @@ int bulkBody(RankCtx& ctx, const Hosts& hosts, bool urgentFirst, size_t bound) {
     std::vector<char> in(kBulkBytes);
     if (ternRecv(in.data(), in.size(), ternInt8, 0, comm, nullptr) || in != buf)
       fails += failf(ctx, "bulk receive wrong");
+    ternSetPriority(0);
+    if (ternAllReduce(&one, &sum, 1, ternFloat32, ternSum, comm, nullptr)) fails += failf(ctx, "final allreduce failed");
   }
   ternCommDestroy(comm);
   return fails ? 1 : 0;
@@ -265,7 +273,7 @@ TEST_P(BulkQueue, ShapedPortHoldsAtMostTheBoundOnceUrgentLevelsAreUsed) {
     ASSERT_EQ(sh("ip netns exec " + hosts.name(h) +
                  " sh -c 'sysctl -w net.ipv4.tcp_rmem=\"4096 4194304 16777216\" &&"
                  " sysctl -w net.ipv4.tcp_wmem=\"4096 4194304 16777216\" &&"
-                 " ip route change 10.233.0.0/24 dev $(ip -o link show | grep -o \"t[0-9]*h[0-9]\" | head -1)"
+                 " ip route change 10.233.0.0/24 dev " + hosts.nic(h) +
                  " proto kernel scope link initcwnd 2000 initrwnd 2000'"), 0);
   std::string root = Hosts::addr(0) + ":" + std::to_string(20000 + getpid() % 20000);
   std::map<std::string, std::string> env = {{"TERN_ROOT", root}, {"TERN_TIMEOUT", "30"}, {"TERN_TRANSPORT", "tcp"},

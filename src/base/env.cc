@@ -73,15 +73,15 @@ Config readConfig() {
   c.shmIpcBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_IPC", 64 << 10, bad), 0));
   c.transport = envString("TERN_TRANSPORT", "auto");
   c.net = envString("TERN_NET", "auto");
+  // What a more urgent level finds ahead of it in the kernel and the qdisc
+  // (perf/RESULTS.md, 2026-11-28): tcp only, and only on levels less urgent
+  // than one in use (engine/executor.cc urgentInUse, transport/tcp.cc).
+  c.bulkQueued = static_cast<size_t>(std::max<long long>(envInt("TERN_BULK_QUEUED", 256 << 10, bad), 0));
   // Small operations over shm cross in flagged cache lines (transport/ll.h).
   // 24: a descriptor and its payload fill one line.  Messages of two lines
   // and more measured slower than the fifo on the 2-core test host
   // (perf/RESULTS.md, 2026-11-25): the fifo's one head word and a plain copy
   // beat a flag per line there.
-  // What a more urgent level finds ahead of it in the kernel and the qdisc
-  // (perf/RESULTS.md, 2026-11-28): tcp only, and only on levels less urgent
-  // than one this communicator has used (transport/tcp.cc).
-  c.bulkQueued = static_cast<size_t>(std::max<long long>(envInt("TERN_BULK_QUEUED", 256 << 10, bad), 0));
   c.llBytes = static_cast<size_t>(std::min<long long>(std::max<long long>(envInt("TERN_LL_BYTES", 0, bad), 0), 32 << 10));
   c.ifname = envString("TERN_SOCKET_IFNAME", "");
   c.topoXml = envString("TERN_TOPO_XML", "");

@@ -445,7 +445,7 @@ bool Executor::round() {
 
 namespace {
 // Milliseconds on the coarse monotonic clock (a few ns to read; ticks of a
-// few ms, plenty for a one-second window).
+// few ms, plenty for urgentInUse's ten-second window).
 int64_t coarseMs() {
   timespec t;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
