@@ -273,8 +273,17 @@ def test_rebalance_moves_the_layer_back_when_the_stage_recovers(tmp_path):
     undoes that move ("move back", logged with its predicted gain), so the
     run ends on the partition it started with; the weights stay bitwise
     those of the same run without rebalancing.  The threshold (30%) keeps
-    a loaded host's noise from moving layers between healthy stages."""
-    cfg = dict(BASE, width=512, iterations=28, slow={"1": [6.0, 0, 8]})
+    a loaded host's noise from moving layers between healthy stages.
+
+    20 batches: the move back comes at boundary 11 (stage 1's history, a
+    median of 5 batches, reads healthy from boundary 10, and a move needs
+    two in a row); after it nothing is decided for 3 boundaries and a new
+    move needs 4 in a row (flap damping), so none can start before 18, and
+    none starts within 3 batches of the end.  With 28 batches CI once saw
+    a healthy stage read 8 ms per op (against 1.5) for 4 boundaries after
+    the move back, and a third move was made: the damping itself is shown
+    on synthetic measurements below."""
+    cfg = dict(BASE, width=512, iterations=20, slow={"1": [6.0, 0, 8]})
     rep = run(Config(stages=3, layers=6, rebalance=True, rebalance_threshold=0.3, **cfg), str(tmp_path / "re"))
     acted = [e for e in rep["rebalance"] if e["action"] != "hold"]
     assert [e["action"] for e in acted] == ["move", "move back"], rep["rebalance"]
@@ -282,7 +291,7 @@ def test_rebalance_moves_the_layer_back_when_the_stage_recovers(tmp_path):
     assert off["best_move"][0] == 1 and off["predicted_gain"] > 1.3 and off["iteration"] < 8
     assert back["best_move"] == off["best_move"][::-1] and back["iteration"] >= 8
     assert back["predicted_gain"] > 1 / 1.3 and back["new_partition"] == [2, 2, 2]
-    assert len(rep["rebalance"]) == 27  # every boundary evaluated and logged
+    assert len(rep["rebalance"]) == 19  # every boundary evaluated and logged
     out, home = rep["migrations"]
     assert (out["from"], out["to"]) == tuple(off["best_move"]) and (home["from"], home["to"]) == (out["to"], 1)
     assert home["layers"] == out["layers"]  # the same layer went back
