@@ -1,5 +1,5 @@
-// Single-copy shared memory (TERN_SHM_DIRECT, off by default): large send/recv, all-to-all,
-// gather and scatter blocks between ranks on one host are read straight out
+// Single-copy shared memory (TERN_SHM_DIRECT, 256 KiB by default): large send/recv, all-to-all,
+// gather and scatter blocks, and a 2-rank broadcast, between ranks on one host are read straight out
 // of the sender's buffer.  Checked here: the data is right on both sides of
 // the threshold, the transfers really went single copy (the receiver's TRACE
 // line), ranks that disagree on the setting fall back to the fifo together,
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -66,6 +67,12 @@ int exchange(RankCtx& ctx, ternComm_t comm, size_t bytes) {
     for (size_t i = 0; i < bytes; ++i)
       if (got[p * bytes + i] != byteOf(p, p, i))
         return failf(ctx, "gather %zu bytes: block %d byte %zu is %d", bytes, p, i, got[p * bytes + i]);
+  // A broadcast from the last rank, out of place (single copy at 2 ranks).
+  std::vector<uint8_t> bc(bytes, 0);
+  if (ternBroadcast(all.data(), bc.data(), bytes, ternUint8, n - 1, comm, nullptr) != ternSuccess)
+    return failf(ctx, "broadcast of %zu bytes failed: %s", bytes, ternGetLastError(comm));
+  for (size_t i = 0; i < bytes; ++i)
+    if (bc[i] != byteOf(n - 1, 0, i)) return failf(ctx, "broadcast %zu bytes: byte %zu is %d", bytes, i, bc[i]);
   std::vector<uint8_t> mine(bytes, 0);
   if (ternScatter(all.data(), mine.data(), bytes, ternUint8, n - 1, comm, nullptr) != ternSuccess)
     return failf(ctx, "scatter of %zu bytes failed: %s", bytes, ternGetLastError(comm));
@@ -78,12 +85,13 @@ int exchange(RankCtx& ctx, ternComm_t comm, size_t bytes) {
 // The transfers `exchange` makes into rank r over single copy, per size at
 // or above the threshold, when only ranks in `on` take part in it: a send
 // and an all-to-all block from each peer, the gather's blocks at rank 0, the
-// scatter's block from the last rank.
+// scatter's block from the last rank; at 2 ranks the broadcast too (a ring
+// of more forwards on the way).
 long directReads(int r, int n, bool zeroOff) {
   auto on = [&](int a, int b) { return !(zeroOff && (a == 0 || b == 0)); };
   long k = 0;
   for (int p = 0; p < n; ++p)
-    if (p != r && on(p, r)) k += 2 + (r == 0 ? 1 : 0) + (p == n - 1 ? 1 : 0);
+    if (p != r && on(p, r)) k += 2 + (r == 0 ? 1 : 0) + (p == n - 1 ? 1 : 0) + (n == 2 && p == n - 1 ? 1 : 0);
   return k;
 }
 
@@ -141,6 +149,29 @@ TEST_P(SingleCopy, RanksThatDisagreeFallBackToTheFifoTogether) {
                                 return failf(ctx, "%ld single-copy reads logged, want %ld", direct, want);
                               return 0;
                             }));
+}
+
+// Two ranks that both think they are a large broadcast's root: each would
+// wait for the other to read its buffer; the descriptors that go the other
+// way beside the transfer (collectives/broadcast.cc) make both fail with
+// ternInvalidUsage naming the roots at once, not at the timeout (20 s).
+TEST(SingleCopyBroadcast, RanksThatBothThinkTheyAreTheRootFailAtOnce) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_SHM_DIRECT", std::to_string(kThreshold)},
+                                                    {"TERN_TIMEOUT", "20"}}),
+                            [](RankCtx& ctx) {
+                              ternComm_t comm = ctx.comm(0);
+                              std::vector<uint8_t> a(1 << 20, 1), b(1 << 20);
+                              auto t0 = std::chrono::steady_clock::now();
+                              ternResult_t r = ternBroadcast(a.data(), b.data(), a.size(), ternUint8,
+                                                             ctx.rank, comm, nullptr);
+                              double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                              if (r != ternInvalidUsage || !strstr(ternGetLastError(comm), "root"))
+                                return failf(ctx, "root mismatch gave %s: %s", ternGetErrorString(r),
+                                             ternGetLastError(comm));
+                              if (s > 5) return failf(ctx, "the mismatch took %.1f s to show", s);
+                              ternCommAbort(comm);
+                              return 0;
+                            }, 1, 60));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, SingleCopy, ::testing::Values(2, 3),
