@@ -279,6 +279,9 @@ std::vector<Mismatch> mismatches() {
       {"root", [](ternComm_t c, bool odd, std::vector<float>& x) {
          return ternBroadcast(x.data(), x.data(), 1024, ternFloat32, odd ? 1 : 0, c, nullptr); },
        "with root"},
+      {"reduce root", [](ternComm_t c, bool odd, std::vector<float>& x) {
+         return ternReduce(x.data(), x.data(), 1024, ternFloat32, ternSum, odd ? 1 : 0, c, nullptr); },
+       "with root"},
       {"kind", [](ternComm_t c, bool odd, std::vector<float>& x) {
          return odd ? ternBroadcast(x.data(), x.data(), 1024, ternFloat32, 0, c, nullptr)
                     : ternAllReduce(x.data(), x.data(), 1024, ternFloat32, ternSum, c, nullptr); },

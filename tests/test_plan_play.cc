@@ -86,7 +86,7 @@ struct SimOp {
   CollArgs args;
   std::unique_ptr<Task> task;
   Phase phase;
-  bool begun = false, finished = false, greeted = false;
+  bool begun = false, finished = false;
   std::set<Conn*> greetedIn, greetedOut;
   struct Cursor {
     size_t cur = 0, off = 0;
@@ -205,21 +205,17 @@ class World {
     return streams_[s->ll()][static_cast<size_t>(from) * n_ + to];
   }
 
-  // The phases as Executor::beginPhase makes them: the task's phases, then
-  // the neighbour greeting (Task::greeting) on streams not used yet.
+  // The phases as Executor::beginPhase makes them: the task's phases.
   bool beginPhase(int r, SimOp& op) {
     for (;;) {
       resetPhase(op.phase);
       bool more = false;
       PlanCtx x = ctx(r);
-      if (!op.greeted) {
-        ternResult_t res = op.task->next(x, &op.phase, &more);
-        if (res != ternSuccess) {
-          error_ = "rank " + std::to_string(r) + ": plan failed";
-          return false;
-        }
+      if (op.task->next(x, &op.phase, &more) != ternSuccess) {
+        error_ = "rank " + std::to_string(r) + ": plan failed";
+        return false;
       }
-      if (!more && !greet(r, op)) {
+      if (!more) {
         op.finished = true;
         return true;
       }
@@ -229,26 +225,6 @@ class World {
     }
     if (cfg_.llBytes) takeSmallChannels(op.phase, op.opBytes());
     op.cursors.assign(op.phase.progs.size(), SimOp::Cursor());
-    return true;
-  }
-
-  bool greet(int r, SimOp& op) {
-    if (op.greeted) return false;
-    op.greeted = true;
-    Conn *to = nullptr, *from = nullptr;
-    op.task->greeting(ctx(r), &to, &from);
-    auto channel = [&](Conn* c) {
-      Conn* ll = c && cfg_.llBytes ? c->small(op.opBytes()) : nullptr;
-      return ll ? ll : c;
-    };
-    to = channel(to);
-    from = channel(from);
-    const bool out = to && !op.greetedOut.count(to), in = from && !op.greetedIn.count(from);
-    if (!out && !in) return false;
-    op.phase.progs.emplace_back();
-    Step s;
-    if (out) s.out = to, op.phase.progs.back().steps.push_back(s);
-    if (in) s = Step(), s.in = from, op.phase.progs.back().steps.push_back(s);
     return true;
   }
 

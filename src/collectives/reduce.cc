@@ -1,5 +1,6 @@
 // Ring reduce (pipelined): the rank after the root starts, every rank adds its
-// buffer to what streams through, the root writes the result.
+// buffer to what streams through, the root writes the result.  The root
+// also sends its descriptor to the first rank, which reads it (below).
 #include "collectives/collectives.h"
 
 namespace tern {
@@ -24,6 +25,11 @@ void planReduce(const PlanCtx& x, const void* src, void* dst, size_t count, tern
     prog.add({x.prev(), x.next(), s, nullptr, bytes, true});
   else
     prog.add({x.prev(), nullptr, s, static_cast<char*>(dst), bytes, true, op == ternAvg});
+  // The root's descriptor would go unread (it sends nothing), and the first
+  // rank reads nothing: as broadcast.cc's, they go the other way beside the
+  // transfer, so ranks that disagree on the root find out in this call.
+  if (pos == n - 1) ph->addDescriptorOnly(nullptr, x.next());
+  if (pos == 0) ph->addDescriptorOnly(x.prev(), nullptr);
 }
 
 }  // namespace tern

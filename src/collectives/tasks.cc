@@ -25,20 +25,6 @@ class DenseTask final : public Task {
     return true;
   }
 
-  // Broadcast and reduce plans leave one rank's descriptor unread (the last
-  // rank of a broadcast and a reduce's root send nothing; the root / first
-  // rank read nothing from them): those two exchange descriptors at the end,
-  // or ranks that disagree on the root would both only send, and nobody
-  // would notice before the next call read the other's bytes.  Every other
-  // plan has every rank send to someone who reads, so a mismatch is always
-  // seen without this extra dependency (it would cost small allreduces a
-  // wait on a further rank).
-  void greeting(const PlanCtx& x, Conn** out, Conn** in) const override {
-    const bool rooted = a_.kind == OpKind::Broadcast || a_.kind == OpKind::Reduce;
-    *out = rooted && x.nranks > 1 ? x.next() : nullptr;
-    *in = rooted && x.nranks > 1 ? x.prev() : nullptr;
-  }
-
   ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
     *more = stage_++ == 0;
     if (*more) {

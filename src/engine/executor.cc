@@ -496,10 +496,8 @@ ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
     }
     resetPhase(op.phase);  // keeps the step storage: no allocation per phase
     bool more = false;
-    // The task is asked again only while it has phases (its last call did
-    // the local work that ends it); the neighbour greeting comes after it.
-    if (!op.greetedNeighbours) TERN_CHECK(op.task->next(op.ctx, &op.phase, &more));
-    if (!more && !greetNeighbours(op)) {
+    TERN_CHECK(op.task->next(op.ctx, &op.phase, &more));
+    if (!more) {
       *finished = true;
       return ternSuccess;
     }
@@ -548,36 +546,6 @@ ternResult_t Executor::awaitOpen(Operation& op) {
   op.moves += op.opening.size() < waiting.size();  // a connection opened: progress
   if (op.opening.empty()) takeSmallChannels(op);
   return ternSuccess;
-}
-
-// The neighbours the task names (Task::greeting) get the operation's
-// descriptor on the streams its plans did not use, in a program of its own.
-bool Executor::greetNeighbours(Operation& op) {
-  if (op.greetedNeighbours) return false;
-  op.greetedNeighbours = true;
-  Conn *to = nullptr, *from = nullptr;
-  op.task->greeting(op.ctx, &to, &from);
-  to = channel(op, to);
-  from = channel(op, from);
-  const bool out = to && !op.greetedOutTo(to), in = from && !op.greetedInFrom(from);
-  if (!out && !in) return false;
-  // A program of its own (the phase holds at most the empty one resetPhase
-  // kept, whose storage it takes).
-  std::vector<Program>& progs = op.phase.progs;
-  if (progs.empty() || !progs.back().steps.empty()) progs.emplace_back();
-  Program& p = progs.back();
-  Step s;
-  if (out) {
-    s.out = to;
-    p.steps.push_back(s);  // zero bytes: the descriptor alone
-  }
-  if (in) {
-    s = Step();
-    s.in = from;
-    p.steps.push_back(s);
-  }
-  op.phase.what = opKind(op.desc.kind).name;
-  return true;
 }
 
 // *moved: its steps moved data (or a phase began); *pumped: only its

@@ -94,7 +94,6 @@ class Executor {
   ternResult_t beginPhase(Operation& op, bool* finished);
   ternResult_t adopt(Operation& op, Conn* k);
   ternResult_t awaitOpen(Operation& op);
-  bool greetNeighbours(Operation& op);
   bool settled(Operation& op, ternResult_t* r);
   void complete(Operation& op, ternResult_t r, const std::string& err);
   void failAll(ternResult_t r, const std::string& why);

@@ -135,7 +135,6 @@ void Operation::reset() {
   // task: kept by put() when it can be set up again, else already gone
   resetPhase(phase);
   begun = false;
-  greetedNeighbours = false;
   draining = false;
   drainFence = 0;
   pumps.clear();

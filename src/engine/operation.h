@@ -91,14 +91,6 @@ class Task {
   // holds and returns true; any other is destroyed right away, so nothing it
   // references (ternary residuals, codec buffers) outlives the operation.
   virtual bool recycle() { return false; }
-  // Neighbours it exchanges descriptors with after its last phase, on the
-  // streams its plans did not use (nullptr: none): a plan that leaves a
-  // rank's descriptor unread (a broadcast's last rank, a reduce's root) names
-  // them, so ranks that disagree on a root still find out.
-  virtual void greeting(const PlanCtx& ctx, Conn** out, Conn** in) const {
-    (void)ctx;
-    *out = *in = nullptr;
-  }
 };
 
 // Empties a phase for the next plan, keeping the first program's step
@@ -155,7 +147,6 @@ struct Operation {
   // Executor state (its thread only).
   Phase phase;
   bool begun = false;
-  bool greetedNeighbours = false;
   // Its plan is through; an asynchronous memory type's last work may still
   // run on the device: complete once drainFence is done.
   bool draining = false;
