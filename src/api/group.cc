@@ -74,16 +74,15 @@ int currentPriority() { return self().priority; }
 // lets go of the drive token when the operation it waits for is done, and
 // with work left over it hands the rest to the progress thread.  Waiting for
 // the first of a send/recv pair handed the receive over in every call (a
-// wake-up and a token hand-back per call: a small sendrecv read 2-4.7 us in
-// half the runs, 0.8 in the others); the last one is usually the last to
+// wake-up and a token hand-back per call: a small sendrecv took 1.9-3.0 us,
+// 0.7-1.6 since, perf/RESULTS.md 2026-11-28); the last one is usually the last to
 // finish, so the caller drives them all.  Failures are recorded in call
 // order (the last failing operation's sentence stays, the first one's code
 // is returned), as before.
 ternResult_t waitAll(const IssuedOps& ops, bool hostOnly) {
-  std::string err;
   for (size_t i = ops.size(); i-- > 0;) {
     auto& [c, op] = ops[i];
-    if (!(hostOnly && op->streamMem)) c->engine->wait(*op, &err);
+    if (!(hostOnly && op->streamMem)) c->engine->wait(*op, nullptr);
   }
   ternResult_t first = ternSuccess;
   for (auto& [c, op] : ops) {

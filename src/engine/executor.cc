@@ -107,8 +107,8 @@ void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
 // on an idle engine: the caller takes the drive token now and admits them
 // straight into the active lists, so neither submit nor the first round
 // takes the pending list's lock, and the progress thread is not rung (on
-// 2 cores its wake-up and the token's hand-back cost a small sendrecv
-// 3-6 us); wait() finds the token held for the last (heldFor_: the
+// 2 cores its wake-up and the token's hand-back cost more than a small
+// sendrecv itself); wait() finds the token held for the last (heldFor_: the
 // caller waits for that one first, api/group.cc's waitAll), drives at
 // once, and the others progress in the same rounds.  Only for callers
 // that wait right away (`wake` false: group.cc's blocking path).
