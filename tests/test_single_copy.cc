@@ -1,4 +1,4 @@
-// Single-copy shared memory (TERN_SHM_DIRECT, 256 KiB by default): large send/recv, all-to-all,
+// Single-copy shared memory (TERN_SHM_DIRECT, 128 KiB by default): large send/recv, all-to-all,
 // gather and scatter blocks, and a 2-rank broadcast and allgather, between ranks on one host are read straight out
 // of the sender's buffer.  Checked here: the data is right on both sides of
 // the threshold, the transfers really went single copy (the receiver's TRACE

@@ -33,8 +33,8 @@ void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPer
     if (s != d) x.mem->copy(d, s, bytesPerRank);
     return;
   }
-  // Two ranks, blocks of 256 KiB and more: where single copy pays
-  // (TERN_SHM_DIRECT's default).  Below it the ring's one program costs less
+  // Two ranks, blocks of 256 KiB and more: where single copy paid for
+  // allgather (perf/RESULTS.md, 2026-11-28).  Below it the ring's one program costs less
   // per call (8 KiB-128 KiB: 1.04-1.30x the time as programs of their own).
   // A constant, not this rank's TERN_SHM_DIRECT: both ranks must make the
   // same plan (a direct-marked step at or above the connection's agreed

@@ -287,7 +287,12 @@ ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, size_t 
     TERN_CHECK(ipcPayload(mem, p, s, units, moved));
   } else {
     size_t n = std::min(s.bytes - p.off, limit);
-    TERN_CHECK(s.in->directRead(s.dst + p.off, p.peerAddr + p.off, n));
+    if (ternResult_t r = s.in->directRead(s.dst + p.off, p.peerAddr + p.off, n); r != ternSuccess) {
+      // A sender that failed takes its buffer back, which may be unmapped by
+      // now (EFAULT): its failure, marked before that, is the cause to report.
+      TERN_CHECK(checkSenderAlive(s, "buffer"));
+      return r;
+    }
     // Checked after the read: a sender marks itself failed before its
     // caller may touch the buffer, so no mark now means the bytes were valid.
     TERN_CHECK(checkSenderAlive(s, "buffer"));
