@@ -178,84 +178,105 @@ class TernWork : public c10d::Work {
 // callbacks, and a thread is added only when a level has work nobody waits
 // on and every thread is busy (so there are at most levels + nested
 // callbacks threads).
+//
+// The process group may be destroyed on one of these threads: a future
+// callback (Python) can drop the last reference to it.  That thread cannot
+// join itself (std::thread::join throws, and from the destructor that was
+// std::terminate: seen in CI, test_torch_hooks' powerSGD); so the state
+// lives in a shared block that every thread holds, stop() detaches the
+// calling thread instead of joining it, and that thread finds the work
+// drained when it returns from the callback and ends on state still alive.
 class Completer {
  public:
+  Completer() : s_(std::make_shared<State>()) {}
   ~Completer() { stop(); }
 
-  void add(c10::intrusive_ptr<TernWork> w) {
-    std::lock_guard<std::mutex> lk(mu_);
-    pending_[clampLevel(w->level())].push_back(std::move(w));
-    // Every thread may be busy (waiting on another level, or in a callback).
-    if (idle_ == 0 && claimable() >= 0) threads_.emplace_back([this] { loop(); });
-    else cv_.notify_all();
-  }
+  void add(c10::intrusive_ptr<TernWork> w) { s_->add(s_, std::move(w)); }
 
   // Settles everything outstanding (each within tern's timeout), then ends
-  // the threads.  Not from a future callback.
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (;;) {  // a thread may add another until it is joined
-      std::thread t;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (threads_.empty()) break;
-        t = std::move(threads_.back());
-        threads_.pop_back();
-      }
-      t.join();
-    }
-  }
+  // the threads (the calling one, if it is one of them, ends on its own).
+  void stop() { s_->stop(); }
 
  private:
-  static int clampLevel(int l) { return l < 0 ? 0 : l >= TERN_PRIORITY_LEVELS ? TERN_PRIORITY_LEVELS - 1 : l; }
-
-  // The most urgent level with work that nobody waits on, or -1.
-  int claimable() const {
-    for (int l = 0; l < TERN_PRIORITY_LEVELS; ++l)
-      if (!waiting_[l] && !pending_[l].empty()) return l;
-    return -1;
-  }
-  bool drained() const {
-    for (const auto& q : pending_)
-      if (!q.empty()) return false;
-    return true;
-  }
-
-  void loop() {
-    std::unique_lock<std::mutex> lk(mu_);
-    for (;;) {
-      ++idle_;
-      cv_.wait(lk, [&] { return claimable() >= 0 || (stopping_ && drained()); });
-      --idle_;
-      int level = claimable();
-      if (level < 0) return;  // stopping, nothing left
-      waiting_[level] = true;
-      c10::intrusive_ptr<TernWork> w = std::move(pending_[level].front());
-      pending_[level].pop_front();
-      lk.unlock();
-      w->settle();
-      lk.lock();
-      waiting_[level] = false;
-      if (claimable() >= 0 && idle_ == 0) threads_.emplace_back([this] { loop(); });
-      cv_.notify_all();
-      lk.unlock();
-      w->markFuture();
-      w.reset();  // the last reference may free tensors: not under the lock
-      lk.lock();
+  struct State {
+    void add(const std::shared_ptr<State>& self, c10::intrusive_ptr<TernWork> w) {
+      std::lock_guard<std::mutex> lk(mu_);
+      pending_[clampLevel(w->level())].push_back(std::move(w));
+      // Every thread may be busy (waiting on another level, or in a callback).
+      if (idle_ == 0 && claimable() >= 0) spawn(self);
+      else cv_.notify_all();
     }
-  }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<c10::intrusive_ptr<TernWork>> pending_[TERN_PRIORITY_LEVELS];
-  bool waiting_[TERN_PRIORITY_LEVELS] = {};  // a thread is settling that level's oldest work
-  int idle_ = 0;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
+    void stop() {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        stopping_ = true;
+      }
+      cv_.notify_all();
+      for (;;) {  // a thread may add another until it is joined
+        std::thread t;
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          if (threads_.empty()) break;
+          t = std::move(threads_.back());
+          threads_.pop_back();
+        }
+        if (t.get_id() == std::this_thread::get_id()) t.detach();
+        else t.join();
+      }
+    }
+
+    static int clampLevel(int l) { return l < 0 ? 0 : l >= TERN_PRIORITY_LEVELS ? TERN_PRIORITY_LEVELS - 1 : l; }
+
+    // The most urgent level with work that nobody waits on, or -1.
+    int claimable() const {
+      for (int l = 0; l < TERN_PRIORITY_LEVELS; ++l)
+        if (!waiting_[l] && !pending_[l].empty()) return l;
+      return -1;
+    }
+    bool drained() const {
+      for (const auto& q : pending_)
+        if (!q.empty()) return false;
+      return true;
+    }
+    // Under mu_.  The thread holds the state, so it outlives the Completer.
+    void spawn(const std::shared_ptr<State>& self) {
+      threads_.emplace_back([self] { self->loop(self); });
+    }
+
+    void loop(const std::shared_ptr<State>& self) {
+      std::unique_lock<std::mutex> lk(mu_);
+      for (;;) {
+        ++idle_;
+        cv_.wait(lk, [&] { return claimable() >= 0 || (stopping_ && drained()); });
+        --idle_;
+        int level = claimable();
+        if (level < 0) return;  // stopping, nothing left
+        waiting_[level] = true;
+        c10::intrusive_ptr<TernWork> w = std::move(pending_[level].front());
+        pending_[level].pop_front();
+        lk.unlock();
+        w->settle();
+        lk.lock();
+        waiting_[level] = false;
+        if (claimable() >= 0 && idle_ == 0) spawn(self);
+        cv_.notify_all();
+        lk.unlock();
+        w->markFuture();
+        w.reset();  // the last reference may free tensors: not under the lock
+        lk.lock();
+      }
+    }
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<c10::intrusive_ptr<TernWork>> pending_[TERN_PRIORITY_LEVELS];
+    bool waiting_[TERN_PRIORITY_LEVELS] = {};  // a thread is settling that level's oldest work
+    int idle_ = 0;
+    bool stopping_ = false;
+    std::vector<std::thread> threads_;
+  };
+  std::shared_ptr<State> s_;
 };
 
 }  // namespace tern_torch

@@ -3,8 +3,10 @@ processes, against the gloo backend on the same inputs in the same run.
 Where gloo cannot do an op (AVG, reduce_scatter, bfloat16 in places) the
 reference is computed locally from every rank's inputs, and the test says so
 in its result instead of skipping."""
+import datetime
 import functools
 import os
+import threading
 import time
 
 import pytest
@@ -563,3 +565,31 @@ def test_timeout_is_a_runtime_error_worded_like_c10d(tmp_path):
     assert msg.startswith("tern: Timed out waiting for barrier to complete: "), msg
     assert "waiting on rank(s) 1" in msg, msg
     assert waited >= 0.9, waited  # the group's timeout, not before
+
+
+def last_reference_in_a_callback(rank, n, store_path):
+    """The process group's last reference goes in a future callback, which runs
+    on the group's completer thread: the group is destroyed there (it used to
+    join that thread from itself: std::terminate, the rank aborted)."""
+    store = dist.FileStore(store_path, n)
+    pg = tern.torch._create(store, rank, n, datetime.timedelta(seconds=30))
+    if rank == 1:
+        time.sleep(0.5)  # rank 0's future completes later, on the completer thread
+    fut = pg.allreduce([torch.ones(1024)]).get_future()
+    holder, ran_on = [pg], []
+
+    def drop(f):
+        holder.clear()
+        ran_on.append(threading.get_ident())
+        return f.value()
+
+    chained = fut.then(drop)
+    del pg
+    value = chained.wait()[0]
+    return ran_on[0] != threading.get_ident(), float(value[0])
+
+
+def test_the_group_may_die_in_its_own_future_callback(tmp_path):
+    res = ranks.run(last_reference_in_a_callback, 2, str(tmp_path / "store"))
+    assert res[0][0], "rank 0's callback ran on the calling thread: the case was not exercised"
+    assert [r[1] for r in res] == [2.0, 2.0]
