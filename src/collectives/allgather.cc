@@ -1,26 +1,12 @@
 // Ring allgather: each rank's block travels N-1 hops; chunked so blocks flow
-// on while they arrive.  Two ranks: one hop each way (planAllGatherPair).
+// on while they arrive.  Two ranks with large blocks: one hop each way, the
+// send and the receive programs of their own that may go single copy.
 #include <algorithm>
 
 #include "collectives/collectives.h"
+#include "collectives/transfers.h"
 
 namespace tern {
-
-namespace {
-
-// Two ranks: each block makes one hop, a plain transfer between the callers'
-// buffers, so the send and the receive are programs of their own that go
-// single copy over a connection that offers it (Step::direct; the fifo
-// otherwise), and this rank's own block is copied while they move.
-void planAllGatherPair(const PlanCtx& x, const char* s, char* mine, char* theirs, size_t bytes,
-                       Phase* ph) {
-  ph->progs.resize(s != mine ? 3 : 2);
-  ph->progs[0].addTransfer(nullptr, x.next(), s, nullptr, bytes);
-  ph->progs[1].addTransfer(x.prev(), nullptr, nullptr, theirs, bytes);
-  if (s != mine) ph->progs[2].add({nullptr, nullptr, s, mine, bytes});
-}
-
-}  // namespace
 
 void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph) {
   const int n = x.nranks, r = x.pos();
@@ -41,8 +27,13 @@ void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPer
   // threshold carries a header even where its payload streams), and ranks
   // may disagree on the setting.
   constexpr size_t kPairFrom = 256 << 10;
-  if (n == 2 && bytesPerRank >= kPairFrom)
-    return planAllGatherPair(x, s, block(r), block(r + 1), bytesPerRank, ph);
+  if (n == 2 && bytesPerRank >= kPairFrom) {  // one hop each way: plain transfers, as all-to-all's
+    Transfers t(ph, false);
+    t.send(x.next(), s, bytesPerRank);
+    t.local(s, block(r), bytesPerRank);
+    t.recv(x.prev(), block(r + 1), bytesPerRank);
+    return;
+  }
   Conn* in = x.prev();
   Conn* out = x.next();
   ph->progs.resize(1);

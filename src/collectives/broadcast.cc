@@ -17,6 +17,7 @@
 // reads the other's descriptor).  The root's own copy (out of place) is a
 // program of its own, made while the receiver reads.
 #include "collectives/collectives.h"
+#include "collectives/transfers.h"
 
 namespace tern {
 
@@ -31,22 +32,25 @@ void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, i
     if (src != dst) x.mem->copy(d, src, bytes);
     return;
   }
-  ph->progs.resize(1);
-  if (pos == 0 && n == 2) {
-    ph->progs[0].addTransfer(nullptr, x.next(), s, nullptr, bytes);
-    if (src != dst) {
-      ph->progs.emplace_back();
-      ph->progs.back().add({nullptr, nullptr, s, d, bytes});
+  if (n == 2) {  // one hop: plain transfers (see above)
+    Transfers t(ph, false);
+    if (pos == 0) {
+      t.send(x.next(), s, bytes);
+      t.local(s, d, bytes);
+      t.recv(x.prev(), nullptr, 0);  // the receiver's descriptor
+    } else {
+      t.recv(x.prev(), d, bytes);
+      t.send(x.next(), nullptr, 0);
     }
-  } else if (pos == 0) {
-    ph->progs[0].add({nullptr, x.next(), s, src != dst ? d : nullptr, bytes});
-  } else if (pos == n - 1 && n == 2) {
-    ph->progs[0].addTransfer(x.prev(), nullptr, nullptr, d, bytes);
-  } else {
-    ph->progs[0].add({x.prev(), pos == n - 1 ? nullptr : x.next(), nullptr, d, bytes});
+    return;
   }
-  if (pos == 0) ph->addDescriptorOnly(x.prev(), nullptr);
-  if (pos == n - 1) ph->addDescriptorOnly(nullptr, x.next());
+  ph->progs.resize(1);
+  if (pos == 0)
+    ph->progs[0].add({nullptr, x.next(), s, src != dst ? d : nullptr, bytes});
+  else
+    ph->progs[0].add({x.prev(), pos == n - 1 ? nullptr : x.next(), nullptr, d, bytes});
+  if (pos == 0) Transfers(ph, false).recv(x.prev(), nullptr, 0);    // the last rank's descriptor
+  if (pos == n - 1) Transfers(ph, false).send(x.next(), nullptr, 0);
 }
 
 }  // namespace tern

@@ -2,6 +2,7 @@
 // buffer to what streams through, the root writes the result.  The root
 // also sends its descriptor to the first rank, which reads it (below).
 #include "collectives/collectives.h"
+#include "collectives/transfers.h"
 
 namespace tern {
 
@@ -28,8 +29,8 @@ void planReduce(const PlanCtx& x, const void* src, void* dst, size_t count, tern
   // The root's descriptor would go unread (it sends nothing), and the first
   // rank reads nothing: as broadcast.cc's, they go the other way beside the
   // transfer, so ranks that disagree on the root find out in this call.
-  if (pos == n - 1) ph->addDescriptorOnly(nullptr, x.next());
-  if (pos == 0) ph->addDescriptorOnly(x.prev(), nullptr);
+  if (pos == n - 1) Transfers(ph, false).send(x.next(), nullptr, 0);
+  if (pos == 0) Transfers(ph, false).recv(x.prev(), nullptr, 0);
 }
 
 }  // namespace tern

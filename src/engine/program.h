@@ -135,16 +135,6 @@ struct Phase {
   // Executor::stamp).  Ordered operations issued before it go first on a
   // stream they both want; those issued after it wait.
   uint64_t postedAt = 0;
-  // A program of its own that carries the operation's descriptor alone (a
-  // zero-byte step) to `out` or reads it from `in`: for a plan that would
-  // leave a rank's descriptor unread (collectives/broadcast.cc).
-  void addDescriptorOnly(Conn* in, Conn* out) {
-    progs.emplace_back();
-    Step s;
-    s.in = in;
-    s.out = out;
-    progs.back().steps.push_back(s);
-  }
 };
 
 // What a plan needs from its communicator: who is where, and the connections
