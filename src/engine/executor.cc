@@ -40,12 +40,6 @@ uint64_t opBytes(const Operation& op) {
 // whose message boundaries they share with others.
 bool mayGoSmall(const Operation& op) { return !op.unordered && !opKind(op.desc.kind).interleaved; }
 
-Conn* channel(const Operation& op, Conn* c) {
-  if (!c || !mayGoSmall(op)) return c;
-  Conn* ll = c->small(opBytes(op));
-  return ll ? ll : c;
-}
-
 // Moves a phase's steps onto the small siblings (program.h).
 void takeSmallChannels(Operation& op) {
   if (mayGoSmall(op)) takeSmallChannels(op.phase, opBytes(op));
@@ -171,18 +165,24 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
     heldFor_.store(nullptr, std::memory_order_relaxed);
     if (!driveHeld(&op)) std::this_thread::yield();  // handed over: let the urgent caller in
   }
+  // Someone else may drive: unless the operation is bulk, stay awake for a
+  // while to take the token, since a wake-up on a busy CPU costs more than a
+  // small urgent operation.  Once per wait, not after every nap: a waiter on
+  // an operation that the network holds for tens of milliseconds (a training
+  // step's per-level allreduces, one waiting thread per level) yielded two
+  // thirds of the time, and a dozen such threads took a third of the cores
+  // that the training's compute needed (perf/RESULTS.md, session 32).
+  Clock::time_point spinUntil{};  // read when first needed: a caller that drives reads no clock
   while (!done()) {
     bool got = drive_.try_lock();
     if (!got) {
-      // Someone else drives: ask for the token if our work is more urgent,
-      // and (unless it is bulk) stay awake for a while to take it: a
-      // wake-up on a busy CPU costs more than a small urgent operation.
+      // Ask for the token if our work is more urgent than what is driven.
       int want = wantLevel_.load();
       while (op.level < want && !wantLevel_.compare_exchange_weak(want, op.level)) {
       }
       if (op.level < want) ring();
-      auto until = Clock::now() + std::chrono::milliseconds(2);
-      while (op.level < kLevels - 1 && !done() && !(got = drive_.try_lock()) && Clock::now() < until)
+      if (spinUntil == Clock::time_point{}) spinUntil = Clock::now() + std::chrono::milliseconds(2);
+      while (op.level < kLevels - 1 && !done() && !(got = drive_.try_lock()) && Clock::now() < spinUntil)
         sched_yield();
     }
     if (got) {
@@ -296,6 +296,19 @@ void Executor::listen() {
   }
   std::unique_lock<std::mutex> lk(m_);
   workCv_.wait_for(lk, std::chrono::milliseconds(1));
+}
+
+// Every connection the active operations wait on has a descriptor to poll
+// (and there is at least one).
+bool Executor::pumpsPollable() const {
+  bool any = false;
+  for (auto& list : active_)
+    for (const OpPtr& o : list)
+      for (const Conn* c : o->pumps) {
+        if (c->pollFd() < 0) return false;
+        any = true;
+      }
+  return any;
 }
 
 bool Executor::anyPumps() const {
@@ -692,14 +705,25 @@ ternResult_t Executor::checkIdle(Clock::time_point now) {
 // outnumber cores still get the CPU they need.  `op`: what the driver drives
 // for (nullptr: the progress thread); the doorbell ends the sleep when a more
 // urgent caller wants the token or new work arrives.
-void Executor::idleWait(unsigned idle, const Operation* op) {
-  if (idle < 64) {
+void Executor::idleWait(unsigned& idle, const Operation* op) {
+  constexpr unsigned kSpin = 64, kYield = 4096;
+  if (idle < kSpin) {
     _mm_pause();
     return;
   }
-  if (idle < 4096) {
+  if (idle < kYield) {
+    const uint64_t before = __rdtsc();  // cheaper than the clock: this is the wait's inner loop
     sched_yield();
-    return;
+    // A yield that gave the core away means other threads want it (a
+    // training step's compute beside its gradients' transfers, on as many
+    // cores as ranks).  Where the wait is on sockets, yielding on gains
+    // nothing the kernel's wake-up would not give, and every return to this
+    // thread costs them a switch: sleep in poll from now on, until the next
+    // move.  A wait on shared memory keeps yielding: it has nothing to sleep
+    // on, and a peer rank may be the thread it yields to.
+    // 60k cycles: 15-30 us at the clock rates of today's x86 servers.
+    if (__rdtsc() - before < 60000 || !pumpsPollable()) return;
+    idle = kYield;
   }
   pollfd fds[65];
   int n = 0;

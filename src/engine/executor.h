@@ -81,6 +81,7 @@ class Executor {
   bool shouldHandOver(const Operation* op) const;
   void listen();
   bool anyPumps() const;
+  bool pumpsPollable() const;
   bool round();
   bool anyActiveBelow(const std::vector<OpPtr>* level) const;
   void enlist(const OpPtr& op);
@@ -98,7 +99,7 @@ class Executor {
   void complete(Operation& op, ternResult_t r, const std::string& err);
   void failAll(ternResult_t r, const std::string& why);
   ternResult_t checkIdle(Clock::time_point now);
-  void idleWait(unsigned idle, const Operation* op);
+  void idleWait(unsigned& idle, const Operation* op);
   void ring();
   bool driveHeld(const Operation* op);
   template <class Pred>
