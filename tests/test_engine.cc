@@ -3,8 +3,10 @@
 // communicator, operation mismatches reported on every rank, dead peers while
 // requests are in flight.  Real processes over shm and tcp (and UCX when built).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -30,6 +32,13 @@ bool sumIsRight(const std::vector<float>& x, int nranks, float scale) {
   for (size_t i = 0; i < x.size(); i += 997)
     if (x[i] != (ranks + nranks * static_cast<float>(i % 1000)) * scale) return false;
   return x.back() == (ranks + nranks * static_cast<float>((x.size() - 1) % 1000)) * scale;
+}
+
+// CPU time of the calling thread.
+double threadCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 // One allreduce (in place) at `level`, returned as a request.
@@ -246,6 +255,50 @@ int statsBody(RankCtx& ctx) {
 }
 
 TEST_P(EngineCase, StatsReadWhileTrafficRuns) { run(statsBody); }
+
+// Threads waiting on operations that a late peer holds up sleep: rank 0
+// waits on four requests (levels 1-4, a thread each, as a training step's
+// per-level waiters do) while the other ranks join 0.8 s late.  A waiter may
+// spin for the drive token once, briefly; one that span after every 1 ms
+// nap used about a core per two waiters (the session-32 fix: executor.cc,
+// Executor::wait).  One waiter may end up driving, which backs off to
+// sleeping as the progress thread does.
+int lateWaitersBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  constexpr int kWaiters = 4;
+  std::vector<std::vector<float>> x(kWaiters, std::vector<float>(1024));
+  for (int k = 0; k < kWaiters; ++k) fill(x[k], ctx.rank, k + 1.0f);
+  ternBarrier(comm);
+  if (ctx.rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  std::vector<ternRequest_t> req(kWaiters);
+  for (int k = 0; k < kWaiters; ++k)
+    if (!(req[k] = asyncAllReduce(x[k], k + 1, comm))) return failf(ctx, "no request: %s", ternGetLastError(comm));
+  std::vector<double> cpu(kWaiters), wall(kWaiters);
+  std::atomic<int> failed{0};
+  std::vector<std::thread> waiters;
+  for (int k = 0; k < kWaiters; ++k)
+    waiters.emplace_back([&, k] {
+      auto t0 = Clock::now();
+      const double c0 = threadCpuSeconds();
+      if (ternRequestWait(req[k]) != ternSuccess) ++failed;
+      cpu[k] = threadCpuSeconds() - c0;
+      wall[k] = std::chrono::duration<double>(Clock::now() - t0).count();
+    });
+  for (auto& t : waiters) t.join();
+  if (failed) return failf(ctx, "%d waits failed: %s", failed.load(), ternGetLastError(comm));
+  for (int k = 0; k < kWaiters; ++k)
+    if (!sumIsRight(x[k], ctx.nranks, k + 1.0f)) return failf(ctx, "wrong sum at level %d", k + 1);
+  // The busiest waiter may have driven; the others only waited.
+  std::vector<double> sorted = cpu;
+  std::sort(sorted.begin(), sorted.end());
+  const double others = sorted[0] + sorted[1] + sorted[2], waited = wall[0];
+  if (ctx.rank == 0 && waited > 0.5 && (others > 0.1 * waited || sorted[3] > 0.5 * waited))
+    return failf(ctx, "waiters used %.3f %.3f %.3f %.3f s of CPU in %.2f s of waiting", cpu[0], cpu[1], cpu[2],
+                 cpu[3], waited);
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
+TEST_P(EngineCase, WaitersOnALatePeerSleep) { run(lateWaitersBody); }
 
 INSTANTIATE_TEST_SUITE_P(Transports, EngineCase,
                          ::testing::Combine(::testing::ValuesIn(testTransports()),
