@@ -60,6 +60,13 @@ ternResult_t peekMine(const StreamState& s, Conn* c, OpDesc* d, bool* mine) {
   return ternSuccess;
 }
 
+// One chunk of a version, through the fifo, never single copy (both ends
+// alike): the sender's progress thread copies the next chunk in while the
+// receiver copies this one out, two cores at once, where a single-copy read
+// leaves the sender idle: over shm single copy moved a stream at 0.7-0.8x
+// and one-way sends at 0.5-0.65x the fifo's rate (perf/RESULTS.md, session 32).
+Step chunkStep(Conn* in, Conn* out, const char* src, char* dst, size_t bytes) { return Step{in, out, src, dst, bytes}; }
+
 // A zero-byte message (its descriptor alone) in or out on `c`.
 void descriptorOnly(Phase* ph, Conn* c, bool out) {
   ph->reframe = true;
@@ -152,7 +159,7 @@ class SendTask final : public Task {
     ph->postedAt = s_->send.movingStamp;
     ph->progs.resize(1);
     const char* src = s_->send.bufs[s_->send.moving].data() + off_;
-    ph->progs[0].addTransfer(nullptr, x.conn(s_->peer), src, nullptr, n);
+    ph->progs[0].add(chunkStep(nullptr, x.conn(s_->peer), src, nullptr, n));
     off_ += n;
     return ternSuccess;
   }
@@ -251,7 +258,7 @@ class RecvTask final : public Task {
       return malformed(d, "does not fit the stream's " + std::to_string(total) + " bytes at offset " +
                               std::to_string(off_));
     char* dst = s_->recv.bufs[s_->recv.fill].data() + off_;
-    ph->progs[0].addTransfer(c, nullptr, nullptr, dst, d.count);
+    ph->progs[0].add(chunkStep(c, nullptr, nullptr, dst, d.count));
     (void)x;
     off_ += d.count;
     landed_ = last;
