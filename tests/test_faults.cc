@@ -172,8 +172,15 @@ sockaddr_in6 rootOf(const ternUniqueId& id) {
 // Rank 2 of the harness is a stranger: it tries to join as rank 1 with a
 // forged secret, then connects raw and sends junk.  The real ranks 0 and 1
 // must still form their 2-rank communicator and compute correctly.
+// Rank 0 says (a byte on this pipe, made before the ranks fork) once its
+// stderr goes to the capture file: a stranger that came first was logged to
+// the terminal, and the count came out one short (CI, 1 run in many).
+int strangerGo[2] = {-1, -1};
+
 int strangerBody(RankCtx& ctx) {
   if (ctx.rank == 2) {
+    char go;
+    if (read(strangerGo[0], &go, 1) != 1) return failf(ctx, "rank 0 never said go");
     ternUniqueId forged = ctx.ids[0];
     forged.internal[8] ^= 0x5a;  // first byte of the secret
     ternComm_t c;
@@ -196,7 +203,10 @@ int strangerBody(RankCtx& ctx) {
   // Rank 0 hosts the root (it made the id): capture what the root logs.
   char logPath[] = "/tmp/tern-stranger-XXXXXX";
   int logFd = ctx.rank == 0 ? mkstemp(logPath) : -1;
-  if (ctx.rank == 0) dup2(logFd, 2);
+  if (ctx.rank == 0) {
+    dup2(logFd, 2);
+    (void)!write(strangerGo[1], "g", 1);
+  }
   if (ctx.rank == 1) usleep(700000);  // let the stranger try first
   ternComm_t comm;
   if (ternCommInitRank(&comm, 2, ctx.ids[0], ctx.rank) != ternSuccess)
@@ -225,7 +235,10 @@ int strangerBody(RankCtx& ctx) {
 }
 
 TEST(Security, StrangerWithoutSecretIsRejected) {
+  ASSERT_EQ(pipe(strangerGo), 0);
   expectAllRanksOk(runRanks(3, {{"TERN_TIMEOUT", "20"}}, strangerBody, 1, 60));
+  close(strangerGo[0]);
+  close(strangerGo[1]);
 }
 
 }  // namespace
