@@ -3,6 +3,8 @@
 // others over a pipe.  The parent waits with a deadline and kills everything
 // on timeout, so a hang is a failure, never a stuck suite.
 #pragma once
+#include <unistd.h>
+
 #include <functional>
 #include <map>
 #include <string>
@@ -58,5 +60,21 @@ std::string transportRanksName(const Info& info) {
 
 // Prints a failure message from a rank (prefixed) and returns 1.
 int failf(const RankCtx& c, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// A pipe made before the ranks fork (make it in the test, or as a global):
+// one rank tells another when to go on, outside tern (when a tern call
+// would itself be the thing under test, or would time out meanwhile).
+struct Signal {
+  int fd[2] = {-1, -1};
+  Signal() { (void)!pipe(fd); }
+  ~Signal() { close(fd[0]), close(fd[1]); }
+  Signal(const Signal&) = delete;
+  Signal& operator=(const Signal&) = delete;
+  void post() const { (void)!write(fd[1], "x", 1); }
+  bool await() const {
+    char ch;
+    return read(fd[0], &ch, 1) == 1;
+  }
+};
 
 }  // namespace terntest

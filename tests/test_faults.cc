@@ -175,12 +175,11 @@ sockaddr_in6 rootOf(const ternUniqueId& id) {
 // Rank 0 says (a byte on this pipe, made before the ranks fork) once its
 // stderr goes to the capture file: a stranger that came first was logged to
 // the terminal, and the count came out one short (CI, 1 run in many).
-int strangerGo[2] = {-1, -1};
+Signal strangerGo;
 
 int strangerBody(RankCtx& ctx) {
   if (ctx.rank == 2) {
-    char go;
-    if (read(strangerGo[0], &go, 1) != 1) return failf(ctx, "rank 0 never said go");
+    if (!strangerGo.await()) return failf(ctx, "rank 0 never said go");
     ternUniqueId forged = ctx.ids[0];
     forged.internal[8] ^= 0x5a;  // first byte of the secret
     ternComm_t c;
@@ -205,7 +204,7 @@ int strangerBody(RankCtx& ctx) {
   int logFd = ctx.rank == 0 ? mkstemp(logPath) : -1;
   if (ctx.rank == 0) {
     dup2(logFd, 2);
-    (void)!write(strangerGo[1], "g", 1);
+    strangerGo.post();
   }
   if (ctx.rank == 1) usleep(700000);  // let the stranger try first
   ternComm_t comm;
@@ -235,10 +234,7 @@ int strangerBody(RankCtx& ctx) {
 }
 
 TEST(Security, StrangerWithoutSecretIsRejected) {
-  ASSERT_EQ(pipe(strangerGo), 0);
   expectAllRanksOk(runRanks(3, {{"TERN_TIMEOUT", "20"}}, strangerBody, 1, 60));
-  close(strangerGo[0]);
-  close(strangerGo[1]);
 }
 
 }  // namespace

@@ -218,18 +218,6 @@ double cpuSeconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-// A pipe made before the ranks fork: one rank tells the other when to go on.
-struct Signal {
-  int fd[2];
-  Signal() { EXPECT_EQ(pipe(fd), 0); }
-  ~Signal() { close(fd[0]), close(fd[1]); }
-  void post() const { (void)!write(fd[1], "x", 1); }
-  void await() const {
-    char ch;
-    (void)!read(fd[0], &ch, 1);
-  }
-};
-
 // Rank 1 dies while rank 0 waits in a small allreduce: an error (not a
 // hang, not the timeout: the control socket closes) on rank 0.
 TEST(SmallMessagesFaults, DeadPeerDuringASmallAllReduceIsAnError) {

@@ -238,6 +238,11 @@ TEST_P(WeightStream, NewerPushSupersedesOneThatHasNotMoved) {
 
 // ---- Wait's timeout ----------------------------------------------------------
 
+// Rank 0 learns that rank 1's wait has timed out through a pipe, not a tern
+// call: a barrier of its own would wait just as long as rank 1's Wait, under
+// the same TERN_TIMEOUT, and time out first on a slow host (CI, ThreadSanitizer).
+Signal waitedOut;
+
 int waitTimeoutBody(RankCtx& ctx) {
   Pair p(ctx, 1000, 7);
   if (!p.ws) return failf(ctx, "open: %s", ternGetLastError(p.comm));
@@ -245,6 +250,7 @@ int waitTimeoutBody(RankCtx& ctx) {
   if (ctx.rank == 0) {
     t.fill(1);
     ternWeightStreamPush(ws, t.in(), 1);
+    if (!waitedOut.await()) return failf(ctx, "rank 1 never said its wait ended");
     ternBarrier(comm);
     t.fill(5);
     if (ternWeightStreamPush(ws, t.in(), 5) != ternSuccess) return failf(ctx, "push 5");
@@ -257,6 +263,7 @@ int waitTimeoutBody(RankCtx& ctx) {
     if (r != ternTimeout || secs < 1.5 || secs > 6 || !strstr(why, "TERN_TIMEOUT") || !strstr(why, "version 5"))
       return failf(ctx, "wait for version 5 gave %d after %.1f s: %s", r, secs, why);
     if (v != -1) return failf(ctx, "a timed-out wait changed the version to %lld", v);
+    waitedOut.post();
     ternBarrier(comm);  // the communicator is still fine
     if (ternWeightStreamWait(ws, t.out(), 5, &v) != ternSuccess || v != 5)
       return failf(ctx, "wait after the push: %s", ternGetLastError(comm));
