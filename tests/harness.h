@@ -3,8 +3,11 @@
 // others over a pipe.  The parent waits with a deadline and kills everything
 // on timeout, so a hang is a failure, never a stuck suite.
 #pragma once
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
@@ -61,12 +64,25 @@ std::string transportRanksName(const Info& info) {
 // Prints a failure message from a rank (prefixed) and returns 1.
 int failf(const RankCtx& c, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// CPU time (user + system) in seconds: RUSAGE_SELF, every thread of the
+// process (the progress thread's too), or RUSAGE_THREAD, the caller's.
+inline double cpuSeconds(int who = RUSAGE_SELF) {
+  rusage u{};
+  getrusage(who, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 // A pipe made before the ranks fork (make it in the test, or as a global):
 // one rank tells another when to go on, outside tern (when a tern call
 // would itself be the thing under test, or would time out meanwhile).
 struct Signal {
   int fd[2] = {-1, -1};
-  Signal() { (void)!pipe(fd); }
+  Signal() {
+    if (pipe(fd) != 0) {  // nothing can run without it: fail loudly, not as a wrong result later
+      perror("terntest::Signal: pipe");
+      abort();
+    }
+  }
   ~Signal() { close(fd[0]), close(fd[1]); }
   Signal(const Signal&) = delete;
   Signal& operator=(const Signal&) = delete;

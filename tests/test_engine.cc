@@ -3,7 +3,6 @@
 // communicator, operation mismatches reported on every rank, dead peers while
 // requests are in flight.  Real processes over shm and tcp (and UCX when built).
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,13 +31,6 @@ bool sumIsRight(const std::vector<float>& x, int nranks, float scale) {
   for (size_t i = 0; i < x.size(); i += 997)
     if (x[i] != (ranks + nranks * static_cast<float>(i % 1000)) * scale) return false;
   return x.back() == (ranks + nranks * static_cast<float>((x.size() - 1) % 1000)) * scale;
-}
-
-// CPU time of the calling thread.
-double threadCpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_THREAD, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 // One allreduce (in place) at `level`, returned as a request.
@@ -279,9 +271,9 @@ int lateWaitersBody(RankCtx& ctx) {
   for (int k = 0; k < kWaiters; ++k)
     waiters.emplace_back([&, k] {
       auto t0 = Clock::now();
-      const double c0 = threadCpuSeconds();
+      const double c0 = cpuSeconds(RUSAGE_THREAD);
       if (ternRequestWait(req[k]) != ternSuccess) ++failed;
-      cpu[k] = threadCpuSeconds() - c0;
+      cpu[k] = cpuSeconds(RUSAGE_THREAD) - c0;
       wall[k] = std::chrono::duration<double>(Clock::now() - t0).count();
     });
   for (auto& t : waiters) t.join();

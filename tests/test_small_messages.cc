@@ -7,7 +7,6 @@
 // mismatch naming both calls, a dead peer and a stalled peer reported as
 // errors, and a rank waiting on a stalled peer not burning a core.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -210,12 +209,6 @@ TEST(SmallMessagesMismatch, SizesAcrossTheLimitAreInvalidUsageNamingBothCalls) {
     };
     expectAllRanksOk(runRanks(3, transportEnv("shm", {{"TERN_TIMEOUT", "30"}, {"TERN_LL_BYTES", "24"}}), body, 1, 60));
   }
-}
-
-double cpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);  // every thread of the process, the progress thread's too
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 // Rank 1 dies while rank 0 waits in a small allreduce: an error (not a
