@@ -16,6 +16,7 @@
 #include "planner/json.h"
 #include "planner/priority.h"
 #include "planner/schedule.h"
+#include "planner/shared_cores.h"
 
 using namespace tern::planner;
 
@@ -119,6 +120,8 @@ TEST(PlannerModel, EveryBadFieldIsNamed) {
       {"{\"bandwidth_gbps\": 1, \"latency_us\": 10}", "[]", "network lists 0 links but the stages need 1"},
       {"\"latency_us\": 10", "\"latency_us\": 10, \"bw\": 3", "network.bw is not a known field"},
       {"\"network\"", "\"netwerk\"", "netwerk is not a known field"},
+      {"\"batch_size\": 8,", "\"batch_size\": 8, \"cores\": 0,", "cores must be positive"},
+      {"\"batch_size\": 8,", "\"batch_size\": 8, \"cores\": 1.5,", "cores must be a whole number"},
   };
   for (const Case& c : cases) {
     std::string json = kModel;
@@ -205,6 +208,92 @@ TEST(PlannerSimulate, TraceNeverOverlapsOnAStageOrALink) {
     busyUntil[lane] = e.endMs;
     EXPECT_LE(e.endMs, total + 1e-9);
   }
+}
+
+// ---- stages that share cores (shared_cores.h) -------------------------------------
+
+TEST(PlannerSharedCores, ReadsTheOptionalField) {
+  EXPECT_EQ(modelFrom(kModel).cores, 0);
+  std::string json = kModel;
+  const std::string batch = "\"batch_size\": 8,";
+  json.replace(json.find(batch), batch.size(), batch + " \"cores\": 1,");
+  EXPECT_EQ(modelFrom(json).cores, 1);
+}
+
+TEST(PlannerSharedCores, WithACoreEachItIsTheDedicatedSimulation) {
+  // The time-ordered simulation given as many cores as stages must reproduce
+  // the dedicated sweep exactly: same operation order, same links.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> t(0.1, 3), gbps(0.5, 20), lat(0, 300);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int p = 2 + trial % 4;
+    std::vector<Stage> stages;
+    for (int s = 0; s < p; ++s) stages.push_back(stage(t(rng), t(rng), 1e5 * t(rng)));
+    PipelineModel m = pipeline(24, stages, gbps(rng), lat(rng));
+    m.cores = p;
+    for (int64_t mb : {1, 2, 3, 8, 24})
+      for (int64_t k : {int64_t{1}, (mb + 1) / 2, mb})
+        EXPECT_NEAR(simulateSharedCores(m, mb, k, nullptr), simulate(m, mb, k), 1e-9 * simulate(m, mb, k))
+            << "p " << p << " m " << mb << " K " << k;
+  }
+}
+
+TEST(PlannerSharedCores, OneCoreWithoutNetworkRunsEveryOperationBackToBack) {
+  // One core and transfers that take no time: the core is never idle (some
+  // stage always has its input), so the batch takes the sum of all work.
+  PipelineModel m = pipeline(12, {stage(1, 2), stage(0.5, 1), stage(2, 0.25)});
+  m.cores = 1;
+  const double work = 12 * (1 + 2 + 0.5 + 1 + 2 + 0.25);
+  for (int64_t mb : divisors(12))
+    for (int64_t k = 1; k <= mb; ++k) EXPECT_NEAR(simulate(m, mb, k), work, 1e-9 * work) << mb << " " << k;
+}
+
+TEST(PlannerSharedCores, FewerCoresNeverFasterAndNeverBelowTheWorkBound) {
+  PipelineModel m = pipeline(32, {stage(1, 2), stage(2, 1), stage(1.5, 1.5), stage(1, 1)}, 2.0, 50);
+  const double work = 32 * (3 + 3 + 3 + 2);
+  for (int64_t mb : {2, 8, 32})
+    for (int64_t k : {int64_t{1}, mb}) {
+      double slower = 0;
+      for (int64_t cores : {4, 3, 2, 1}) {  // 4: a core each, the dedicated model
+        m.cores = cores;
+        const double t = simulate(m, mb, k);
+        EXPECT_GE(t + 1e-9, slower) << cores << " cores, m " << mb << " K " << k;
+        EXPECT_GE(t + 1e-9, work / static_cast<double>(cores));
+        slower = t;
+      }
+    }
+}
+
+TEST(PlannerSharedCores, TwoStagesOnOneCoreByHand) {
+  // m = 2, K = 1, 1 ms forward and 2 ms backward per micro-batch, instant links:
+  //  [0,1] F0 at stage 0 alone; [1,3] stage 0's F1 and stage 1's F0 share the
+  //  core, both end at 3; [3,5] stage 1's B0 alone (stage 0 waits for its
+  //  gradient); from 5 stage 0's B0 (2) and stage 1's F1 (1) share: F1 ends at
+  //  7, then B0 (1 left) with stage 1's B1 (2): B0 ends at 9; B1 alone [9,10];
+  //  stage 0's B1 [10,12].  Dedicated cores would take 9.
+  PipelineModel m = pipeline(2, std::vector<Stage>(2, stage(1, 2)));
+  m.cores = 1;
+  std::vector<TraceEvent> trace;
+  EXPECT_NEAR(simulate(m, 2, 1, &trace), 12, 1e-9);
+  EXPECT_EQ(trace.size(), 2u * 2 * 2 + 2u * 2);
+  auto endOf = [&](int s, TraceEvent::Kind kind, int64_t i) {
+    for (const TraceEvent& e : trace)
+      if (e.stage == s && e.kind == kind && e.micro == i) return e.endMs;
+    return -1.0;
+  };
+  EXPECT_NEAR(endOf(1, TraceEvent::Kind::Forward, 1), 7, 1e-9);
+  EXPECT_NEAR(endOf(0, TraceEvent::Kind::Backward, 0), 9, 1e-9);
+  EXPECT_NEAR(endOf(1, TraceEvent::Kind::Backward, 1), 10, 1e-9);
+  m.cores = 0;
+  EXPECT_NEAR(simulate(m, 2, 1), 9, 1e-9);
+}
+
+TEST(PlannerSharedCores, OrderMatchesTheDesignForEveryK) {
+  // Stage 1 of 3, m = 6, K = 2: two warm-up groups, then backward/forward groups in turn.
+  const auto order = kfkbOrder(6, 2, 3, 1);
+  std::string got;
+  for (auto [forward, i] : order) got += (forward ? "F" : "B") + std::to_string(i) + " ";
+  EXPECT_EQ(got, "F0 F1 F2 F3 B0 B1 F4 F5 B2 B3 B4 B5 ");
 }
 
 TEST(PlannerPlan, SmallerKWinsWhenBottlenecksSitOnDifferentStages) {

@@ -1,5 +1,7 @@
 #include "planner/schedule.h"
 
+#include "planner/shared_cores.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -237,7 +239,7 @@ thread_local std::vector<int64_t> Simulation::arrivalsDown, Simulation::arrivals
 }  // namespace
 
 PipelineModel parseModel(const Json& doc) {
-  expectOnlyFields(doc, {"batch_size", "stages", "network"}, "");
+  expectOnlyFields(doc, {"batch_size", "stages", "network", "cores"}, "");
   PipelineModel model;
   model.batchSize = expectPositiveInteger(member(doc, "batch_size", ""), "batch_size");
   const Json& stages = expectArray(member(doc, "stages", ""), "stages");
@@ -245,6 +247,7 @@ PipelineModel parseModel(const Json& doc) {
   for (size_t s = 0; s < stages.array.size(); ++s)
     model.stages.push_back(parseStage(stages.array[s], indexPath("stages", s)));
   model.links = parseNetwork(member(doc, "network", ""), model.stages.size() - 1);
+  if (const Json* cores = doc.find("cores")) model.cores = expectPositiveInteger(*cores, "cores");
   return model;
 }
 
@@ -277,9 +280,18 @@ int64_t largestFittingK(const PipelineModel& model, int64_t m) {
   return lo;
 }
 
+namespace {
+
+bool sharesCores(const PipelineModel& model) {
+  return model.cores > 0 && static_cast<size_t>(model.cores) < model.stages.size();
+}
+
+}  // namespace
+
 double simulate(const PipelineModel& model, int64_t m, int64_t k, std::vector<TraceEvent>* trace) {
   if (m < 1 || model.batchSize % m != 0 || k < 1 || k > m)
     throw std::invalid_argument("simulate: m must divide the batch and 1 <= k <= m");
+  if (sharesCores(model)) return simulateSharedCores(model, m, k, trace);
   return Simulation(model, m, k, trace).run();
 }
 
@@ -324,8 +336,10 @@ namespace {
 // would run for hours or exhaust memory, so it is refused with a way out.
 void checkWorkload(const PipelineModel& model, const std::vector<MicroK>& work) {
   constexpr double kLimit = 2e10;  // about half a minute on one 2020s core
+  // Shared cores: every event visits every stage (shared_cores.h).
+  const double perOp = sharesCores(model) ? static_cast<double>(model.stages.size()) : 1.0;
   double ops = 0;
-  for (const MicroK& w : work) ops += 2.0 * static_cast<double>(model.stages.size()) * static_cast<double>(w.m);
+  for (const MicroK& w : work) ops += 2.0 * static_cast<double>(model.stages.size()) * static_cast<double>(w.m) * perOp;
   if (ops > kLimit)
     throw InputError("planning batch_size " + std::to_string(model.batchSize) + " would simulate " + jsonNumber(ops) +
                      " operations, more than the limit of " + jsonNumber(kLimit) +

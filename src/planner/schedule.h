@@ -33,6 +33,10 @@ struct PipelineModel {
   int64_t batchSize = 0;
   std::vector<Stage> stages;
   std::vector<Link> links;  // stages.size() - 1 of them
+  // The processors the stages' computations share (stages on one host that
+  // has fewer cores than stages, e.g. CPU stages); 0: each stage computes on
+  // its own device.  Model field "cores", optional.
+  int64_t cores = 0;
 };
 
 // Reads DESIGN.md's model.json (already parsed).  Throws InputError naming
@@ -59,6 +63,9 @@ struct TraceEvent {
 
 // The iteration time (ms) of the kFkB schedule of m micro-batches and
 // group size k, simulated as an event graph; with `trace`, every event.
+// With model.cores below the stage count, the stages that have work at hand
+// share those cores equally (processor sharing), so an operation stretches
+// while more stages compute than there are cores.
 // Preconditions: m divides batchSize, 1 <= k <= m.
 double simulate(const PipelineModel& model, int64_t m, int64_t k, std::vector<TraceEvent>* trace = nullptr);
 

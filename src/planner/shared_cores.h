@@ -1,0 +1,28 @@
+// The kFkB simulation when the stages share fewer cores than there are
+// stages (schedule.h, PipelineModel::cores): a CPU pipeline whose stage
+// processes sit on one host.  Kept apart from the dedicated simulation in
+// schedule.cc, whose per-stage sweep is what makes the exhaustive search
+// fast: with shared cores an operation's duration depends on what the other
+// stages do at the same moment, so this one advances all stages in time
+// order instead.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "planner/schedule.h"
+
+namespace tern::planner {
+
+// One stage's operations in order: (forward?, micro-batch).  The same order
+// as the dedicated simulation's Cursor and tern.pipeline.schedule.kfkb_order.
+std::vector<std::pair<bool, int64_t>> kfkbOrder(int64_t m, int64_t k, int stages, int stage);
+
+// simulate() for model.cores < stages: the stages with an operation whose
+// input has arrived share the cores equally, each at most one core
+// (processor sharing); transfers occupy the links as in the dedicated model
+// and take no core.
+double simulateSharedCores(const PipelineModel& model, int64_t m, int64_t k, std::vector<TraceEvent>* trace);
+
+}  // namespace tern::planner
