@@ -101,6 +101,8 @@ def _report(cfg, summaries):
             "partition_by_iter": head["partition_by_iter"],
             "plan_by_iter": head["plan_by_iter"],
             "predicted_ms": head["predicted_ms"],
+            # per stage: the process's CPU time (every thread) in each flush batch
+            "cpu_ms": [[c * 1e3 for c in s.get("cpu", [])] for s in summaries],
             "migrations": sorted((m for s in summaries for m in s["migrations"]),
                                  key=lambda m: (m["message_iter"], m["from"])),
             "weight_versions_ok": all(s["weight_versions_ok"] for s in summaries),

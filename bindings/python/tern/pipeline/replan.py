@@ -45,9 +45,10 @@ def divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def model_json(cfg, partition, rows, m):
+def model_json(cfg, partition, rows, m, cores=0):
     """DESIGN.md's model.json, right for m micro-batches, from the stages'
-    measurements (rows: one dict per stage)."""
+    measurements (rows: one dict per stage); `cores` > 0: the stages share
+    that many cores (the planner's processor-sharing model)."""
     memory = cfg.memory_bytes or machine_memory()
     act = cfg.width * 4  # float32 activations
     size = cfg.batch // m
@@ -62,12 +63,16 @@ def model_json(cfg, partition, rows, m):
                        "memory_bytes": memory})
     links = [{"bandwidth_gbps": max(r["link_gbps"], 1e-6), "latency_us": max(r["link_latency_us"], 0.0)}
              for r in rows[:-1]]
-    return {"batch_size": cfg.batch, "stages": stages, "network": links}
+    model = {"batch_size": cfg.batch, "stages": stages, "network": links}
+    if cores:
+        model["cores"] = cores
+    return model
 
 
 class Replanner:
-    def __init__(self, cfg):
+    def __init__(self, cfg, cores=0):
         self.cfg = cfg
+        self.cores = cores         # > 0: the stages share this many cores (runtime._shared_cores)
         self.planned_gbps = None   # the link bandwidths the current plan assumed
         self.decisions = []
         self.history = []          # the last SMOOTH boundaries' probes, per link
@@ -77,7 +82,7 @@ class Replanner:
         overrides the choice (a sweep), the planner's pick is still logged."""
         m, k = current
         rows = self._smoothed(rows)
-        network = model_json(self.cfg, partition, rows, m)["network"]
+        network = model_json(self.cfg, partition, rows, m, self.cores)["network"]
         gbps = [link["bandwidth_gbps"] for link in network]
         measured_ms = (max(r["end"] for r in rows) - min(r["start"] for r in rows)) * 1e3
         reason = self._reason(gbps)
@@ -132,10 +137,12 @@ class Replanner:
         each planned with the model measured for that split."""
         out = []
         for m in divisors(self.cfg.batch):
-            c = planner.schedule(model_json(self.cfg, partition, rows, m), microbatches=m)["candidates"][0]
+            c = planner.schedule(model_json(self.cfg, partition, rows, m, self.cores),
+                                 microbatches=m)["candidates"][0]
             out.append({k: c[k] for k in ("microbatches", "k", "max_k", "iteration_ms", "feasible")})
         return out
 
     def predict(self, partition, rows, m, k):
         """The planner's iteration time for running (m, K) next."""
-        return planner.trace(model_json(self.cfg, partition, rows, m), microbatches=m, k=k)["iteration_ms"]
+        return planner.trace(model_json(self.cfg, partition, rows, m, self.cores),
+                             microbatches=m, k=k)["iteration_ms"]

@@ -49,10 +49,11 @@ class StageRuntime:
         self.up = self._link(rank - 1) if rank > 0 else None
         self.down = self._link(rank + 1) if rank + 1 < self.p else None
         self.migrator = (Migrator if cfg.schedule == "flush" else AsyncMigrator)(self, cfg.migrate)
-        self.replanner = Replanner(cfg) if rank == 0 else None
+        self.shared_cores = self._shared_cores()
+        self.replanner = Replanner(cfg, self.shared_cores) if rank == 0 else None
         self.rebalancer = Rebalancer(self.replanner, cfg.rebalance_threshold) if rank == 0 and cfg.rebalance else None
         self.plan_by_iter, self.predicted_ms, self.partition_by_iter = [], [], []
-        self.starts, self.ends, self.losses = [], [], []
+        self.starts, self.ends, self.losses, self.cpu = [], [], [], []
         self.cost = self._calibrate() if cfg.schedule == "flush" else None
 
     def _link(self, peer):
@@ -67,10 +68,31 @@ class StageRuntime:
         else:
             self.down = self.down.successor()
 
+    def _shared_cores(self):
+        """The cores the stages share when all of them run on this host (one
+        boot: network namespaces and containers of one machine count as one)
+        and it has fewer cores than stages; 0 when each stage may have its own.
+        Stages that share cores are measured in CPU time and the planner
+        shares the cores between the stages that have work (processor
+        sharing): in wall time, every stage's ops looked as fast as alone, and
+        3-4 stages on 2 cores ran 1.2-1.8x the predicted time
+        (perf/RESULTS.md, 2026-11-28, session 33)."""
+        if self.comm is None:
+            return 0
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            host = int(f.read().replace("-", "")[:12], 16)  # 48 bits: exact in a float64
+        mine = np.array([host, len(os.sched_getaffinity(0))], np.float64)
+        every = np.zeros(2 * self.p, np.float64)
+        with at_level(CONTROL_LEVEL):
+            self.comm.allgather(mine, every)
+        cores = int(every[1::2].max())
+        return cores if len(set(every[0::2])) == 1 and cores < self.p else 0
+
     def _calibrate(self):
         """{"fwd"|"bwd": Cost} from one micro-batch of 1 sample and one of the whole batch."""
         b = self.cfg.batch
-        one, whole = self.stage.time_compute(1), self.stage.time_compute(b)
+        clock = time.thread_time if self.shared_cores else time.perf_counter
+        one, whole = self.stage.time_compute(1, clock=clock), self.stage.time_compute(b, clock=clock)
         return {kind: Cost.calibrate(one[j], whole[j], b) for j, kind in enumerate(("fwd", "bwd"))}
 
     # ---- the run ----
@@ -110,7 +132,7 @@ class StageRuntime:
         x, y = self.data.get(it)
         size = self.cfg.batch // m
         self.stage.loss_sum = 0.0
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.process_time()
         order = kfkb_order(m, k, self.p, self.rank)
         for kind, i in order:
             sl = slice(i * size, (i + 1) * size)
@@ -126,6 +148,7 @@ class StageRuntime:
             if link:
                 link.drain()  # the batch's transfers are part of its time
         end = time.monotonic()
+        self.cpu.append(time.process_time() - cpu)
         self.stage.step(it)
         self.migrator.after_step(it)
         self.starts.append(start)
@@ -236,12 +259,24 @@ class StageRuntime:
             cost = self.cost[kind]
             if it > 0:  # batch 0 pays the warm-up (first connections, allocator): keep the calibration
                 # The median op: robust to the preemptions of a shared host.
-                times = sorted(e["end"] - e["start"] for e in self.log.of(it, kind))
+                times = sorted(self._op_seconds(it, kind))
                 cost.observe(size, times[len(times) // 2] * 1e3)
             row[kind + "_fixed_ms"], row[kind + "_ms_per_sample"] = cost.fixed, cost.per_sample
         row["link_gbps"], row["link_latency_us"] = self._probe(it, m)
         row["start"], row["end"] = self.starts[-1], self.ends[-1]
         return row
+
+    def _op_seconds(self, it, kind):
+        """What each of batch `it`'s `kind` ops cost this stage: its wall time
+        on a device of its own; with shared cores, its CPU time plus an even
+        share of the batch's CPU outside the ops (receiving, handing sends
+        over, waiting), which takes the host's cores as much as the ops do."""
+        ops = self.log.of(it, kind)
+        if not self.shared_cores:
+            return [e["end"] - e["start"] for e in ops]
+        every = self.log.of(it, "fwd") + self.log.of(it, "bwd")
+        outside = max(self.cpu[-1] - sum(e["cpu"] for e in every), 0.0) / len(every)
+        return [e["cpu"] + outside for e in ops]
 
     def _probe(self, it, m):
         """Ping-pong on the links, one link at a time down the pipeline (stage s
@@ -278,7 +313,7 @@ class StageRuntime:
 
     def summary(self):
         return {"stage": self.rank, "layers": [layer.index for layer in self.stage.layers],
-                "starts": self.starts, "ends": self.ends, "losses": self.losses,
+                "starts": self.starts, "ends": self.ends, "cpu": self.cpu, "losses": self.losses,
                 "plan_by_iter": self.plan_by_iter, "predicted_ms": self.predicted_ms,
                 "partition_by_iter": self.partition_by_iter,
                 "weight_versions_ok": self.stage.weight_versions_ok(),

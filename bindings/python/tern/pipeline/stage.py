@@ -57,7 +57,7 @@ class Stage:
         """Runs the stage (or `layers`, during a live migration) on micro-batch
         x; returns what goes to the next stage (None at the last stage, whose
         output is the loss)."""
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.thread_time()
         weights = self._forward_weights(self.layers if layers is None else layers)
         x = x.detach().requires_grad_(not self.first)
         out = self._run(x, weights)
@@ -66,15 +66,15 @@ class Stage:
             self.loss_sum += float(out)
         checksum = weights.checksum() if self.cfg.schedule == "async" else None
         self.inflight[key] = (x, out, weights, weights.version, checksum, labels)
-        self._slow_down(start, iteration)
-        self.log.add(iteration, micro, "fwd", start, time.monotonic(), version=weights.version, samples=len(x),
-                     layers=[layer.index for layer in weights.layers])
+        cpu = time.thread_time() - cpu + self._slow_down(start, iteration)
+        self.log.add(iteration, micro, "fwd", start, time.monotonic(), cpu=cpu, version=weights.version,
+                     samples=len(x), layers=[layer.index for layer in weights.layers])
         return None if self.last else out.detach()
 
     def backward(self, key, iteration, micro, grad=None):
         """Back-propagates micro-batch `key`; returns the gradient for the
         previous stage (None at the first)."""
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.thread_time()
         x, out, weights, fwd_version, checksum, labels = self.inflight.pop(key)
         if self.cfg.schedule == "async" and not self.cfg.stash:
             weights = self._snapshot(weights.layers)  # no stashing: whatever is live now
@@ -87,8 +87,8 @@ class Stage:
         self.version_checks.append((key, fwd_version, weights.version, same))
         if self.cfg.schedule == "async":
             self._apply(weights)
-        self._slow_down(start, iteration)
-        self.log.add(iteration, micro, "bwd", start, time.monotonic(), version=weights.version,
+        cpu = time.thread_time() - cpu + self._slow_down(start, iteration)
+        self.log.add(iteration, micro, "bwd", start, time.monotonic(), cpu=cpu, version=weights.version,
                      forward_version=fwd_version, samples=len(x), layers=[layer.index for layer in weights.layers])
         return None if self.first else x.grad
 
@@ -105,21 +105,23 @@ class Stage:
     def weight_versions_ok(self):
         return all(fv == bv and same for _, fv, bv, same in self.version_checks) and not self.inflight
 
-    def time_compute(self, size, repeats=7):
+    def time_compute(self, size, repeats=7, clock=time.perf_counter):
         """(forward ms, backward ms) of one micro-batch of `size` samples, the
         fastest of `repeats` (on a shared host other work only ever adds
         time), on a throw-away copy of the weights (nothing logged, nothing
-        updated), stretched by --slow-stage like the real ops."""
+        updated), stretched by --slow-stage like the real ops.  `clock`:
+        time.thread_time counts the CPU the op takes (stages that share
+        cores), wall time what it lasts (a device of its own)."""
         weights = self._snapshot(self.layers)
         slow = self.cfg.slow_factor(self.index, 0)  # as the first batch will run
         fwd, bwd = [], []
         for _ in range(repeats + 1):  # the first is a warm-up
             x = torch.zeros(size, self.cfg.width, requires_grad=not self.first)
-            t0 = time.perf_counter()
+            t0 = clock()
             out = self._run(x, weights)
-            t1 = time.perf_counter()
+            t1 = clock()
             out.backward(torch.ones_like(out))
-            t2 = time.perf_counter()
+            t2 = clock()
             fwd.append((t1 - t0) * 1e3 * slow)
             bwd.append((t2 - t1) * 1e3 * slow)
         return min(fwd[1:]), min(bwd[1:])
@@ -150,7 +152,12 @@ class Stage:
 
     def _slow_down(self, start, iteration):
         """--slow-stage: stretch this op to `slow` times its measured compute time
-        (in the batches the slowdown lasts)."""
+        (in the batches the slowdown lasts); returns the seconds added.  They
+        count in the op's `cpu` too: the emulated slower device is busy for
+        them (though, asleep, it leaves the host's cores to the other stages)."""
         slow = self.cfg.slow_factor(self.index, iteration)
-        if slow != 1.0:
-            time.sleep((slow - 1.0) * (time.monotonic() - start))
+        if slow == 1.0:
+            return 0.0
+        extra = (slow - 1.0) * (time.monotonic() - start)
+        time.sleep(extra)
+        return extra
