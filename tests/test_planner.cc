@@ -121,6 +121,8 @@ TEST(PlannerModel, EveryBadFieldIsNamed) {
       {"\"latency_us\": 10", "\"latency_us\": 10, \"bw\": 3", "network.bw is not a known field"},
       {"\"network\"", "\"netwerk\"", "netwerk is not a known field"},
       {"\"batch_size\": 8,", "\"batch_size\": 8, \"cores\": 0,", "cores must be positive"},
+      {"\"memory_bytes\": 1e9}]", "\"memory_bytes\": 1e9, \"background_cores\": -0.5}]",
+       "stages[1].background_cores must not be negative"},
       {"\"batch_size\": 8,", "\"batch_size\": 8, \"cores\": 1.5,", "cores must be a whole number"},
   };
   for (const Case& c : cases) {
@@ -286,6 +288,20 @@ TEST(PlannerSharedCores, TwoStagesOnOneCoreByHand) {
   EXPECT_NEAR(endOf(1, TraceEvent::Kind::Backward, 1), 10, 1e-9);
   m.cores = 0;
   EXPECT_NEAR(simulate(m, 2, 1), 9, 1e-9);
+}
+
+TEST(PlannerSharedCores, BackgroundLoadCompetesWhileAStageHasWorkLeft) {
+  // Two stages on one core, each process also taking half a core outside its
+  // operations until its last one ends; m = 1, 1 ms forward, 2 ms backward:
+  //  stage 0's F0: 1 + 0.5 + 0.5 demand, half the core: [0,2]; stage 1's F0
+  //  [2,4] and B0 [4,8] likewise; stage 1 is then done, so stage 0's B0 gets
+  //  1 / 1.5 of the core: 2 ms of work in 3, [8,11].
+  PipelineModel m = pipeline(1, std::vector<Stage>(2, stage(1, 2)));
+  m.cores = 1;
+  for (Stage& s : m.stages) s.backgroundCores = 0.5;
+  EXPECT_NEAR(simulate(m, 1, 1), 11, 1e-9);
+  m.cores = 2;  // a core each: the dedicated model, which has no background load
+  EXPECT_NEAR(simulate(m, 1, 1), 6, 1e-9);
 }
 
 TEST(PlannerSharedCores, OrderMatchesTheDesignForEveryK) {

@@ -16,7 +16,7 @@ namespace {
 
 Stage parseStage(const Json& v, const std::string& path) {
   expectOnlyFields(v, {"fwd_ms_per_sample", "bwd_ms_per_sample", "activation_bytes_per_sample",
-                       "output_bytes_per_sample", "static_bytes", "memory_bytes"}, path);
+                       "output_bytes_per_sample", "static_bytes", "memory_bytes", "background_cores"}, path);
   auto positive = [&](const char* key) { return expectPositive(member(v, key, path), fieldPath(path, key)); };
   Stage st;
   st.fwdMsPerSample = positive("fwd_ms_per_sample");
@@ -27,6 +27,8 @@ Stage parseStage(const Json& v, const std::string& path) {
   const Json* out = v.find("output_bytes_per_sample");
   st.outputBytesPerSample = out ? expectPositive(*out, fieldPath(path, "output_bytes_per_sample"))
                                 : st.activationBytesPerSample;
+  if (const Json* bg = v.find("background_cores"))
+    st.backgroundCores = expectNonNegative(*bg, fieldPath(path, "background_cores"));
   return st;
 }
 

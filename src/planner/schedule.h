@@ -22,6 +22,11 @@ struct Stage {
   double outputBytesPerSample = 0;      // sent to the next stage per sample (network)
   double staticBytes = 0;
   double memoryBytes = 0;
+  // With shared cores (PipelineModel::cores): the part of a core the stage's
+  // process takes outside its operations for as long as it has operations
+  // left (receiving, handing sends over, waiting on shared memory).  Model
+  // field "background_cores", optional, default 0.
+  double backgroundCores = 0;
 };
 
 struct Link {  // between stage s and s + 1, both directions alike

@@ -37,6 +37,7 @@ class SharedCores {
       order_.push_back(kfkbOrder(m, k, p_, s));
       tf_.push_back(model.stages[s].fwdMsPerSample * mb);
       tb_.push_back(model.stages[s].bwdMsPerSample * mb);
+      background_.push_back(model.stages[s].backgroundCores);
     }
     for (int s = 0; s + 1 < p_; ++s) {
       busy_.push_back(model.stages[s].outputBytesPerSample * mb * 8e-6 / model.links[s].bandwidthGbps);
@@ -49,20 +50,22 @@ class SharedCores {
     std::vector<int> active;
     while (remaining > 0) {
       active.clear();
-      double nextArrival = kNever;
+      double nextArrival = kNever, background = 0;
       for (int s = 0; s < p_; ++s) {
         const double at = inputAt(s);
         if (at <= now_) active.push_back(s);
         else nextArrival = std::min(nextArrival, at);
+        if (next_[s] < order_[s].size()) background += background_[s];
       }
       if (active.empty()) {
         if (nextArrival == kNever) throw std::logic_error("shared-cores simulation made no progress (a schedule bug)");
         now_ = nextArrival;
         continue;
       }
-      // Each active stage runs at `rate` of a core; the next event is the
-      // first operation to finish or the first input to arrive elsewhere.
-      const double rate = std::min(1.0, cores_ / static_cast<double>(active.size()));
+      // Each active stage runs at `rate` of a core (never more than one);
+      // the next event is the first operation to finish or the first input
+      // to arrive elsewhere.
+      const double rate = std::min(1.0, cores_ / (static_cast<double>(active.size()) + background));
       double step = nextArrival - now_;
       for (int s : active) {
         if (left_[s] < 0) begin(s);
@@ -121,7 +124,7 @@ class SharedCores {
   std::vector<size_t> next_;
   std::vector<double> left_;       // ms of one core's work left in the current operation; < 0: none begun
   std::vector<double> startedAt_;
-  std::vector<double> tf_, tb_, busy_, latency_;
+  std::vector<double> tf_, tb_, background_, busy_, latency_;
   std::vector<double> fwdIn_, bwdIn_;  // [s * m + i]: arrival at stage s
   std::vector<double> downFree_, upFree_;
   double now_ = 0;

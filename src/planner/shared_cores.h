@@ -21,8 +21,9 @@ std::vector<std::pair<bool, int64_t>> kfkbOrder(int64_t m, int64_t k, int stages
 
 // simulate() for model.cores < stages: the stages with an operation whose
 // input has arrived share the cores equally, each at most one core
-// (processor sharing); transfers occupy the links as in the dedicated model
-// and take no core.
+// (processor sharing), with the background load of every stage that has
+// operations left (Stage::backgroundCores) competing for them too;
+// transfers occupy the links as in the dedicated model and take no core.
 double simulateSharedCores(const PipelineModel& model, int64_t m, int64_t k, std::vector<TraceEvent>* trace);
 
 }  // namespace tern::planner

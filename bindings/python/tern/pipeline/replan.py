@@ -34,7 +34,7 @@ SMOOTH = 3  # probes per link a decision looks at (their median)
 
 # One stage's measurement vector (gathered as float64 over tern).
 FIELDS = ("fwd_fixed_ms", "fwd_ms_per_sample", "bwd_fixed_ms", "bwd_ms_per_sample",
-          "link_gbps", "link_latency_us", "start", "end")
+          "link_gbps", "link_latency_us", "background_cores", "start", "end")
 
 
 def machine_memory():
@@ -61,6 +61,8 @@ def model_json(cfg, partition, rows, m, cores=0):
                        "output_bytes_per_sample": act,
                        "static_bytes": 2 * n * (cfg.width + 1) * cfg.width * 4,  # weights and gradients
                        "memory_bytes": memory})
+        if cores:
+            stages[-1]["background_cores"] = row.get("background_cores", 0.0)
     links = [{"bandwidth_gbps": max(r["link_gbps"], 1e-6), "latency_us": max(r["link_latency_us"], 0.0)}
              for r in rows[:-1]]
     model = {"batch_size": cfg.batch, "stages": stages, "network": links}
