@@ -91,7 +91,8 @@ def main():
             ms = r["iteration_ms"]
             before = statistics.median(ms[2:a.switch_at + 1])
             after = statistics.median(ms[a.switch_at + 5:])
-            decisions = "; ".join(f"{d['iteration']}: {d['reason']} -> {d.get('pick')}" for d in r["decisions"])
+            decisions = "; ".join(f"{d['iteration']}: {d['reason']} -> {d.get('pick')}"
+                                  + (f" ({d['kept']})" if "kept" in d else "") for d in r["decisions"])
             print(f"| {rep} | {name} | {r['plan_by_iter'][1]} | {r['plan_by_iter'][-1]} | {decisions or '-'} | "
                   f"{before:.1f} | {after:.1f} |", flush=True)
 

@@ -23,6 +23,7 @@ import torch
 import tern.planner as planner
 from tern.pipeline import Config, kfkb_order, run
 from tern.pipeline import demo
+from tern.pipeline.replan import MIN_GAIN, Replanner
 from tern.pipeline.model import make_layers, state_dict
 
 SMALL = dict(layers=6, width=64, batch=32, iterations=3, lr=0.1, seed=3)
@@ -101,12 +102,47 @@ def test_replans_when_the_link_slows(tmp_path):
     drop = [d for d in later if d["iteration"] >= 3 and all(LO / 3 < g < LO * 3 for g in d["bandwidth_gbps"])]
     assert drop and drop[0]["iteration"] in (3, 4, 5), rep["decisions"]
     assert "bandwidth" in drop[0]["reason"]
-    # The plan that follows is the planner's fastest candidate, with both predictions logged.
+    # The plan that follows is the planner's fastest candidate, unless that is
+    # predicted less than MIN_GAIN faster than the current one: then the
+    # decision keeps the current one and says so.  Both predictions are logged.
     best = min((c for c in drop[0]["candidates"] if c["feasible"]), key=lambda c: c["iteration_ms"])
-    assert drop[0]["new"] == [best["microbatches"], best["k"]] == rep["plan_by_iter"][drop[0]["iteration"] + 1]
+    assert drop[0]["pick"] == [best["microbatches"], best["k"]]
+    gain = 1 - best["iteration_ms"] / drop[0]["predicted_old_ms"]
+    if gain < MIN_GAIN:
+        assert drop[0]["new"] == drop[0]["old"] and "kept" in drop[0], drop[0]
+    else:
+        assert drop[0]["new"] == drop[0]["pick"] and "kept" not in drop[0], drop[0]
+    assert drop[0]["new"] == rep["plan_by_iter"][drop[0]["iteration"] + 1]
     assert drop[0]["predicted_new_ms"] <= drop[0]["predicted_old_ms"] * (1 + 1e-9)
     assert all(c["k"] <= c["max_k"] for c in drop[0]["candidates"])
     assert rep["predicted_ms"][0] is None and all(p > 0 for p in rep["predicted_ms"][1:])
+
+
+def test_replan_keeps_a_plan_the_pick_barely_beats():
+    """The decision rule without processes: the first measurement takes the
+    planner's pick; later, a pick predicted less than MIN_GAIN faster than the
+    current plan is logged and not taken, a larger gain is taken."""
+    r = Replanner(Config(stages=3, plan=True, replan_threshold=0.1, **SMALL))
+    times = {}
+    r.candidates = lambda partition, rows: [dict(microbatches=m, k=k, max_k=m, iteration_ms=t, feasible=True)
+                                           for (m, k), t in times.items()]
+    r.predict = lambda partition, rows, m, k: times[(m, k)]
+    row = dict(fwd_fixed_ms=0.1, fwd_ms_per_sample=0.01, bwd_fixed_ms=0.2, bwd_ms_per_sample=0.02,
+               link_gbps=1.0, link_latency_us=10.0, background_cores=0.0, start=0.0, end=0.01)
+
+    def decide(it, gbps, current):
+        return r.decide(it, [2, 2, 2], [dict(row, link_gbps=gbps)] * 3, current)[:2]
+
+    times.update({(2, 1): 10.0, (4, 2): 9.9})
+    assert decide(0, 1.0, (2, 1)) == (4, 2)        # first measurement: the pick, whatever the gain
+    times.update({(2, 1): 19.5, (4, 2): 20.0})
+    r.history.clear()
+    assert decide(1, 0.1, (4, 2)) == (4, 2)        # 2.5% predicted gain: kept
+    assert r.decisions[-1]["pick"] == [2, 1] and "kept" in r.decisions[-1]
+    times.update({(2, 1): 15.0, (4, 2): 20.0})
+    r.history.clear()
+    assert decide(2, 1.0, (4, 2)) == (2, 1)        # 25%: taken
+    assert r.decisions[-1]["new"] == [2, 1] and "kept" not in r.decisions[-1]
 
 
 def test_demo_cli_end_to_end(tmp_path):
