@@ -14,6 +14,7 @@ Needs root (ip netns, tc); without it, it says so and exits 77 (skipped).
 """
 import argparse
 import importlib.machinery
+import json
 import os
 import statistics
 import sys
@@ -61,6 +62,8 @@ def one_run(compare, a, fixed, out):
         wait_for_batch(progress, a.switch_at, worker)
         set_rate(compare, ns, 3, a.after)
         worker.join()
+        with open(os.path.join(out, "report.json"), "w") as f:
+            json.dump(result["report"], f)
         return result["report"]
     finally:
         ns.close()
