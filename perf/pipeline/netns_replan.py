@@ -30,12 +30,6 @@ from tern.pipeline import Config, run  # noqa: E402
 MODEL = dict(layers=12, width=512, batch=32, lr=0.01, seed=7)
 
 
-def set_rate(compare, ns, stages, rate):
-    for i in range(stages):
-        for where, dev in ((ns.ns(i), "h%d" % i), ("%s-sw" % ns.prefix, "s%d" % i)):
-            compare.sh("ip netns exec %s tc class change dev %s parent 1: classid 1:1 htb rate %s" % (where, dev, rate))
-
-
 def wait_for_batch(progress, batch, worker):
     while worker.is_alive():
         try:
@@ -45,6 +39,11 @@ def wait_for_batch(progress, batch, worker):
         except (OSError, ValueError):
             pass
         time.sleep(0.005)
+
+
+def last_batch(progress):
+    with open(progress) as f:
+        return int(f.read())
 
 
 def one_run(compare, a, fixed, out):
@@ -60,8 +59,10 @@ def one_run(compare, a, fixed, out):
         worker = threading.Thread(target=lambda: result.update(report=run(cfg, out)))
         worker.start()
         wait_for_batch(progress, a.switch_at, worker)
-        set_rate(compare, ns, 3, a.after)
+        ns.set_rate(a.after)
+        switched = last_batch(progress)  # every link is at the new rate from the batch after this one
         worker.join()
+        result["report"]["switched_after"] = switched
         with open(os.path.join(out, "report.json"), "w") as f:
             json.dump(result["report"], f)
         return result["report"]

@@ -8,9 +8,11 @@ processes over tern send/recv, torch on CPU, sklearn's digits.
 - async PipeDream 1F1B: every backward used its forward's weight version
   (and without stashing the same check fails);
 - re-planning when the link's bandwidth drops (emulated by the links'
-  injected delay: the netns/tc variant is perf/pipeline/netns_replan.sh);
+  injected delay: the netns/tc variant is perf/pipeline/netns_replan.py);
 - the demo CLI end to end, and bad flags refused with a sentence.
 """
+import argparse
+import importlib.machinery
 import json
 import os
 import subprocess
@@ -116,6 +118,31 @@ def test_replans_when_the_link_slows(tmp_path):
     assert drop[0]["predicted_new_ms"] <= drop[0]["predicted_old_ms"] * (1 + 1e-9)
     assert all(c["k"] <= c["max_k"] for c in drop[0]["candidates"])
     assert rep["predicted_ms"][0] is None and all(p > 0 for p in rep["predicted_ms"][1:])
+
+
+def test_replans_after_a_real_link_drop_between_namespaces(tmp_path):
+    """The short version of perf/pipeline/netns_replan.py: 3 stages in network
+    namespaces, tern over tcp, every link dropped by tc from 1 Gbit/s to 100
+    Mbit/s after batch 4: the probes see the new rate within three boundaries
+    of the change (their median of 3 shows it at the second) and the runtime
+    re-plans (or keeps its plan and says why)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for ip netns and tc")
+    perf = os.path.join(os.path.dirname(__file__), "..", "..", "perf")
+    loader = importlib.machinery.SourceFileLoader
+    compare = loader("compare", os.path.join(perf, "compare")).load_module()
+    replan = loader("netns_replan", os.path.join(perf, "pipeline", "netns_replan.py")).load_module()
+    args = argparse.Namespace(before="1gbit", after="100mbit", iterations=12, switch_at=4, threshold=0.5,
+                              batch=128, width=256)
+    rep = replan.one_run(compare, args, None, str(tmp_path))
+    first, *later = rep["decisions"]
+    assert first["reason"] == "first measurement" and all(g > 0.3 for g in first["bandwidth_gbps"]), first
+    drop = [d for d in later if all(0.03 < g < 0.3 for g in d["bandwidth_gbps"])]
+    assert drop and rep["switched_after"] < drop[0]["iteration"] <= rep["switched_after"] + 3, \
+        (rep["switched_after"], rep["decisions"])
+    d = drop[0]
+    assert d["new"] == (d["old"] if "kept" in d else d["pick"]), d
+    assert rep["plan_by_iter"][d["iteration"] + 1] == d["new"]
 
 
 def test_replan_keeps_a_plan_the_pick_barely_beats():
