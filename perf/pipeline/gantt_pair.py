@@ -25,7 +25,9 @@ def measured_trace(directory, report, iteration):
             "iteration_ms": max(e["end_ms"] for e in out), "events": out}
 
 
-def draw_pair(directory, report, mk, path):
+def draw_pair(directory, report, mk, path, cores=None):
+    """cores: the shared cores the plan assumed (default: what the decision
+    recorded; 0 for a device per stage)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.image as mpimg
@@ -36,7 +38,8 @@ def draw_pair(directory, report, mk, path):
     cfg = Config(stages=report["stages"], layers=report["layers"], width=report.get("width", 512),
                  batch=report.get("batch", 32))
     partition = report["partition_by_iter"][iteration]
-    planned = planner.trace(model_json(cfg, partition, decision["rows"], mk[0]), microbatches=mk[0], k=mk[1])
+    cores = decision.get("cores", 0) if cores is None else cores
+    planned = planner.trace(model_json(cfg, partition, decision["rows"], mk[0], cores), microbatches=mk[0], k=mk[1])
     planned["title"] = f"planned (m={mk[0]}, K={mk[1]})"
     parts = [path + ".measured.png", path + ".planned.png"]
     gantt.draw(measured_trace(directory, report, iteration), parts[0])

@@ -172,6 +172,19 @@ def test_replan_keeps_a_plan_the_pick_barely_beats():
     assert r.decisions[-1]["new"] == [2, 1] and "kept" not in r.decisions[-1]
 
 
+def test_host_cpu_no_stage_accounts_for_becomes_background_load():
+    """With shared cores, the host's busy CPU beyond the stages' own (the
+    kernel's network stack, another job) is spread over the stages'
+    background load, summed over the last HOST_WINDOW batches."""
+    r = Replanner(Config(stages=4, plan=True, **SMALL), cores=2)
+    row = dict(background_cores=0.2, cpu_s=0.05, host_busy_s=0.3, start=0.0, end=0.1)
+    got = r._with_host_load([row] * 4)      # 0.3 busy - 4 x 0.05 = 0.1 s over 0.1 s: one core, 1/4 each
+    assert [round(x["background_cores"], 9) for x in got] == [0.45] * 4
+    got = r._with_host_load([dict(row, host_busy_s=0.2)] * 4)   # nothing extra now: (0.1 + 0) / 0.2 s
+    assert [round(x["background_cores"], 9) for x in got] == [0.325] * 4
+    assert Replanner(Config(stages=4, **SMALL))._with_host_load([row] * 4) == [row] * 4  # a device each
+
+
 def test_demo_cli_end_to_end(tmp_path):
     report = tmp_path / "report.json"
     cmd = [sys.executable, "-m", "tern.pipeline.demo", "--stages", "2", "--layers", "4", "--iterations", "3",

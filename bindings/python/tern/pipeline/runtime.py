@@ -14,6 +14,7 @@ import time
 import numpy as np
 import torch
 
+from . import host
 from .cost import KEEP, Cost
 from .data import Batches
 from .events import EventLog
@@ -56,6 +57,7 @@ class StageRuntime:
         self.plan_by_iter, self.predicted_ms, self.partition_by_iter = [], [], []
         self.starts, self.ends, self.losses, self.cpu = [], [], [], []
         self.backgrounds = []  # recent batches' background load (_background)
+        self.host_busy = []    # with shared cores: the host's busy CPU seconds in each flush batch
         self.cost = self._calibrate() if cfg.schedule == "flush" else None
 
     def _link(self, peer):
@@ -81,9 +83,7 @@ class StageRuntime:
         (perf/RESULTS.md, 2026-11-28, session 33)."""
         if self.comm is None:
             return 0
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            host = int(f.read().replace("-", "")[:12], 16)  # 48 bits: exact in a float64
-        mine = np.array([host, len(os.sched_getaffinity(0))], np.float64)
+        mine = np.array([host.host_id(), host.cores()], np.float64)
         every = np.zeros(2 * self.p, np.float64)
         with at_level(CONTROL_LEVEL):
             self.comm.allgather(mine, every)
@@ -134,6 +134,7 @@ class StageRuntime:
         x, y = self.data.get(it)
         size = self.cfg.batch // m
         self.stage.loss_sum = 0.0
+        busy = host.busy_seconds() if self.shared_cores else 0.0
         start, cpu = time.monotonic(), time.process_time()
         order = kfkb_order(m, k, self.p, self.rank)
         for kind, i in order:
@@ -151,6 +152,7 @@ class StageRuntime:
                 link.drain()  # the batch's transfers are part of its time
         end = time.monotonic()
         self.cpu.append(time.process_time() - cpu)
+        self.host_busy.append(host.busy_seconds() - busy if self.shared_cores else 0.0)
         self.stage.step(it)
         self.migrator.after_step(it)
         self.starts.append(start)
@@ -266,6 +268,7 @@ class StageRuntime:
             row[kind + "_fixed_ms"], row[kind + "_ms_per_sample"] = cost.fixed, cost.per_sample
         row["link_gbps"], row["link_latency_us"] = self._probe(it, m)
         row["background_cores"] = 0.0
+        row["cpu_s"], row["host_busy_s"] = self.cpu[-1], self.host_busy[-1]
         if self.shared_cores:
             row["background_cores"] = self._background(it)
             if self.down is not None:
