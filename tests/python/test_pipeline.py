@@ -110,7 +110,9 @@ def test_replans_when_the_link_slows(tmp_path):
     best = min((c for c in drop[0]["candidates"] if c["feasible"]), key=lambda c: c["iteration_ms"])
     assert drop[0]["pick"] == [best["microbatches"], best["k"]]
     gain = 1 - best["iteration_ms"] / drop[0]["predicted_old_ms"]
-    if gain < MIN_GAIN:
+    if drop[0]["pick"] == drop[0]["old"]:
+        assert drop[0]["new"] == drop[0]["old"] and "kept" not in drop[0], drop[0]
+    elif gain < MIN_GAIN:
         assert drop[0]["new"] == drop[0]["old"] and "kept" in drop[0], drop[0]
     else:
         assert drop[0]["new"] == drop[0]["pick"] and "kept" not in drop[0], drop[0]
@@ -170,6 +172,9 @@ def test_replan_keeps_a_plan_the_pick_barely_beats():
     r.history.clear()
     assert decide(2, 1.0, (4, 2)) == (2, 1)        # 25%: taken
     assert r.decisions[-1]["new"] == [2, 1] and "kept" not in r.decisions[-1]
+    r.history.clear()
+    assert decide(3, 0.1, (2, 1)) == (2, 1)        # the pick is the current plan: nothing kept back
+    assert r.decisions[-1]["pick"] == [2, 1] and "kept" not in r.decisions[-1]
 
 
 def test_host_cpu_no_stage_accounts_for_becomes_background_load():
