@@ -138,8 +138,11 @@ def test_replans_after_a_real_link_drop_between_namespaces(tmp_path):
                               batch=128, width=256)
     rep = replan.one_run(compare, args, None, str(tmp_path))
     first, *later = rep["decisions"]
-    assert first["reason"] == "first measurement" and all(g > 0.3 for g in first["bandwidth_gbps"]), first
+    assert first["reason"] == "first measurement", first
     drop = [d for d in later if all(0.03 < g < 0.3 for g in d["bandwidth_gbps"])]
+    # Before the drop every link read faster than after it (a loaded host's probe
+    # can read 1 Gbit/s as 0.5, never 100 Mbit/s as more than 100).
+    assert drop and min(first["bandwidth_gbps"]) > 1.5 * max(drop[0]["bandwidth_gbps"]), rep["decisions"]
     assert drop and rep["switched_after"] < drop[0]["iteration"] <= rep["switched_after"] + 3, \
         (rep["switched_after"], rep["decisions"])
     d = drop[0]
