@@ -285,8 +285,9 @@ class StageRuntime:
 
     def _background(self, it):
         """The part of a core this process took outside its ops in batch `it`
-        (receiving, handing sends over, waiting on shared memory: 0.2-0.25 on
-        this 2-core host, whatever m), as the median of the last few batches."""
+        (receiving, handing sends over, waiting on shared memory: 0.1-0.4 of a
+        core per stage on this 2-core host, and for one stage about the same
+        whatever m), as the median of the last few batches."""
         ops = self.log.of(it, "fwd") + self.log.of(it, "bwd")
         outside = self.cpu[-1] - sum(e["cpu"] for e in ops)
         idle = (self.ends[-1] - self.starts[-1]) - sum(e["end"] - e["start"] for e in ops)
