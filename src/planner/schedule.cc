@@ -104,7 +104,7 @@ class Simulation {
       serialMs += (fwdMs.back() + bwdMs.back()) * m;
     }
     for (int s = 0; s + 1 < p_; ++s) {
-      busyMs.push_back(model.stages[s].outputBytesPerSample * mb * 8e-6 / model.links[s].bandwidthGbps);
+      busyMs.push_back(transferMs(model, s, mb));
       latencyMs.push_back(model.links[s].latencyUs * 1e-3);
       serialMs += 2 * (busyMs.back() + latencyMs.back()) * m;
     }

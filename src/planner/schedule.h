@@ -52,6 +52,13 @@ PipelineModel parseModel(const Json& doc);
 // Every link's bandwidth set to `gbps` (re-planning under measured contention).
 void overrideBandwidth(PipelineModel& model, double gbps);
 
+// The wire time (ms) of one micro-batch of `samples` from stage `link` to
+// stage link + 1 (either way: gradients are the activations' size); the
+// link's latency comes after it without occupying the wire.
+inline double transferMs(const PipelineModel& model, size_t link, double samples) {
+  return model.stages[link].outputBytesPerSample * samples * 8e-6 / model.links[link].bandwidthGbps;
+}
+
 // DESIGN.md's memory rule at stage s for m micro-batches, groups of K.
 double peakMemoryBytes(const PipelineModel& model, size_t s, int64_t m, int64_t k);
 // The largest K in 1..m that fits every stage, 0 when even K = 1 does not.

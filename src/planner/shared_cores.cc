@@ -40,7 +40,7 @@ class SharedCores {
       background_.push_back(model.stages[s].backgroundCores);
     }
     for (int s = 0; s + 1 < p_; ++s) {
-      busy_.push_back(model.stages[s].outputBytesPerSample * mb * 8e-6 / model.links[s].bandwidthGbps);
+      busy_.push_back(transferMs(model, s, mb));
       latency_.push_back(model.links[s].latencyUs * 1e-3);
     }
   }
