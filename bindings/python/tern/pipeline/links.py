@@ -70,11 +70,11 @@ class Link:
         """The neighbour's next tensor (blocking, bounded by tern's timeout)."""
         self._sender.check()
         buf = np.empty(shape, np.float32)
-        start, cpu = time.monotonic(), time.thread_time()
+        start = time.monotonic()
         with at_level(self.level):
             self.comm.recv(buf, self.peer)
         self.log.add(iteration, micro, kind or self.recv_kind, start, time.monotonic(), peer=self.peer,
-                     bytes=buf.nbytes, cpu=time.thread_time() - cpu)
+                     bytes=buf.nbytes)
         return torch.from_numpy(buf)
 
     def drain(self):

@@ -81,7 +81,7 @@ class StageRuntime:
         sharing): in wall time, every stage's ops looked as fast as alone, and
         3-4 stages on 2 cores ran 1.2-1.8x the predicted time
         (perf/RESULTS.md, 2026-11-28, session 33)."""
-        if self.comm is None:
+        if self.comm is None or self.cfg.schedule != "flush":  # async neither measures nor plans
             return 0
         mine = np.array([host.host_id(), host.cores()], np.float64)
         every = np.zeros(2 * self.p, np.float64)
