@@ -1,0 +1,58 @@
+"""perf/compare's peers across network namespaces: OpenMPI's ranks run one per
+namespace (mpirun as host 0, the other daemons started through perf/netns_agent)
+and their messages cross the veth links, as tern's and Gloo's do."""
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+PERF = os.path.join(os.path.dirname(__file__), "..", "..", "perf")
+BUILD = os.environ.get("TERN_BUILD_DIR", os.path.join(PERF, "..", "build"))
+compare = importlib.machinery.SourceFileLoader("compare", os.path.join(PERF, "compare")).load_module()
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for ip netns")
+
+
+def rx_bytes(netns, i):
+    out = subprocess.run(["ip", "netns", "exec", netns.ns(i), "cat", "/sys/class/net/h%d/statistics/rx_bytes" % i],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out)
+
+
+@needs_root
+def test_openmpi_ranks_run_one_per_namespace_over_the_links():
+    compare.cleanup_stale("ternpeer")
+    netns = compare.Netns(3, "", prefix="ternpeer")
+    try:
+        args = compare.argparse.Namespace(build=BUILD, coll="all_reduce", b="1M", e="1M", f=2, n=4, w=1,
+                                          mpi_btl="")
+        before = [rx_bytes(netns, i) for i in range(3)]
+        out = compare.run_mpi(args, 3, netns=netns)
+        after = [rx_bytes(netns, i) for i in range(3)]
+    finally:
+        netns.close()
+    # Each rank names the host it ran on: its namespace's address.
+    for r, addr in enumerate(netns.addrs):
+        assert ("Rank  %d" % r) in out and (" on %s " % addr) in out, out
+    rows = compare.parse_rows(out)
+    assert 1 << 20 in rows and rows[1 << 20][1] > 0, out
+    # A 3-rank ring allreduce of 1 MiB, 5 times, moves at least 4/3 MiB into
+    # each rank per call: it crossed the veth links, not shared memory.
+    assert all(a - b > 5 * (4 << 20) // 3 for a, b in zip(after, before)), (before, after)
+
+
+@needs_root
+def test_compare_across_namespaces_has_an_openmpi_column(tmp_path):
+    js = tmp_path / "cmp.json"
+    r = subprocess.run([sys.executable, os.path.join(PERF, "compare"), "--build", BUILD, "--netns",
+                        "--ranks", "2", "-b", "256K", "-e", "1M", "-f", "4", "-n", "2", "-w", "1",
+                        "--transport", "tcp", "--peers", "openmpi,gloo", "--json", str(js)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "OpenMPI btl=tcp,self" in r.stdout, r.stdout
+    res = json.loads(js.read_text())["results"]["2"]
+    assert set(res["groups"]) >= {"tern", "openmpi", "gloo"}, res["groups"]
+    assert all(float(v[1]) > 0 for v in res["rounds"][0]["openmpi"].values()), res
