@@ -133,6 +133,41 @@ TEST_P(Simd, BitIdenticalToScalarAndToPerElementMath) {
       }
 }
 
+// Block maxima and sums of squares: the same bits as the scalar reference
+// (whose lane order the CUDA kernel repeats), ragged blocks and NaN included;
+// and the maxima are the true ones.
+TEST_P(Simd, BlockStatsBitIdenticalToScalar) {
+  const TernaryKernels* simd = ternaryKernelsFor(GetParam());
+  if (!simd) GTEST_SKIP() << GetParam() << " not supported by this CPU";
+  const TernaryKernels& ref = *ternaryKernelsFor("scalar");
+  for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16})
+    for (size_t count : {1ul, 15ul, 64ul, 1000ul, 4096ul + 17})
+      for (uint32_t block : {64u, 256u}) {
+        Case c = makeCase(dt, count, block, count + block + dt);
+        if (count > 100) {  // a NaN inside a block's body
+          float nan = std::nanf("");
+          if (dt == ternFloat32) reinterpret_cast<float*>(c.g.data())[70] = nan;
+          else reinterpret_cast<uint16_t*>(c.g.data())[70] = dt == ternFloat16 ? 0x7e00 : 0x7fc0;
+        }
+        size_t nb = (count + block - 1) / block;
+        std::vector<float> m0(nb), m1(nb), q0(nb), q1(nb), m2(nb);
+        ref.blockStats(c.g.data(), dt, count, block, m0.data(), q0.data());
+        simd->blockStats(c.g.data(), dt, count, block, m1.data(), q1.data());
+        simd->blockStats(c.g.data(), dt, count, block, m2.data(), nullptr);
+        ASSERT_EQ(0, memcmp(m0.data(), m1.data(), nb * 4)) << "max dt=" << dt << " count=" << count;
+        ASSERT_EQ(0, memcmp(q0.data(), q1.data(), nb * 4)) << "sumSq dt=" << dt << " count=" << count;
+        ASSERT_EQ(0, memcmp(m0.data(), m2.data(), nb * 4)) << "max without sums dt=" << dt;
+        for (size_t b = 0; b < nb; ++b) {
+          float want = 0;
+          for (size_t i = b * block; i < std::min(count, (b + 1) * block); ++i) {
+            float a = std::fabs(ternaryLoad(c.g.data(), dt, i));
+            want = a > want ? a : want;
+          }
+          ASSERT_EQ(m0[b], want) << b;
+        }
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, Simd, ::testing::Values("avx2", "avx512"),
                          [](const auto& info) { return std::string(info.param); });
 

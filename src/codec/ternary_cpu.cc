@@ -331,6 +331,120 @@ TERN_AVX2 void decode256(const uint32_t* planes, int w, size_t g0, size_t n, con
   }
 }
 
+// ---- Block statistics -----------------------------------------------------------
+//
+// 16 lanes of partial maxima / sums: over a float32 block's body, lane l takes
+// elements lo + l, lo + l + 16, ...; the rest (a ragged tail; all of a
+// float16 / bfloat16 block) goes to lane 0; the lanes are folded in order.  Every
+// ISA and the CUDA kernel (memory/cuda_reduce.cu) keep exactly that order, so the
+// sums of squares (not associative) come out bit for bit the same on every path,
+// and the scalar loop vectorises without -ffast-math (one accumulator would be a
+// serial chain).  Max is exact in any order, so without sums the SIMD paths take
+// half-precision blocks in lanes too.  a > m ? a : m keeps m for a NaN, as
+// MAXPS(a, m) does.
+constexpr int kStatLanes = 16;
+
+// Where a block's lane body ends (see above).
+size_t laneBodyEnd(ternDataType_t dt, bool sums, size_t lo, size_t hi) {
+  return dt == ternFloat32 || !sums ? hi : lo;
+}
+
+// The block's tail from element i and the fold of its lanes.
+void finishBlock(const void* g, ternDataType_t dt, size_t i, size_t hi, float* m, float* sq,
+                 float* maxOut, float* sqOut) {
+  for (; i < hi; ++i) {
+    float a = std::fabs(ternaryLoad(g, dt, i));
+    m[0] = a > m[0] ? a : m[0];
+    sq[0] += a * a;
+  }
+  float mm = 0, ss = 0;
+  for (int l = 0; l < kStatLanes; ++l) {
+    mm = m[l] > mm ? m[l] : mm;
+    ss += sq[l];
+  }
+  *maxOut = mm;
+  if (sqOut) *sqOut = ss;
+}
+
+void blockStatsScalar(const void* g, ternDataType_t dt, size_t count, uint32_t block, float* maxAbs,
+                      float* sumSq) {
+  for (size_t b = 0, nb = (count + block - 1) / block; b < nb; ++b) {
+    size_t lo = b * block, hi = std::min(count, lo + block), i = lo;
+    float m[kStatLanes] = {}, sq[kStatLanes] = {};
+    const float* x = static_cast<const float*>(g);
+    if (dt == ternFloat32)
+      for (; i + kStatLanes <= hi; i += kStatLanes)
+        for (int l = 0; l < kStatLanes; ++l) {
+          float a = std::fabs(x[i + l]);
+          m[l] = a > m[l] ? a : m[l];
+          sq[l] += a * a;
+        }
+    finishBlock(g, dt, i, hi, m, sq, &maxAbs[b], sumSq ? &sumSq[b] : nullptr);
+  }
+}
+
+// Lanes 0-7 and 8-15 in two registers.  Without sums of squares (the common
+// case: no clipping) the pass is one max per load, bound by memory.
+template <bool kSq>
+TERN_AVX2 void blockStats256T(const void* g, ternDataType_t dt, size_t count, uint32_t block,
+                              float* maxAbs, float* sumSq) {
+  const TernaryInput in{g, dt, count, nullptr, block, {}};
+  const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (size_t b = 0, nb = (count + block - 1) / block; b < nb; ++b) {
+    size_t lo = b * block, hi = std::min(count, lo + block), i = lo;
+    __m256 m0 = _mm256_setzero_ps(), m1 = m0, s0 = m0, s1 = m0;
+    for (const size_t end = laneBodyEnd(dt, kSq, lo, hi); i + kStatLanes <= end; i += kStatLanes) {
+      __m256 a0 = _mm256_and_ps(load8(in, i), absMask), a1 = _mm256_and_ps(load8(in, i + 8), absMask);
+      m0 = _mm256_max_ps(a0, m0);
+      m1 = _mm256_max_ps(a1, m1);
+      if (kSq) {
+        s0 = _mm256_add_ps(s0, _mm256_mul_ps(a0, a0));
+        s1 = _mm256_add_ps(s1, _mm256_mul_ps(a1, a1));
+      }
+    }
+    float m[kStatLanes], sq[kStatLanes];
+    _mm256_storeu_ps(m, m0);
+    _mm256_storeu_ps(m + 8, m1);
+    _mm256_storeu_ps(sq, s0);
+    _mm256_storeu_ps(sq + 8, s1);
+    finishBlock(g, dt, i, hi, m, sq, &maxAbs[b], kSq ? &sumSq[b] : nullptr);
+  }
+}
+
+void blockStats256(const void* g, ternDataType_t dt, size_t count, uint32_t block, float* maxAbs,
+                   float* sumSq) {
+  if (sumSq) blockStats256T<true>(g, dt, count, block, maxAbs, sumSq);
+  else blockStats256T<false>(g, dt, count, block, maxAbs, sumSq);
+}
+
+template <bool kSq>
+TERN_AVX512 void blockStats512T(const void* g, ternDataType_t dt, size_t count, uint32_t block,
+                                float* maxAbs, float* sumSq) {
+  const TernaryInput in{g, dt, count, nullptr, block, {}};
+  for (size_t b = 0, nb = (count + block - 1) / block; b < nb; ++b) {
+    size_t lo = b * block, hi = std::min(count, lo + block), i = lo;
+    __m512 m0 = _mm512_setzero_ps(), s0 = m0;
+    for (const size_t end = laneBodyEnd(dt, kSq, lo, hi); i + kStatLanes <= end; i += kStatLanes) {
+      __m512 a = _mm512_abs_ps(load16(in, i));
+      m0 = _mm512_max_ps(a, m0);
+      // Explicit rounding: GCC writes _mm512_mul/add_ps as vector arithmetic and
+      // would fuse them into an FMA (AVX-512F has one), which rounds once.
+      constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+      if (kSq) s0 = _mm512_add_round_ps(s0, _mm512_mul_round_ps(a, a, kRound), kRound);
+    }
+    float m[kStatLanes], sq[kStatLanes];
+    _mm512_storeu_ps(m, m0);
+    _mm512_storeu_ps(sq, s0);
+    finishBlock(g, dt, i, hi, m, sq, &maxAbs[b], kSq ? &sumSq[b] : nullptr);
+  }
+}
+
+void blockStats512(const void* g, ternDataType_t dt, size_t count, uint32_t block, float* maxAbs,
+                   float* sumSq) {
+  if (sumSq) blockStats512T<true>(g, dt, count, block, maxAbs, sumSq);
+  else blockStats512T<false>(g, dt, count, block, maxAbs, sumSq);
+}
+
 // encode / addEncode for an ISA, given its super-group mask function.
 template <void (*SuperMasks)(const TernaryInput&, uint64_t, uint32_t*)>
 void addEncodeSimd(const TernaryInput& in, size_t g0, size_t n, const uint32_t* planes, int win,
@@ -346,11 +460,11 @@ void encodeSimd(const TernaryInput& in, size_t g0, size_t n, uint32_t* out) {
   addEncodeSimd<SuperMasks>(in, g0, n, nullptr, 0, out, 2);
 }
 
-const TernaryKernels kScalar{"scalar", encodeScalar, addEncodeScalar, decodeScalar};
+const TernaryKernels kScalar{"scalar", encodeScalar, addEncodeScalar, decodeScalar, blockStatsScalar};
 const TernaryKernels kAvx2{"avx2", encodeSimd<superMasks256>, addEncodeSimd<superMasks256>,
-                           decode256};
+                           decode256, blockStats256};
 const TernaryKernels kAvx512{"avx512", encodeSimd<superMasks512>, addEncodeSimd<superMasks512>,
-                             decode512};
+                             decode512, blockStats512};
 
 bool cpuHas(const char* isa) {
   __builtin_cpu_init();
@@ -381,40 +495,9 @@ const TernaryKernels& ternaryKernels() {
   return *best;
 }
 
-// 16 independent partial maxima / sums, so the loop vectorises without
-// -ffast-math (a single accumulator is a serial dependency chain: ~20x
-// slower).  Max is exact in any order; the sum of squares only feeds the
-// clipping threshold, which is made global by an allreduce afterwards.
 void ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
                        float* maxAbs, float* sumSq) {
-  constexpr int L = 16;
-  size_t nblocks = (count + block - 1) / block;
-  for (size_t b = 0; b < nblocks; ++b) {
-    size_t lo = b * block, hi = std::min(count, lo + block);
-    float m[L] = {}, sq[L] = {};
-    size_t i = lo;
-    if (dt == ternFloat32) {
-      const float* x = static_cast<const float*>(g);
-      for (; i + L <= hi; i += L)
-        for (int l = 0; l < L; ++l) {
-          float a = std::fabs(x[i + l]);
-          m[l] = a > m[l] ? a : m[l];
-          if (sumSq) sq[l] += a * a;
-        }
-    }
-    for (; i < hi; ++i) {
-      float a = std::fabs(ternaryLoad(g, dt, i));
-      m[0] = a > m[0] ? a : m[0];
-      sq[0] += a * a;
-    }
-    float mm = 0, ss = 0;
-    for (int l = 0; l < L; ++l) {
-      mm = m[l] > mm ? m[l] : mm;
-      ss += sq[l];
-    }
-    maxAbs[b] = mm;
-    if (sumSq) sumSq[b] = ss;
-  }
+  ternaryKernels().blockStats(g, dt, count, block, maxAbs, sumSq);
 }
 
 }  // namespace tern

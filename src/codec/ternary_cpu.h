@@ -36,12 +36,16 @@ struct TernaryKernels {
   // (element 32 * g0 onwards, in dt); lanes past count are not written.
   void (*decode)(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
                  uint32_t block, size_t count, ternDataType_t dt, int avgN, void* dst);
+  // ternaryBlockStats below (the same bits on every ISA).
+  void (*blockStats)(const void* g, ternDataType_t dt, size_t count, uint32_t block,
+                     float* maxAbs, float* sumSq);
 };
 
 const TernaryKernels& ternaryKernels();                  // the best this CPU runs
 const TernaryKernels* ternaryKernelsFor(const char* isa);  // nullptr if unsupported here
 
 // Per block: max |g| into maxAbs[b]; sum of g^2 into sumSq[b] when not null.
+// The best kernel this CPU runs (the first pass of every ternary allreduce).
 void ternaryBlockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block,
                        float* maxAbs, float* sumSq);
 

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "codec/ternary_cpu.h"
 #include "codec/ternary_cuda.h"
+#include "memory/cuda_reduce.h"
 
 namespace tern {
 
@@ -42,10 +43,27 @@ void decode(const uint32_t* planes, int w, size_t g0, size_t n, const float* sca
   });
 }
 
+// Device gradient, host results, as CudaOps::ternaryBlockStats gives them.
+void blockStats(const void* g, ternDataType_t dt, size_t count, uint32_t block, float* maxAbs,
+                float* sumSq) {
+  const size_t bytes = (count + block - 1) / block * sizeof(float);
+  float *m = nullptr, *q = nullptr;
+  synchronously("block stats", [&] {
+    int e = cudaMalloc(&m, bytes);
+    if (e == cudaSuccess && sumSq) e = cudaMalloc(&q, bytes);
+    if (e == cudaSuccess) e = cudaBlockStats(g, dt, count, block, m, q, nullptr);
+    if (e == cudaSuccess) e = cudaMemcpy(maxAbs, m, bytes, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess && sumSq) e = cudaMemcpy(sumSq, q, bytes, cudaMemcpyDeviceToHost);
+    return e;
+  });
+  cudaFree(m);
+  cudaFree(q);
+}
+
 }  // namespace
 
 const TernaryKernels& ternaryCudaSyncKernels() {
-  static const TernaryKernels k{"cuda-sync", encode, addEncode, decode};
+  static const TernaryKernels k{"cuda-sync", encode, addEncode, decode, blockStats};
   return k;
 }
 

@@ -92,21 +92,26 @@ void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDa
   codecs.clear();
   ph->progs.resize(1);
   Program& prog = ph->progs[0];
-  auto add = [&](Conn* from, Conn* to, size_t g0, size_t len, int win, int wout, bool code,
-                 bool decode) {
-    if (len == 0) return;
+  auto step = [&](Conn* from, Conn* to, size_t g0, size_t len, int win, int wout, bool code,
+                  bool decode) {
+    Step s;
+    if (len == 0) return s;
     codecs.push_back(std::make_unique<TernaryCodec>(*x.mem, in, g0, win, wout, code,
                                                     decode ? dst : nullptr, dt, avgN));
-    Step s;
     s.in = from;
     s.out = to;
     s.bytes = len;
     s.codec = codecs.back().get();
     s.inUnit = 4 * win;
     s.outUnit = 4 * (code ? wout : win);
-    prog.add(s);
     if (to) *payload += len * s.outUnit;
+    return s;
   };
+  auto add = [&](Conn* from, Conn* to, size_t g0, size_t len, int win, int wout, bool code,
+                 bool decode) { prog.add(step(from, to, g0, len, win, wout, code, decode)); };
+  // A piece's last step only receives and the next piece's first only
+  // sends: the next piece's send goes ahead of it (as in allreduce_ring.cc).
+  Step last;
   for (size_t base = 0; base < groups;) {
     size_t left = groups - base;
     size_t cg = std::min(maxCg, (left + n - 1) / n);
@@ -120,6 +125,7 @@ void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDa
     size_t len, g0;
     g0 = chunk(r - 1, &len);
     add(nullptr, next, g0, len, 0, ternaryWidth(1), true, false);
+    prog.add(last);
     for (int s = 1; s <= n - 2; ++s) {
       g0 = chunk(r - 1 - s, &len);
       add(prev, next, g0, len, ternaryWidth(s), ternaryWidth(s + 1), true, false);
@@ -131,9 +137,10 @@ void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDa
       add(prev, next, g0, len, wN, wN, false, true);
     }
     g0 = chunk(r + 1, &len);
-    add(prev, nullptr, g0, len, wN, wN, false, true);
+    last = step(prev, nullptr, g0, len, wN, wN, false, true);
     base += piece;
   }
+  prog.add(last);
   ph->what = "ternary allreduce";
 }
 
