@@ -357,6 +357,27 @@ bool mustSettleNow(const MemOps& mem, const Step& s) {
   return true;
 }
 
+// A plain transfer's bytes between the caller's host buffer and a connection
+// that moves them without staging (Conn::unstagedMin): a send-only step's
+// from its source, once what was staged before it (its descriptor) has gone
+// to the kernel; a receive-only step's into its destination, once what was
+// staged has been read.  False when the step is not such a transfer (it
+// stages); else *moved says how many bytes went (0: not now).
+bool unstagedPayload(const MemOps& mem, const Step& s, size_t off, size_t n, size_t* moved) {
+  if (s.reduce || mem.type() != MemType::Host) return false;
+  auto eligible = [&](const Conn* c) { return c->unstagedMin() > 0 && s.bytes >= c->unstagedMin(); };
+  if (s.out && !s.in && s.local && (!s.dst || s.dst == s.local) && eligible(s.out)) {
+    *moved = s.out->sendUnstaged(s.local + off, n);
+    return true;
+  }
+  const char* staged;
+  if (s.in && !s.out && s.dst && eligible(s.in) && s.in->recvAvail(&staged) == 0) {
+    *moved = s.in->recvUnstaged(s.dst + off, n, s.bytes - off - n);
+    return true;
+  }
+  return false;
+}
+
 // Moves as much payload as the fifos allow (up to `limit` bytes); returns the
 // units moved (bytes for dense steps, groups for codec steps).
 size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& red, int nranks,
@@ -376,6 +397,11 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
     if (s.out) s.out->sendCommit(n * s.outUnit);
   } else {
     n = std::min(n, limit);
+    size_t k;
+    if (unstagedPayload(mem, s, p.off, n, &k)) {
+      p.off += k;
+      return k;
+    }
     if (s.in) n = std::min(n, s.in->recvAvail(&in));
     if (s.out) n = std::min(n, s.out->sendSpace(&out));
     n -= n % (s.reduce ? typeSize(red.dt) : 1);  // whole elements only

@@ -112,6 +112,13 @@ size_t Fifo::readable(const char** p) {
   return readAt(at, avail, p);
 }
 
+void Fifo::pass(size_t n) {
+  head_ += n;
+  tail_ = seen_ = head_;
+  hdr_->head.store(head_, std::memory_order_release);
+  hdr_->tail.store(tail_, std::memory_order_release);
+}
+
 void Fifo::consume(size_t n) {
   tail_ += n;
   hdr_->tail.store(tail_, std::memory_order_release);

@@ -57,6 +57,11 @@ class Fifo {
   size_t readable(const char** p);
   void consume(size_t n);
 
+  // Both ends of a private fifo (one process produces and consumes): n bytes
+  // went past it without touching the ring (tcp's unstaged transfers), so the
+  // stream positions move on as if they had gone through.  Only while empty.
+  void pass(size_t n);
+
   bool empty() const { return hdr_->head.load(std::memory_order_acquire) ==
                               hdr_->tail.load(std::memory_order_acquire); }
   size_t capacity() const { return cap_; }

@@ -32,7 +32,8 @@ namespace {
 
 class TcpConn : public Conn {
  public:
-  TcpConn(int peer, const Config& cfg) : peer_(peer), bulkQueued_(cfg.bulkQueued), st_(cfg) {}
+  TcpConn(int peer, const Config& cfg)
+      : peer_(peer), bulkQueued_(cfg.bulkQueued), unstagedMin_(cfg.tcpUnstaged), st_(cfg) {}
   ~TcpConn() override { closeFd(fd_); }
   ternResult_t activate() override {
     if (st_.allocate() != ternSuccess) return setSysError("cannot allocate tcp staging buffers");
@@ -46,7 +47,7 @@ class TcpConn : public Conn {
   uint64_t recvPos() const override { return st_.ready() ? recv_().consumed() : 0; }
   void recvConsume(size_t n) override { st_.recv().consume(n); }
   bool flushed() const override { return !st_.ready() || send_().empty(); }
-  bool wantsWritable() const override { return !flushed() && !capped_; }
+  bool wantsWritable() const override { return (!flushed() || sendBlocked_) && !capped_; }
   int pollFd() const override { return fd_; }
   bool inputEnded() const override { return eof_ || (fd_ < 0 && peerGone()); }
   size_t kernelQueued() const override {
@@ -57,8 +58,59 @@ class TcpConn : public Conn {
 
   ternResult_t progress(bool* moved) override {
     *moved = false;
+    if (failed_) return broken(failedWhat_, failed_);
     TERN_CHECK(pushOut(moved));
     return pullIn(moved);
+  }
+
+  // Unstaged transfers (transport.h): the kernel copies between the caller's
+  // buffer and the socket, as it copies between our fifo and the socket.
+  // TERN_TCP_UNSTAGED, 64 KiB by default: below it a step's descriptor and
+  // payload leave in one send(), which an unstaged payload would split in two.
+  size_t unstagedMin() const override { return unstagedMin_; }
+
+  size_t sendUnstaged(const char* src, size_t n) override {
+    sendBlocked_ = false;
+    if (!send_().empty() || failed_) return 0;  // staged bytes go first
+    size_t slice = std::min(n, kSliceBytes);
+    capped_ = false;
+    if (bulk && bulkQueued_ > 0) {
+      const size_t room = bulkRoom();
+      capped_ = room < slice;
+      slice = std::min(slice, room);
+    }
+    if (slice == 0) return 0;
+    ssize_t k = ::send(fd_, src, slice, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      st_.send().pass(static_cast<size_t>(k));
+      countSent(static_cast<uint64_t>(k));
+      bytesUnstaged += static_cast<uint64_t>(k);
+      return static_cast<size_t>(k);
+    }
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) sendBlocked_ = true;
+    else fail("failed while sending", errno);
+    return 0;
+  }
+
+  size_t recvUnstaged(char* dst, size_t n, size_t more) override {
+    if (!recv_().empty() || eof_ || failed_) return 0;  // what was staged goes first
+    ssize_t k = ::recv(fd_, dst, std::min(n, kSliceBytes), MSG_DONTWAIT);
+    if (k > 0) {
+      st_.recv().pass(static_cast<size_t>(k));
+      countRecv(static_cast<uint64_t>(k));
+      bytesUnstaged += static_cast<uint64_t>(k);
+      held_ = static_cast<size_t>(k) < n || more > 0;  // the step wants the rest from the kernel
+      return static_cast<size_t>(k);
+    }
+    if (k == 0 || errno == ECONNRESET) {
+      eof_ = gone = true;
+      held_ = false;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      held_ = true;
+    } else {
+      fail("failed while receiving", errno);
+    }
+    return 0;
   }
 
  private:
@@ -133,7 +185,16 @@ class TcpConn : public Conn {
     return bdp_;
   }
 
+  // An error met by an unstaged transfer, reported by the next progress().
+  void fail(const char* what, int err) {
+    failed_ = err ? err : EIO;
+    failedWhat_ = what;
+  }
+
   ternResult_t pullIn(bool* moved) {
+    // Bytes an unstaged receive is about to take stay in the kernel for it
+    // (held_: it asked for more than had come); it lets go once it has them.
+    if (held_) return ternSuccess;
     // Until our own end of file, not until `gone`: the communicator marks
     // the connection gone when the peer's control socket closes, and what
     // the peer sent before it exited may still wait in the kernel.
@@ -163,7 +224,12 @@ class TcpConn : public Conn {
   int fd_ = -1, peer_;
   bool eof_ = false;
   const size_t bulkQueued_;  // TERN_BULK_QUEUED (0: no bound)
+  const size_t unstagedMin_;  // TERN_TCP_UNSTAGED (0: never)
   bool capped_ = false;      // the last push stopped at the bulk bound with bytes left
+  bool sendBlocked_ = false;  // an unstaged send found the socket full: wait for POLLOUT
+  bool held_ = false;         // an unstaged receive wants the next bytes from the kernel
+  int failed_ = 0;            // errno of a failed unstaged transfer
+  const char* failedWhat_ = "";
   size_t bdp_ = 0;
   std::chrono::steady_clock::time_point bdpAt_{};
   Staging st_;

@@ -153,6 +153,26 @@ class Conn {
   // Receiver: n more bytes were read.  Sender: bytes read so far in total.
   virtual void directAck(size_t n) { (void)n; }
   virtual uint64_t directAcked() const { return 0; }
+  // Unstaged plain transfers (tcp): a send-only step of at least
+  // unstagedMin() bytes (0: never) hands the kernel the caller's bytes and a
+  // receive-only one takes them from the kernel into the caller's buffer,
+  // instead of each copying through its staging fifo (a memory pass per byte
+  // fewer on each side, where the kernel's own copies already bound the
+  // rate).  Each moves at most n bytes now and returns how many (0: not now:
+  // bytes staged earlier go first, the socket is full or empty); the stream
+  // positions move as if the bytes had gone through the fifo.  `more`: bytes
+  // of the step still due after these (the receiver then leaves them in the
+  // kernel for the step instead of staging them).  Each end decides alone:
+  // the bytes on the wire are the same either way.
+  virtual size_t unstagedMin() const { return 0; }
+  virtual size_t sendUnstaged(const char* src, size_t n) {
+    (void)src, (void)n;
+    return 0;
+  }
+  virtual size_t recvUnstaged(char* dst, size_t n, size_t more) {
+    (void)dst, (void)n, (void)more;
+    return 0;
+  }
   // The low-latency sibling stream to the same peer at the same level
   // (transport/ll.h) for an operation of `opBytes` (both ends agree on the
   // limit), or nullptr: the operation stays on this one.
@@ -200,6 +220,7 @@ class Conn {
   std::atomic<bool> gone{false};
   // Read by statistics calls on other threads while traffic runs.
   std::atomic<uint64_t> bytesSent{0}, bytesRecv{0};
+  uint64_t bytesUnstaged = 0;  // of those, sent or received unstaged (driving thread only)
   int flowClass = 0;  // the flow class of the level it carries (statistics per class)
   // One writer (the driving thread): no locked add needed.
   void countSent(uint64_t n) { bytesSent.store(bytesSent.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
