@@ -3,13 +3,16 @@
 // rank talks on; both ranks using a level for the first time at once make
 // one connection (tcp: one socket, not two).  Over shm, tcp and UCX (where
 // built).  A peer that died or never answers while connections open:
-// tests/test_flows.cc (OpeningFailure).
+// tests/test_flows.cc (OpeningFailure).  And tcp's unstaged transfers, which
+// count their bytes on the connection (TcpUnstaged).
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <vector>
@@ -164,6 +167,104 @@ int connectBody(RankCtx& ctx) {
 
 TEST_P(ConnTableT, ConnectAfterInitOpensBothEnds) {
   expectAllRanksOk(runRanks(2, transportEnv(GetParam()), connectBody, 1, 60));
+}
+
+// A value that says who sent it, to whom, in which message, at which index.
+uint32_t word(int from, int to, int msg, size_t i) {
+  return static_cast<uint32_t>(from * 1000003u + to * 7919u + msg * 104729u + i);
+}
+
+// tcp's unstaged transfers (TERN_TCP_UNSTAGED): messages either side of the
+// threshold, in both directions at once and behind staged ones, arrive intact;
+// with the default the big ones skip the fifos (the connection counts them),
+// with 0 nothing does.  Runs under TERN_TCP_UNSTAGED from the test's env.
+int unstagedBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  const int peer = 1 - ctx.rank;
+  int fails = 0;
+  for (size_t bytes : {size_t(1000), size_t(65532), size_t(65536), size_t(3 << 20) + 4}) {
+    const size_t count = bytes / 4;
+    std::vector<uint32_t> out(count), in(count, 0), small(10), smallIn(10, 0);
+    for (size_t i = 0; i < count; ++i) out[i] = word(ctx.rank, peer, 0, i);
+    for (size_t i = 0; i < 10; ++i) small[i] = word(ctx.rank, peer, 1, i);
+    ternGroupStart();
+    ternSend(small.data(), 10, ternUint32, peer, comm, nullptr);  // staged, ahead of the big one
+    ternSend(out.data(), count, ternUint32, peer, comm, nullptr);
+    ternRecv(smallIn.data(), 10, ternUint32, peer, comm, nullptr);
+    ternRecv(in.data(), count, ternUint32, peer, comm, nullptr);
+    if (ternGroupEnd() != ternSuccess) return failf(ctx, "group: %s", ternGetLastError(comm));
+    for (size_t i = 0; i < count; ++i)
+      if (in[i] != word(peer, ctx.rank, 0, i)) {
+        fails += failf(ctx, "%zu bytes: element %zu wrong", bytes, i);
+        break;
+      }
+    for (size_t i = 0; i < 10; ++i)
+      if (smallIn[i] != word(peer, ctx.rank, 1, i)) fails += failf(ctx, "small message wrong at %zu", i);
+  }
+  const uint64_t unstaged = comm->table->conn(peer, TERN_PRIORITY_DEFAULT)->bytesUnstaged;
+  const bool on = atoi(getenv("TERN_TCP_UNSTAGED")) > 0;
+  // On: most of the 64 KiB and 3 MiB messages, both ways (under 64 KiB they
+  // stage, and so do bytes the receiver pulled in before its step began).
+  if (on && unstaged < 65536 + (3 << 20)) fails += failf(ctx, "only %llu bytes unstaged", (unsigned long long)unstaged);
+  if (!on && unstaged != 0) fails += failf(ctx, "%llu bytes unstaged with it off", (unsigned long long)unstaged);
+  if (ternCommDestroy(comm) != ternSuccess) fails += failf(ctx, "destroy failed");
+  return fails ? 1 : 0;
+}
+
+TEST(TcpUnstaged, MessagesAroundTheThresholdArriveIntact) {
+  for (const char* v : {"65536", "0"})
+    expectAllRanksOk(runRanks(2, {{"TERN_TRANSPORT", "tcp"}, {"TERN_TIMEOUT", "30"},
+                                  {"TERN_TCP_UNSTAGED", v}}, unstagedBody, 1, 120));
+}
+
+// Ring steps that forward (receive into the caller's buffer, send on from
+// there) at 3 ranks: an allgather, a broadcast from rank 1 and an allreduce
+// of a few MiB, checked element by element; the forwarding moved bytes
+// unstaged on both of the rank's ring connections.
+int unstagedRingBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  const int n = ctx.nranks, me = ctx.rank;
+  const size_t count = (3 << 20) / 4 + 5;
+  int fails = 0;
+  std::vector<uint32_t> mine(count), all(count * n, 0), bc(count, 0);
+  for (size_t i = 0; i < count; ++i) mine[i] = word(me, 0, 2, i);
+  if (ternAllGather(mine.data(), all.data(), count, ternUint32, comm, nullptr) != ternSuccess)
+    return failf(ctx, "allgather: %s", ternGetLastError(comm));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i)
+      if (all[r * count + i] != word(r, 0, 2, i)) {
+        fails += failf(ctx, "allgather: rank %d's element %zu wrong", r, i);
+        break;
+      }
+  if (ternBroadcast(mine.data(), bc.data(), count, ternUint32, 1, comm, nullptr) != ternSuccess)
+    return failf(ctx, "broadcast: %s", ternGetLastError(comm));
+  for (size_t i = 0; i < count; ++i)
+    if (bc[i] != word(1, 0, 2, i)) {
+      fails += failf(ctx, "broadcast: element %zu wrong", i);
+      break;
+    }
+  std::vector<float> x(count), y(count);
+  for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((i + me) % 97);
+  if (ternAllReduce(x.data(), y.data(), count, ternFloat32, ternSum, comm, nullptr) != ternSuccess)
+    return failf(ctx, "allreduce: %s", ternGetLastError(comm));
+  for (size_t i = 0; i < count; ++i) {
+    float want = 0;
+    for (int r = 0; r < n; ++r) want += static_cast<float>((i + r) % 97);
+    if (y[i] != want) {
+      fails += failf(ctx, "allreduce: element %zu is %g, want %g", i, y[i], want);
+      break;
+    }
+  }
+  for (int peer : {(me + 1) % n, (me + n - 1) % n})
+    if (comm->table->conn(peer, TERN_PRIORITY_DEFAULT)->bytesUnstaged < (1 << 20))
+      fails += failf(ctx, "only %llu bytes unstaged with rank %d",
+                     (unsigned long long)comm->table->conn(peer, TERN_PRIORITY_DEFAULT)->bytesUnstaged, peer);
+  if (ternCommDestroy(comm) != ternSuccess) fails += failf(ctx, "destroy failed");
+  return fails ? 1 : 0;
+}
+
+TEST(TcpUnstaged, RingForwardingArrivesIntact) {
+  expectAllRanksOk(runRanks(3, {{"TERN_TRANSPORT", "tcp"}, {"TERN_TIMEOUT", "30"}}, unstagedRingBody, 1, 120));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ConnTableT, ::testing::ValuesIn(testTransports()),

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "comm/comm.h"
 #include "harness.h"
 
 using namespace terntest;
@@ -190,49 +189,6 @@ TEST_P(P2P, ReceiveFromAnySource) {
                                                      {"TERN_BUFFSIZE", "16384"},
                                                      {"TERN_CHUNKSIZE", "4096"}}),
                             anySourceBody, 1, 120));
-}
-
-// tcp's unstaged transfers (TERN_TCP_UNSTAGED): messages either side of the
-// threshold, in both directions at once and behind staged ones, arrive intact;
-// with the default the big ones skip the fifos (the connection counts them),
-// with 0 nothing does.  Runs under TERN_TCP_UNSTAGED from the test's env.
-int unstagedBody(RankCtx& ctx) {
-  ternComm_t comm = ctx.comm(0);
-  const int peer = 1 - ctx.rank;
-  int fails = 0;
-  for (size_t bytes : {size_t(1000), size_t(65532), size_t(65536), size_t(3 << 20) + 4}) {
-    const size_t count = bytes / 4;
-    std::vector<uint32_t> out(count), in(count, 0), small(10), smallIn(10, 0);
-    for (size_t i = 0; i < count; ++i) out[i] = word(ctx.rank, peer, 0, i);
-    for (size_t i = 0; i < 10; ++i) small[i] = word(ctx.rank, peer, 1, i);
-    ternGroupStart();
-    ternSend(small.data(), 10, ternUint32, peer, comm, nullptr);  // staged, ahead of the big one
-    ternSend(out.data(), count, ternUint32, peer, comm, nullptr);
-    ternRecv(smallIn.data(), 10, ternUint32, peer, comm, nullptr);
-    ternRecv(in.data(), count, ternUint32, peer, comm, nullptr);
-    if (ternGroupEnd() != ternSuccess) return failf(ctx, "group: %s", ternGetLastError(comm));
-    for (size_t i = 0; i < count; ++i)
-      if (in[i] != word(peer, ctx.rank, 0, i)) {
-        fails += failf(ctx, "%zu bytes: element %zu wrong", bytes, i);
-        break;
-      }
-    for (size_t i = 0; i < 10; ++i)
-      if (smallIn[i] != word(peer, ctx.rank, 1, i)) fails += failf(ctx, "small message wrong at %zu", i);
-  }
-  const uint64_t unstaged = comm->table->conn(peer, TERN_PRIORITY_DEFAULT)->bytesUnstaged;
-  const bool on = atoi(getenv("TERN_TCP_UNSTAGED")) > 0;
-  // On: most of the 64 KiB and 3 MiB messages, both ways (under 64 KiB they
-  // stage, and so do bytes the receiver pulled in before its step began).
-  if (on && unstaged < 65536 + (3 << 20)) fails += failf(ctx, "only %llu bytes unstaged", (unsigned long long)unstaged);
-  if (!on && unstaged != 0) fails += failf(ctx, "%llu bytes unstaged with it off", (unsigned long long)unstaged);
-  if (ternCommDestroy(comm) != ternSuccess) fails += failf(ctx, "destroy failed");
-  return fails ? 1 : 0;
-}
-
-TEST(TcpUnstaged, MessagesAroundTheThresholdArriveIntact) {
-  for (const char* v : {"65536", "0"})
-    expectAllRanksOk(runRanks(2, {{"TERN_TRANSPORT", "tcp"}, {"TERN_TIMEOUT", "30"},
-                                  {"TERN_TCP_UNSTAGED", v}}, unstagedBody, 1, 120));
 }
 
 INSTANTIATE_TEST_SUITE_P(

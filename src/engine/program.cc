@@ -357,22 +357,34 @@ bool mustSettleNow(const MemOps& mem, const Step& s) {
   return true;
 }
 
-// A plain transfer's bytes between the caller's host buffer and a connection
-// that moves them without staging (Conn::unstagedMin): a send-only step's
+// A plain transfer's bytes between the caller's host buffer and connections
+// that move them without staging (Conn::unstagedMin): a send-only step's
 // from its source, once what was staged before it (its descriptor) has gone
 // to the kernel; a receive-only step's into its destination, once what was
-// staged has been read.  False when the step is not such a transfer (it
-// stages); else *moved says how many bytes went (0: not now).
-bool unstagedPayload(const MemOps& mem, const Step& s, size_t off, size_t n, size_t* moved) {
+// staged has been read; a forwarding step (a ring allgather's, broadcast's)
+// receives into its destination and sends on from there, what it received
+// and has not sent yet being Program::fwd.  False when the step is not such a
+// transfer (it stages); else *moved says how many bytes the step is done
+// with (0: not now).
+bool unstagedPayload(const MemOps& mem, Program& p, const Step& s, size_t n, size_t* moved) {
   if (s.reduce || mem.type() != MemType::Host) return false;
   auto eligible = [&](const Conn* c) { return c->unstagedMin() > 0 && s.bytes >= c->unstagedMin(); };
+  const char* staged;
+  auto nothingStaged = [&] { return s.in->recvAvail(&staged) == 0; };
+  const size_t off = p.off;
   if (s.out && !s.in && s.local && (!s.dst || s.dst == s.local) && eligible(s.out)) {
     *moved = s.out->sendUnstaged(s.local + off, n);
     return true;
   }
-  const char* staged;
-  if (s.in && !s.out && s.dst && eligible(s.in) && s.in->recvAvail(&staged) == 0) {
+  if (s.in && !s.out && s.dst && eligible(s.in) && nothingStaged()) {
     *moved = s.in->recvUnstaged(s.dst + off, n, s.bytes - off - n);
+    return true;
+  }
+  if (s.in && s.out && s.dst && !s.local && eligible(s.in) && eligible(s.out) &&
+      (p.fwd > 0 || nothingStaged())) {
+    if (p.fwd == 0) p.fwd = s.in->recvUnstaged(s.dst + off, n, s.bytes - off - n);
+    *moved = p.fwd ? s.out->sendUnstaged(s.dst + off, p.fwd) : 0;
+    p.fwd -= *moved;
     return true;
   }
   return false;
@@ -398,7 +410,7 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
   } else {
     n = std::min(n, limit);
     size_t k;
-    if (unstagedPayload(mem, s, p.off, n, &k)) {
+    if (unstagedPayload(mem, p, s, n, &k)) {
       p.off += k;
       return k;
     }

@@ -87,6 +87,9 @@ struct Program {
   // Execution state, owned by advance(): the current step, payload units
   // done, and what is left of the in / out leads.
   size_t cur = 0, off = 0;
+  // A forwarding step over unstaged connections: bytes received into the
+  // caller's buffer and not yet sent on (program.cc, unstagedPayload).
+  size_t fwd = 0;
   bool started = false;
   Lead in, out;
   // The current step goes single copy: the sender waits until the receiver
