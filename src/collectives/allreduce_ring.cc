@@ -13,8 +13,9 @@
 // piece's first only sends, so the next piece's send goes first: the link
 // does not idle while the piece's tail arrives (what each connection carries,
 // and in what order, is unchanged).  At 1 Gbit/s a 64 MiB allreduce went from
-// 586 to 573 ms (the wire's bound is ~561), the ternary one from 65 to 55.  Chunks are bounded by TERN_CHUNKSIZE so the
-// first send of every rank always fits in its fifo: no ring-wide deadlock.
+// 586 to 573 ms (the wire's bound is ~561), the ternary one from 65 to 55.
+// Chunks are bounded by TERN_CHUNKSIZE so the first send of every rank always
+// fits in its fifo: no ring-wide deadlock.
 #include <algorithm>
 
 #include "collectives/collectives.h"

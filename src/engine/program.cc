@@ -367,21 +367,23 @@ bool mustSettleNow(const MemOps& mem, const Step& s) {
 // transfer (it stages); else *moved says how many bytes the step is done
 // with (0: not now).
 bool unstagedPayload(const MemOps& mem, Program& p, const Step& s, size_t n, size_t* moved) {
-  if (s.reduce || mem.type() != MemType::Host) return false;
   auto eligible = [&](const Conn* c) { return c->unstagedMin() > 0 && s.bytes >= c->unstagedMin(); };
+  // Cheapest first: a small operation (or any over shm) leaves after one call;
+  // a local copy (no connection: an own block) is not a transfer.
+  const Conn* c = s.in ? s.in : s.out;
+  if (s.reduce || !c || !eligible(c) || mem.type() != MemType::Host) return false;
   const char* staged;
   auto nothingStaged = [&] { return s.in->recvAvail(&staged) == 0; };
   const size_t off = p.off;
-  if (s.out && !s.in && s.local && (!s.dst || s.dst == s.local) && eligible(s.out)) {
+  if (s.out && !s.in && s.local && (!s.dst || s.dst == s.local)) {
     *moved = s.out->sendUnstaged(s.local + off, n);
     return true;
   }
-  if (s.in && !s.out && s.dst && eligible(s.in) && nothingStaged()) {
+  if (s.in && !s.out && s.dst && nothingStaged()) {
     *moved = s.in->recvUnstaged(s.dst + off, n, s.bytes - off - n);
     return true;
   }
-  if (s.in && s.out && s.dst && !s.local && eligible(s.in) && eligible(s.out) &&
-      (p.fwd > 0 || nothingStaged())) {
+  if (s.in && s.out && s.dst && !s.local && eligible(s.out) && (p.fwd > 0 || nothingStaged())) {
     if (p.fwd == 0) p.fwd = s.in->recvUnstaged(s.dst + off, n, s.bytes - off - n);
     *moved = p.fwd ? s.out->sendUnstaged(s.dst + off, p.fwd) : 0;
     p.fwd -= *moved;

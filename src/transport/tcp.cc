@@ -72,13 +72,7 @@ class TcpConn : public Conn {
   size_t sendUnstaged(const char* src, size_t n) override {
     sendBlocked_ = false;
     if (!send_().empty() || failed_) return 0;  // staged bytes go first
-    size_t slice = std::min(n, kSliceBytes);
-    capped_ = false;
-    if (bulk && bulkQueued_ > 0) {
-      const size_t room = bulkRoom();
-      capped_ = room < slice;
-      slice = std::min(slice, room);
-    }
+    const size_t slice = boundedSlice(std::min(n, kSliceBytes));
     if (slice == 0) return 0;
     ssize_t k = ::send(fd_, src, slice, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k > 0) {
@@ -136,14 +130,8 @@ class TcpConn : public Conn {
   // the engine's priorities still apply; the receiver keeps reading
   // regardless, so this is only a smaller send buffer and cannot deadlock.
   ternResult_t pushOut(bool* moved) {
-    size_t slice = kSliceBytes;
     capped_ = false;
-    if (bulk && bulkQueued_ > 0 && !send_().empty()) {
-      const size_t room = bulkRoom();
-      capped_ = room < slice;
-      slice = std::min(slice, room);
-    }
-    for (size_t left = slice; left > 0;) {
+    for (size_t left = send_().empty() ? 0 : boundedSlice(kSliceBytes); left > 0;) {
       const char* p;
       size_t n = std::min(st_.send().readable(&p), left);
       if (n == 0) return ternSuccess;
@@ -160,6 +148,16 @@ class TcpConn : public Conn {
       return broken("failed while sending", errno);
     }
     return ternSuccess;
+  }
+
+  // At most `want` bytes, and on a bulk connection no more than it may add to
+  // the kernel's queue now (capped_ says the bound cut it short).
+  size_t boundedSlice(size_t want) {
+    capped_ = false;
+    if (!bulk || bulkQueued_ == 0) return want;
+    const size_t room = bulkRoom();
+    capped_ = room < want;
+    return std::min(want, room);
   }
 
   // What a bulk connection may add to the kernel's queue now: the bound is
