@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "api/alone.h"
 #include "api/group.h"
 #include "api/premul.h"
 #include "collectives/collectives.h"
@@ -134,24 +135,6 @@ ternResult_t checkRank(ternComm* c, int r, const char* role, const char* what) {
 // The operation the arguments describe, at the calling thread's priority.
 // `op` comes from the communicator's pool, usually with its dense task, which
 // makeTask sets up again in place (no allocation on the small-call path).
-void makeOp(ternComm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task> task) {
-  op->level = currentPriority();
-  op->collective = args.kind != OpKind::Send && args.kind != OpKind::Recv;
-  op->peer = op->collective ? -1 : args.root;
-  op->send = args.kind == OpKind::Send;
-  op->anySource = args.source != nullptr;
-  op->source = args.source;
-  OpDesc& d = op->desc;
-  d.magic = kDescMagic;
-  d.kind = collectiveKind(args.kind).id;
-  d.dtype = static_cast<uint8_t>(args.dt);
-  d.redop = static_cast<uint8_t>(args.op);
-  d.level = static_cast<uint8_t>(op->level);
-  d.root = args.root;
-  d.rank = c->rank;
-  d.count = args.count;
-  op->task = task ? std::move(task) : makeTask(args, std::move(op->task));
-}
 
 // The buffers a call on a stream reads or writes on this rank (a root's
 // other buffer only on the root), with the names the API gives them.
@@ -230,6 +213,11 @@ ternResult_t launch(ternComm* c, CollArgs args, ternStream_t stream = nullptr,
   if (stream) TERN_CHECK(streamOps(c, args, stream, what, &mem));
   if (!enterComm(c))
     return fail(nullptr, ternInvalidUsage, "comm was destroyed or aborted during the call");
+  ternResult_t alone;
+  if (!stream && !task && allReduceAlone(c, args, &alone)) {
+    leaveComm(c);
+    return alone;
+  }
   OpPtr op = c->engine->newOperation();
   op->streamMem = std::move(mem);
   std::string why;
@@ -248,6 +236,30 @@ ternResult_t launch(ternComm* c, CollArgs args, ternStream_t stream = nullptr,
 }  // namespace
 
 namespace tern {
+
+OpDesc callDesc(const Comm* c, const CollArgs& args, int level) {
+  OpDesc d;
+  d.magic = kDescMagic;
+  d.kind = collectiveKind(args.kind).id;
+  d.dtype = static_cast<uint8_t>(args.dt);
+  d.redop = static_cast<uint8_t>(args.op);
+  d.level = static_cast<uint8_t>(level);
+  d.root = args.root;
+  d.rank = c->rank;
+  d.count = args.count;
+  return d;
+}
+
+void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task> task) {
+  op->level = currentPriority();
+  op->collective = args.kind != OpKind::Send && args.kind != OpKind::Recv;
+  op->peer = op->collective ? -1 : args.root;
+  op->send = args.kind == OpKind::Send;
+  op->anySource = args.source != nullptr;
+  op->source = args.source;
+  op->desc = callDesc(c, args, op->level);
+  op->task = task ? std::move(task) : makeTask(args, std::move(op->task));
+}
 
 bool enterComm(Comm* c) {
   std::lock_guard<std::mutex> lk(registryMu);

@@ -69,6 +69,11 @@ bool takeRequest(ternRequest* r) {
 
 bool groupOpen() { return self().depth > 0; }
 int currentPriority() { return self().priority; }
+bool soloCall(int* level) {
+  const PerThread& t = self();
+  *level = t.priority;
+  return t.depth == 0;
+}
 
 // Waits for the last operation first: a caller that drives (Executor::wait)
 // lets go of the drive token when the operation it waits for is done, and
@@ -138,7 +143,7 @@ ternResult_t launchOp(Comm* c, OpPtr op) {
   }
   // Emptied before returning, so the operation goes back to the pool now.
   t.one.emplace_back(c, std::move(op));
-  ternResult_t r = runBlocking(t, t.one);
+  ternResult_t r = c->issueAlone(t.one[0].second) ? waitAll(t.one) : runBlocking(t, t.one);
   t.one.clear();
   return r;
 }

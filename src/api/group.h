@@ -23,6 +23,9 @@ using IssuedOps = std::vector<std::pair<Comm*, OpPtr>>;
 
 bool groupOpen();
 int currentPriority();
+// Outside a group (false inside one); *level: the thread's priority.  One
+// thread-local look-up for both (the small path's, api/alone.cc).
+bool soloCall(int* level);
 // Adds the operation to the calling thread's open group, or issues it and
 // waits for it: its result (ternInProgress at once on a nonblocking
 // communicator).

@@ -29,6 +29,7 @@ struct Config {
   size_t llBytes;          // TERN_LL_BYTES: shm operations up to this size take the LL lines (0: off)
   size_t bulkQueued;       // TERN_BULK_QUEUED: tcp bytes in the kernel a less urgent level may keep (0: no bound)
   size_t tcpUnstaged;      // TERN_TCP_UNSTAGED: plain tcp transfers from this size skip the fifos (0: never)
+  bool smallPath;          // TERN_SMALL_PATH: small blocking collectives on an idle engine run on the caller's thread
   std::string transport;   // TERN_TRANSPORT: auto|shm|tcp|ucx
   std::string net;         // TERN_NET: auto|ucx|tcp, what auto uses across hosts
   std::string ifname;      // TERN_SOCKET_IFNAME

@@ -9,36 +9,12 @@ namespace tern {
 
 void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst, size_t count,
                                     ternDataType_t dt, ternRedOp_t op, Phase* ph) {
-  const int n = x.nranks, r = x.rank;
   const size_t bytes = count * typeSize(dt);
   char* d = static_cast<char*>(dst);
   if (src != dst) x.mem->copy(d, src, bytes);
-  int pow2 = 1;
-  while (pow2 * 2 <= n) pow2 *= 2;
-  const int rem = n - pow2;
-  auto conn = [&](int peer) { return x.conn(peer); };
   ph->progs.resize(1);
   Program& prog = ph->progs[0];
-  auto exchange = [&](int peer) {
-    prog.add({nullptr, conn(peer), d, nullptr, bytes});
-    prog.add({conn(peer), nullptr, d, d, bytes, true});
-  };
-  int newRank;
-  if (r < 2 * rem && r % 2 == 0) {  // folded away: give data, get result
-    prog.add({nullptr, conn(r + 1), d, nullptr, bytes});
-    prog.add({conn(r + 1), nullptr, nullptr, d, bytes});
-    newRank = -1;
-  } else {
-    if (r < 2 * rem) prog.add({conn(r - 1), nullptr, d, d, bytes, true});
-    newRank = r < 2 * rem ? r / 2 : r - rem;
-  }
-  if (newRank >= 0) {
-    for (int mask = 1; mask < pow2; mask <<= 1) {
-      int pn = newRank ^ mask;
-      exchange(pn < rem ? pn * 2 + 1 : pn + rem);
-    }
-    if (r < 2 * rem) prog.add({nullptr, conn(r - 1), d, nullptr, bytes});
-  }
+  recursiveDoublingSteps(x, d, bytes, [&](const Step& s) { prog.add(s); });
   ph->red = {dt, op};
   ph->what = "allreduce (recursive doubling)";
 }

@@ -31,6 +31,39 @@ void planAllReduceRing(const PlanCtx& x, const void* src, void* dst, size_t coun
                        ternDataType_t dt, ternRedOp_t op, Phase* ph);
 void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst, size_t count,
                                     ternDataType_t dt, ternRedOp_t op, Phase* ph);
+// Its steps on buffer d (in place, after any copy of the input) in order: a
+// fold into a partner, log2 exchanges, the result back to the partner.  Each
+// (peer, direction) appears at most once.  Also the small path's schedule
+// (api/alone.cc), which runs them without a plan and, when it must, hands the
+// operation to the engine at the step it reached.  `emit` gets each step in
+// turn (no array: a Step is 88 bytes, and zeroing room for the most a rank
+// can have, on every call, cost more than the rest of an 8-byte allreduce).
+constexpr size_t kMaxRecursiveDoublingSteps = 2 * 31 + 2;
+template <class Emit>
+void recursiveDoublingSteps(const PlanCtx& x, char* d, size_t bytes, Emit emit) {
+  const int n = x.nranks, r = x.rank;
+  int pow2 = 1;
+  while (pow2 * 2 <= n) pow2 *= 2;
+  const int rem = n - pow2;
+  auto send = [&](int peer) { emit(Step{nullptr, x.conn(peer), d, nullptr, bytes}); };
+  auto recv = [&](int peer, bool reduce) {
+    emit(Step{x.conn(peer), nullptr, reduce ? d : nullptr, d, bytes, reduce});
+  };
+  if (r < 2 * rem && r % 2 == 0) {  // folded away: give data, get result
+    send(r + 1);
+    recv(r + 1, false);
+    return;
+  }
+  if (r < 2 * rem) recv(r - 1, true);
+  const int newRank = r < 2 * rem ? r / 2 : r - rem;
+  for (int mask = 1; mask < pow2; mask <<= 1) {
+    const int pn = newRank ^ mask;
+    const int peer = pn < rem ? pn * 2 + 1 : pn + rem;
+    send(peer);
+    recv(peer, true);
+  }
+  if (r < 2 * rem) send(r - 1);
+}
 void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, int root, Phase* ph);
 void planReduce(const PlanCtx& x, const void* src, void* dst, size_t count, ternDataType_t dt,
                 ternRedOp_t op, int root, Phase* ph);

@@ -22,6 +22,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/dtype.h"
 #include "comm/config.h"
 #include "engine/trace.h"
 #include "base/error.h"
@@ -223,6 +224,28 @@ void ternComm::issue(const std::vector<OpPtr>& ops, bool wake) {
     if (trace) trace->issued(*op);
   }
   engine->submit(ops, wake);
+}
+
+bool ternComm::mayRunAlone(size_t bytes) const {
+  return cfg.smallPath && cfg.blocking && !trace && bytes <= cfg.smallBytes;
+}
+
+bool ternComm::claimAlone(int level, uint64_t* seq) {
+  std::lock_guard<std::mutex> lk(issueMu);  // issue order: nothing numbered later goes first
+  if (!engine->claimIdle()) return false;
+  *seq = collSeq[level]++;
+  return true;
+}
+
+bool ternComm::issueAlone(const OpPtr& op) {
+  if (!op->collective || op->unordered || op->standing || op->streamMem || op->premul.count ||
+      !mayRunAlone(op->desc.count * typeSize(static_cast<ternDataType_t>(op->desc.dtype))) ||
+      !claimAlone(op->level, &op->desc.seq))
+    return false;
+  op->ctx = planCtx(op->level);
+  TERN_LOG(Trace, "issue %s (small path)", describe(op->desc).c_str());
+  engine->runAlone(op);
+  return true;
 }
 
 void ternComm::fail(ternResult_t r) {

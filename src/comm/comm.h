@@ -34,6 +34,9 @@ struct ternComm : public tern::EngineHost {
   // What layers above keep with the communicator (the ternary allreduce's
   // options, call index and residuals: collectives/ternary.h).
   tern::Attachments attached;
+  // The small path's schedule (api/alone.cc): room for the most steps a
+  // rank has, used only while its caller holds the drive token.
+  std::vector<tern::Step> aloneSteps;
 
   std::atomic<int> asyncError{ternSuccess};         // first failure, sticky
   std::atomic<bool> aborted{false};
@@ -51,6 +54,16 @@ struct ternComm : public tern::EngineHost {
   // Numbers the operations (per level; p2p per peer, direction and level) and
   // hands them to the executor, atomically: issue order is admission order.
   void issue(const std::vector<tern::OpPtr>& ops, bool wake);
+  // A blocking small collective of host buffers on an idle communicator:
+  // numbered and run on the caller's thread (Executor::runAlone).  False
+  // when it does not apply (nothing done: issue it as usual); true when it
+  // was numbered and is complete or handed to the engine: wait for it.
+  bool issueAlone(const tern::OpPtr& op);
+  // Whether an operation of `bytes` may take the small path at all, and the
+  // path's start: the drive token if the engine is idle, and the level's
+  // next sequence number (false: neither).
+  bool mayRunAlone(size_t bytes) const;
+  bool claimAlone(int level, uint64_t* seq);
   // Sizes the per-peer bookkeeping once the peers are known.
   void startBookkeeping();
 

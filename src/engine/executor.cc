@@ -112,13 +112,16 @@ bool Executor::admitForCaller(const std::vector<OpPtr>& ops, bool wake) {
     if (op->standing) return false;
   if (!drive_.try_lock()) return false;
   admit();  // anything submitted before them goes first (issue order)
-  outstanding_.fetch_add(static_cast<int>(ops.size()));
-  for (const OpPtr& op : ops) {
-    op->stamp = stamp();
-    enlist(op);
-  }
+  for (const OpPtr& op : ops) admitHeld(op);
   heldFor_.store(ops.back().get(), std::memory_order_relaxed);
   return true;
+}
+
+// An operation admitted by the token's holder, straight into its level's list.
+void Executor::admitHeld(const OpPtr& op) {
+  outstanding_.fetch_add(1);
+  op->stamp = stamp();
+  enlist(op);
 }
 
 // Completions are frequent and usually nobody sleeps on them (the caller
@@ -139,13 +142,18 @@ void Executor::wakeWaiters() {
 // false when it handed the token to a more urgent waiter.
 bool Executor::driveHeld(const Operation* op) {
   bool finished = driveUntil(op);
+  releaseHeld();
+  return finished;
+}
+
+// Lets go of the drive token; work left over (async requests, other
+// threads' calls issued meanwhile) goes on to the progress thread.
+void Executor::releaseHeld() {
   drive_.unlock();
-  // Work left over (async requests, other threads' calls): hand it on.
   if (outstanding_.load() > 0) {
     workCv_.notify_all();
     wakeWaiters();
   }
-  return finished;
 }
 
 // Sleeps until `ready` (or a millisecond: the token may have come free).
@@ -474,9 +482,12 @@ int64_t coarseMs() {
 }
 }  // namespace
 
-// Into its level's active list (driver only), noting when the level last had work.
+// When each level last had work (urgentInUse).
+void Executor::noteInUse(int level) { lastAdmitMs_[level] = coarseMs(); }
+
+// Into its level's active list (driver only).
 void Executor::enlist(const OpPtr& op) {
-  lastAdmitMs_[op->level] = coarseMs();
+  noteInUse(op->level);
   active_[op->level].push_back(op);
 }
 
@@ -514,27 +525,32 @@ ternResult_t Executor::beginPhase(Operation& op, bool* finished) {
       *finished = true;
       return ternSuccess;
     }
-    op.pumps.clear();
-    op.opening.clear();
     bool any = false;
-    Conn* last = nullptr;  // steps mostly use one connection in a row: adopted once
-    for (Program& p : op.phase.progs) {
-      any |= !p.steps.empty();
-      for (const Step& s : p.steps)
-        for (Conn* k : {s.in, s.out}) {
-          if (!k || k == last || std::find(op.pumps.begin(), op.pumps.end(), k) != op.pumps.end() ||
-              std::find(op.opening.begin(), op.opening.end(), k) != op.opening.end())
-            continue;
-          last = k;
-          TERN_CHECK(adopt(op, k));
-        }
-    }
+    for (const Program& p : op.phase.progs) any |= !p.steps.empty();
     if (any || op.phase.listening) break;  // else a phase of local work only: go on to the next
   }
+  TERN_CHECK(adoptPhase(op));
+  op.moves += !op.phase.listening;  // a new phase is progress
+  return ternSuccess;
+}
+
+// The phase's connections: pumped, or awaited while they open (adopt).
+ternResult_t Executor::adoptPhase(Operation& op) {
+  op.pumps.clear();
+  op.opening.clear();
+  Conn* last = nullptr;  // steps mostly use one connection in a row: adopted once
+  for (const Program& p : op.phase.progs)
+    for (const Step& s : p.steps)
+      for (Conn* k : {s.in, s.out}) {
+        if (!k || k == last || std::find(op.pumps.begin(), op.pumps.end(), k) != op.pumps.end() ||
+            std::find(op.opening.begin(), op.opening.end(), k) != op.opening.end())
+          continue;
+        last = k;
+        TERN_CHECK(adopt(op, k));
+      }
   // The low-latency siblings exist (and both ends agreed on their limit)
   // once a connection is open: chosen now, or when the last opening ends.
   if (op.opening.empty()) takeSmallChannels(op);
-  op.moves += !op.phase.listening;  // a new phase is progress
   return ternSuccess;
 }
 

@@ -74,8 +74,35 @@ class Executor {
   // TERN_TRACE (engine/trace.h): operations' begin and completion go there.
   void setTrace(Trace* t) { trace_ = t; }
 
+  // The small path (engine/small_path.cc): a blocking caller's operation on
+  // an idle engine, run on the caller's thread without rounds.  claimIdle
+  // takes the drive token if nothing is admitted, pending or standing (the
+  // caller numbers its operation while it holds it, so nothing issued later
+  // can go first); runAlone then carries the operation out: true when it is
+  // complete (the token let go), false when it was handed to the engine as
+  // it stands (a wait on a late peer, a stream it cannot take whole, a
+  // descriptor to check): wait() then drives it from there.
+  bool claimIdle();
+  void unclaim() { drive_.unlock(); }
+  bool runAlone(const OpPtr& op);
+  // The same for a schedule of steps without a plan (the recursive-doubling
+  // allreduce's: api/alone.cc), each (connection, direction) used once, so
+  // every message carries the descriptor: returns n once all are done (the
+  // token let go, the operation counted), else the step the engine must
+  // take over from (token still held): handOverAt then plans `op` (in
+  // place: its plan repeats no local work) and starts it at that step.
+  size_t runStepsAlone(const OpDesc& desc, const Step* steps, size_t n, const Reduction& red,
+                       int nranks, const MemOps& mem);
+  void handOverAt(const OpPtr& op, size_t done);
+  // Operations the small path completed, and those it handed to the engine.
+  uint64_t smallPathDone() const { return aloneDone_.load(std::memory_order_relaxed); }
+  uint64_t smallPathHanded() const { return aloneHanded_.load(std::memory_order_relaxed); }
+
  private:
   bool admitForCaller(const std::vector<OpPtr>& ops, bool wake);
+  void admitHeld(const OpPtr& op);
+  void releaseHeld();
+  bool handOver(const OpPtr& op, const char* why);
   void loop();
   bool driveUntil(const Operation* op);   // false: it handed the token over
   bool shouldHandOver(const Operation* op) const;
@@ -85,6 +112,7 @@ class Executor {
   bool round();
   bool anyActiveBelow(const std::vector<OpPtr>* level) const;
   void enlist(const OpPtr& op);
+  void noteInUse(int level);
   bool urgentInUse(int level) const;
   void admit();
   bool runnable(const std::vector<OpPtr>& list, size_t i) const;
@@ -93,6 +121,7 @@ class Executor {
   ternResult_t step(Operation& op, size_t budget, bool* moved, bool* pumped, bool* finished);
   ternResult_t runPrograms(Operation& op, size_t budget, bool* moved, bool* done);
   ternResult_t beginPhase(Operation& op, bool* finished);
+  ternResult_t adoptPhase(Operation& op);
   ternResult_t adopt(Operation& op, Conn* k);
   ternResult_t awaitOpen(Operation& op);
   bool settled(Operation& op, ternResult_t* r);
@@ -150,6 +179,7 @@ class Executor {
   Clock::time_point lastListenMove_{};  // listen(): when a standing operation last moved
   std::thread thread_;
   Trace* trace_ = nullptr;
+  std::atomic<uint64_t> aloneDone_{0}, aloneHanded_{0};  // the token's holder writes
 };
 
 }  // namespace tern

@@ -19,15 +19,10 @@ namespace {
 // while we work, large enough to amortise the fifo bookkeeping.
 constexpr size_t kBurst = 256 << 10;
 
-// Every message starts aligned on its stream: dense payloads to 8 bytes,
-// descriptors to 32, codec headers to 16 and codec groups to their unit.  Fifo
-// capacities are multiples of every unit (ternaryFifoQuantum), so an element,
-// a descriptor, a header or a group never straddles the wrap point and is
-// always one contiguous read.
-inline size_t alignUp(uint64_t pos, size_t a) { return static_cast<size_t>((a - pos % a) % a); }
+}  // namespace
 
-void execute(const MemOps& mem, const Step& s, const char* in, char* out, size_t off, size_t n,
-             const Reduction& red, int nranks) {
+void executeStep(const MemOps& mem, const Step& s, const char* in, char* out, size_t off, size_t n,
+                 const Reduction& red, int nranks) {
   const char* loc = s.local ? s.local + off : nullptr;
   char* dst = s.dst ? s.dst + off : nullptr;
   if (s.reduce) {
@@ -41,12 +36,12 @@ void execute(const MemOps& mem, const Step& s, const char* in, char* out, size_t
   if (dst && dst != src) mem.copy(dst, src, n);
 }
 
-// Whether a step carries a direct header: a direct step at least as large as
-// its connection's single-copy threshold (both ends compute the same).
 bool directCandidate(const Step& s) {
   const Conn* c = s.in ? s.in : s.out;
   return s.direct && c && c->directMin() > 0 && s.bytes >= c->directMin();
 }
+
+namespace {
 
 // Where this step's message starts on a stream at `pos`: the operation's
 // first use of a stream is preceded by its descriptor.
@@ -420,7 +415,7 @@ size_t payload(const MemOps& mem, Program& p, const Step& s, const Reduction& re
     if (s.out) n = std::min(n, s.out->sendSpace(&out));
     n -= n % (s.reduce ? typeSize(red.dt) : 1);  // whole elements only
     if (n == 0) return 0;
-    execute(mem, s, in, out, p.off, n, red, nranks);
+    executeStep(mem, s, in, out, p.off, n, red, nranks);
     if (mem.async() && !mustSettleNow(mem, s)) return park(mem, p, s.in ? n : 0, s.out ? n : 0, n);
     if (s.in) s.in->recvConsume(n);
     if (s.out) s.out->sendCommit(n);

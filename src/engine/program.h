@@ -158,6 +158,24 @@ struct PlanCtx {
   Conn* prev() const { return conn(rankAt(pos() - 1)); }
 };
 
+// Every message starts aligned on its stream: dense payloads to 8 bytes,
+// descriptors to 32 (Conn::recordAlign), codec headers to 16 and codec groups
+// to their unit.  Fifo capacities are multiples of every unit
+// (ternaryFifoQuantum), so an element, a descriptor, a header or a group never
+// straddles the wrap point and is always one contiguous read.  The padding
+// from stream position `pos` to the next multiple of `a`:
+inline size_t alignUp(uint64_t pos, size_t a) { return static_cast<size_t>((a - pos % a) % a); }
+
+// One step's work on n payload bytes from offset `off`: `in` (received, or
+// nullptr) reduced with or copied beside the step's local bytes into its
+// destination and / or `out` (the send side's fifo, or nullptr).
+void executeStep(const MemOps& mem, const Step& s, const char* in, char* out, size_t off, size_t n,
+                 const Reduction& red, int nranks);
+
+// Whether a step carries a direct header: a direct step at least as large as
+// its connection's single-copy threshold (both ends compute the same).
+bool directCandidate(const Step& s);
+
 // Moves a phase's steps onto their connections' low-latency siblings
 // (Conn::small) for an operation of `opBytes` payload bytes (the executor's
 // choice for ordered small operations; a plan checker's too).  Framed codec

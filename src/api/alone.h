@@ -1,0 +1,23 @@
+// The small path at the API: a blocking allreduce or barrier of a few KiB on
+// an idle communicator runs its recursive-doubling steps on the caller's
+// thread, with no operation, plan or round (engine/small_path.cc), and hands
+// over to the engine only when it must.  Other small collectives take the
+// engine's plan-based small path (ternComm::issueAlone, api/group.cc).
+#pragma once
+#include <memory>
+
+#include "collectives/collectives.h"
+#include "comm/comm.h"
+
+namespace tern {
+
+// What the API makes of a call (api.cc): its descriptor at `level`, and its
+// operation (level, descriptor and task).
+OpDesc callDesc(const Comm* c, const CollArgs& args, int level);
+void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task> task);
+
+// False when the small path does not apply (nothing was done: launch as
+// usual); else *r is the call's result.
+bool allReduceAlone(Comm* c, const CollArgs& a, ternResult_t* r);
+
+}  // namespace tern

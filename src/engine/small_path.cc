@@ -1,0 +1,273 @@
+// The small path: a blocking caller's operation on an idle engine, carried
+// out on the caller's thread with whole messages and no rounds.
+//
+// A small allreduce spends most of its time in the engine's generality (a
+// round over every level, a byte budget, leads laid out piece by piece,
+// descriptors peeked apart from payloads: ~4,000 instructions of an 8-byte
+// allreduce, perf/RESULTS.md 2026-11-27), not on the two cache lines it moves.
+// Here the plan is the same (the task's phases, so every kind and rank count
+// plans as before), but each step goes at once: its input is read only when
+// the peer's whole message (padding, descriptor, payload) is there, its
+// output is written whole, descriptor first, in one commit.  The bytes on
+// every stream are the ones advance() would have written, so a peer that
+// runs the same operation through its engine (it was busy) matches.
+//
+// Whatever is not the common case is the engine's: the path hands the
+// operation over as it stands (steps done so far stay done; the current step
+// has not begun) when a step waits on its peer for longer than a short spin,
+// when a stream cannot take or show the message whole (the fifo's wrap
+// point, a full fifo), when a peer's descriptor does not match (the engine
+// reads it and reports the mismatch), when another thread wants the token or
+// issued work, and for phases it does not run at all (connections that are
+// not open or need pumping, codecs, single copy, low-latency siblings).  So
+// timeouts, dead peers, mismatches and priorities keep their one place.
+#include <immintrin.h>
+#include <x86intrin.h>
+
+#include <cstring>
+
+#include "base/dtype.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/executor.h"
+
+namespace tern {
+
+namespace {
+
+// How long a step waits for its peer here before the engine takes over (its
+// wait backs off to yielding and sleeping, and it watches the timeout):
+// about 10 us, a few times a small operation's whole round trip.
+constexpr uint64_t kSpinCycles = 30000;
+
+// Whether the path can run a phase: every connection open, moving bytes
+// without pumps (shared memory), its stream free, and every step a plain
+// one (no codec framing, no single-copy header, no low-latency sibling).
+bool takesWhole(const Step& s, uint64_t opBytes) {
+  if (s.codec || directCandidate(s)) return false;
+  for (Conn* k : {s.in, s.out})
+    if (k && (k->openState.load(std::memory_order_acquire) != Conn::kOpen || k->needsProgress() ||
+              k->reader || k->writer || k->small(opBytes)))
+      return false;
+  return true;
+}
+
+bool runsWhole(const Phase& ph, uint64_t opBytes) {
+  for (const Program& p : ph.progs)
+    for (const Step& s : p.steps)
+      if (!takesWhole(s, opBytes)) return false;
+  return true;
+}
+
+// What stands on a stream before a step's payload: padding to the record
+// alignment and the operation's descriptor on its first use of the stream,
+// else padding to 8 bytes.
+struct Head {
+  size_t skip, desc;
+  size_t bytes() const { return skip + desc; }
+};
+Head headOf(const Conn* c, uint64_t pos, bool greeted) {
+  return greeted ? Head{alignUp(pos, 8), 0} : Head{alignUp(pos, c->recordAlign()), sizeof(OpDesc)};
+}
+
+enum class Try { kDone, kWait, kEngine };
+
+// One step, whole: kWait while the peer's message has not all arrived,
+// kEngine when the engine must carry it (see the top).  `greetIn` / `greetOut`:
+// the operation's first use of the step's input / output stream, so its
+// descriptor leads the message.
+Try moveWhole(const Step& s, const OpDesc& desc, bool greetIn, bool greetOut, const MemOps& mem,
+              const Reduction& red, int nranks) {
+  const char* in = nullptr;
+  Head hi{0, 0}, ho{0, 0};
+  if (s.in) {
+    hi = headOf(s.in, s.in->recvPos(), !greetIn);
+    const char* ip;
+    if (s.in->recvAvail(&ip) < hi.bytes() + s.bytes) return Try::kWait;
+    if (hi.desc) {
+      OpDesc theirs;
+      memcpy(&theirs, ip + hi.skip, sizeof theirs);
+      if (!descMatches(desc, theirs)) return Try::kEngine;
+    }
+    in = ip + hi.bytes();
+  }
+  char* out = nullptr;
+  if (s.out) {
+    ho = headOf(s.out, s.out->sendPos(), !greetOut);
+    char* o;
+    if (s.out->sendSpace(&o) < ho.bytes() + s.bytes) return Try::kEngine;
+    if (ho.desc) memcpy(o + ho.skip, &desc, sizeof desc);
+    out = o + ho.bytes();
+  }
+  if (s.bytes) executeStep(mem, s, in, out, 0, s.bytes, red, nranks);
+  if (s.in) s.in->recvConsume(hi.bytes() + s.bytes);
+  if (s.out) {
+    s.out->sendCommit(ho.bytes() + s.bytes);
+    s.out->flush();
+  }
+  return Try::kDone;
+}
+
+// The marks advance() leaves on a stream it greeted (readDesc, claimOut), so
+// the engine finds the streams of a handed-over operation as it would have.
+void markGreeted(Operation& op, const Step& s, bool in, bool out) {
+  if (in) {
+    op.greetedIn.push_back(s.in);
+    s.in->reader = &op;
+    op.held.push_back(s.in);
+  }
+  if (out) {
+    op.greetedOut.push_back(s.out);
+    s.out->writer = &op;
+    op.held.push_back(s.out);
+  }
+}
+
+// The current step of `p` of an operation.
+Try tryStep(Operation& op, Program& p) {
+  const Step& s = p.steps[p.cur];
+  const bool greetIn = s.in && !op.greetedInFrom(s.in), greetOut = s.out && !op.greetedOutTo(s.out);
+  Try t = moveWhole(s, op.desc, greetIn, greetOut, *op.ctx.mem, op.phase.red, op.ctx.nranks);
+  if (t != Try::kDone) return t;
+  markGreeted(op, s, greetIn, greetOut);
+  ++p.cur;
+  return Try::kDone;
+}
+
+// Every program's steps as far as they go now; *done once all are through.
+Try runPhase(Operation& op, bool* done) {
+  bool moved = false;
+  *done = true;
+  for (Program& p : op.phase.progs) {
+    while (!p.done()) {
+      Try t = tryStep(op, p);
+      if (t == Try::kEngine) return t;
+      if (t == Try::kWait) break;
+      moved = true;
+    }
+    *done &= p.done();
+  }
+  return moved || *done ? Try::kDone : Try::kWait;
+}
+
+// A wait on the peer that lasts: the engine backs off and watches the
+// timeout.  Also when another thread wants the token or issued work.
+class Patience {
+ public:
+  Patience(const std::atomic<int>& want, const std::atomic<bool>& pending) : want_(want), pending_(pending) {}
+  void moved() { since_ = 0; }
+  bool exhausted() {
+    if (since_ == 0) since_ = __rdtsc();
+    if (__rdtsc() - since_ > kSpinCycles || want_.load(std::memory_order_relaxed) < kLevels ||
+        pending_.load(std::memory_order_relaxed))
+      return true;
+    _mm_pause();
+    return false;
+  }
+
+ private:
+  const std::atomic<int>& want_;
+  const std::atomic<bool>& pending_;
+  uint64_t since_ = 0;
+};
+
+}  // namespace
+
+bool Executor::claimIdle() {
+  if (!drive_.try_lock()) return false;
+  if (outstanding_.load() == 0 && standing_.load() == 0 && !anyPending_.load()) return true;
+  drive_.unlock();
+  return false;
+}
+
+bool Executor::runAlone(const OpPtr& opp) {
+  Operation& op = *opp;
+  const uint64_t bytes = op.desc.count * typeSize(static_cast<ternDataType_t>(op.desc.dtype));
+  outstanding_.fetch_add(1);
+  noteInUse(op.level);  // less urgent levels bound their kernel queues meanwhile
+  op.begun = true;
+  for (;;) {  // phase by phase
+    resetPhase(op.phase);
+    bool more = false;
+    ternResult_t r = op.task->next(op.ctx, &op.phase, &more);
+    if (r != ternSuccess) {
+      failAll(r, lastThreadError());
+      complete(op, r, lastThreadError());
+      releaseHeld();
+      return true;
+    }
+    if (!more) break;
+    if (!runsWhole(op.phase, bytes)) return handOver(opp, "a connection or step it does not run");
+    Patience patience(wantLevel_, anyPending_);
+    for (bool done = false; !done;) {
+      Try t = runPhase(op, &done);
+      if (t == Try::kEngine) return handOver(opp, "a message it cannot take whole, or a descriptor to check");
+      if (t == Try::kDone) patience.moved();
+      else if (patience.exhausted()) return handOver(opp, "a late peer, or other work");
+    }
+  }
+  complete(op, ternSuccess, std::string());
+  aloneDone_.store(aloneDone_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  releaseHeld();
+  return true;
+}
+
+size_t Executor::runStepsAlone(const OpDesc& desc, const Step* steps, size_t n, const Reduction& red,
+                               int nranks, const MemOps& mem) {
+  noteInUse(desc.level);
+  const uint64_t bytes = desc.count * typeSize(static_cast<ternDataType_t>(desc.dtype));
+  Patience patience(wantLevel_, anyPending_);
+  for (size_t i = 0; i < n;) {
+    const Step& s = steps[i];
+    if (!takesWhole(s, bytes)) return i;
+    Try t = moveWhole(s, desc, s.in != nullptr, s.out != nullptr, mem, red, nranks);
+    if (t == Try::kEngine) return i;
+    if (t == Try::kDone) {
+      ++i;
+      patience.moved();
+    } else if (patience.exhausted()) {
+      return i;
+    }
+  }
+  host_.onComplete();
+  aloneDone_.store(aloneDone_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  releaseHeld();
+  return n;
+}
+
+void Executor::handOverAt(const OpPtr& opp, size_t done) {
+  Operation& op = *opp;
+  outstanding_.fetch_add(1);  // as runAlone's: handOver and complete count it off
+  op.begun = true;
+  resetPhase(op.phase);
+  bool more = false;
+  ternResult_t r = op.task->next(op.ctx, &op.phase, &more);
+  if (r == ternSuccess && more && op.phase.progs.size() == 1 && op.phase.progs[0].steps.size() >= done) {
+    Program& p = op.phase.progs[0];
+    for (; p.cur < done; ++p.cur) {
+      const Step& s = p.steps[p.cur];
+      markGreeted(op, s, s.in != nullptr, s.out != nullptr);
+    }
+    handOver(opp, "a late peer, a message it cannot take whole, or a descriptor to check");
+    return;
+  }
+  if (r == ternSuccess) r = setError(ternInternalError, "small path: the plan handed over is not the one run");
+  failAll(r, lastThreadError());
+  complete(op, r, lastThreadError());
+  releaseHeld();
+}
+
+// The operation joins its level's list as it stands (its phase planned, the
+// steps done so far done), with the token still held for it: wait() drives it.
+bool Executor::handOver(const OpPtr& op, const char* why) {
+  TERN_LOG(Trace, "small path: %s goes to the engine (%s)", describe(op->desc).c_str(), why);
+  aloneHanded_.store(aloneHanded_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  outstanding_.fetch_sub(1);  // admitHeld counts it again
+  admitHeld(op);
+  ternResult_t r = adoptPhase(*op);
+  if (r != ternSuccess) failAll(r, lastThreadError());
+  heldFor_.store(op.get(), std::memory_order_relaxed);
+  return false;
+}
+
+}  // namespace tern

@@ -1,0 +1,254 @@
+// The small path (engine/small_path.cc, api/alone.cc): a blocking small
+// collective on an idle communicator runs on the caller's thread with whole
+// messages and hands over to the engine when it must.  Real processes over
+// shm.  White-box: the engine's counters say which path each rank took, so
+// a test cannot pass with the path silently off.
+//
+// - every collective, datatype and op at 2-5 ranks, with the path on
+//   everywhere and with one rank's off (TERN_SMALL_PATH=0: that rank's plan
+//   must meet the others' plan-free messages byte for byte);
+// - a late peer: the waiting rank hands over and the result is still right;
+// - ranks that call different operations: ternInvalidUsage naming both;
+// - a dead peer: an error at once; a stalled one: ternTimeout, without
+//   spinning a core for the whole wait;
+// - two threads at two levels on one communicator, and a small operation
+//   issued while a bulk one is in flight (the engine is not idle: no path).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checker.h"
+#include "comm/comm.h"
+#include "harness.h"
+
+using namespace terntest;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t doneAlone(ternComm_t c) { return c->engine->smallPathDone(); }
+uint64_t handed(ternComm_t c) { return c->engine->smallPathHanded(); }
+
+// Rank `off` (-1: none) runs with the path off.
+ternComm_t commWithPathOffOn(RankCtx& ctx, int off) {
+  setenv("TERN_SMALL_PATH", ctx.rank == off ? "0" : "1", 1);
+  return ctx.comm();
+}
+
+int everyCollective(RankCtx& ctx, int off) {
+  Checker c{ctx, commWithPathOffOn(ctx, off)};
+  const int n = ctx.nranks;
+  for (int t = 0; t < ternNumTypes; ++t) {
+    auto dt = static_cast<ternDataType_t>(t);
+    for (size_t count : {size_t(1), size_t(7), size_t(2048) / ternTypeSize(dt)})
+      for (bool inplace : {false, true}) {
+        for (int o = 0; o < ternNumOps; ++o) {
+          auto op = static_cast<ternRedOp_t>(o);
+          c.allReduce(dt, op, count, inplace);
+          c.reduce(dt, op, count, inplace, static_cast<int>(count % n));
+          c.reduceScatter(dt, op, count, inplace);
+        }
+        c.allGather(dt, count, inplace);
+        c.broadcast(dt, count, inplace, static_cast<int>((count + 1) % n));
+      }
+  }
+  for (int k = 0; k < 5; ++k) c.ok(ternBarrier(c.comm), "barrier");
+  // With more ranks than cores some waits outlast the spin (handed over):
+  // what must hold is that the path took the calls and finished some.
+  const uint64_t alone = doneAlone(c.comm), tried = alone + handed(c.comm);
+  if (ctx.rank == off && tried != 0)
+    return failf(ctx, "the path is off here but took %llu operations", (unsigned long long)tried);
+  if (ctx.rank != off && (alone == 0 || tried < 500))
+    return failf(ctx, "the small path took %llu operations and finished %llu", (unsigned long long)tried,
+                 (unsigned long long)alone);
+  if (ternCommDestroy(c.comm) != ternSuccess) return failf(ctx, "destroy failed");
+  return c.failures ? 1 : 0;
+}
+
+class SmallPath : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(SmallPath, EveryCollectiveRightAndMatchingAnEnginePeer) {
+  const int nranks = std::get<0>(GetParam()), off = std::get<1>(GetParam());
+  expectAllRanksOk(runRanks(nranks, transportEnv("shm", {{"TERN_TIMEOUT", "60"}}),
+                            [&](RankCtx& ctx) { return everyCollective(ctx, off); }, 1, 300));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, SmallPath,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5), ::testing::Values(-1, 1)),
+                         [](const auto& info) {
+                           const int off = std::get<1>(info.param);
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (off < 0 ? std::string("allOn") : "rank" + std::to_string(off) + "Off");
+                         });
+
+// Rank 1 comes 20 ms late to each call: rank 0's steps wait past the spin,
+// the engine takes them over where they stood, and the results are right.
+TEST(SmallPathHandOver, LatePeerHandsOverAndTheResultIsRight) {
+  auto body = [&](RankCtx& ctx) {
+    Checker c{ctx, ctx.comm()};
+    for (int k = 0; k < 6; ++k) {
+      if (ctx.rank == 1) usleep(20000);
+      if (k % 3 == 0) c.allReduce(ternFloat32, ternSum, 5, false);
+      if (k % 3 == 1) c.allReduce(ternInt64, ternAvg, 3, true);
+      if (k % 3 == 2) c.broadcast(ternInt32, 9, false, 1);
+    }
+    if (ctx.rank == 0 && handed(c.comm) < 4)
+      return failf(ctx, "handed %llu of 6 late operations to the engine", (unsigned long long)handed(c.comm));
+    ternCommDestroy(c.comm);
+    return c.failures ? 1 : 0;
+  };
+  expectAllRanksOk(runRanks(3, transportEnv("shm", {{"TERN_TIMEOUT", "60"}}), body, 1, 120));
+}
+
+// Ranks calling different operations: every rank gets ternInvalidUsage
+// naming the other's call, whichever path read the descriptor.
+struct Mismatch {
+  const char* name;
+  ternResult_t (*call)(ternComm_t, int rank, std::vector<int32_t>&);
+  const char* evidence;  // in rank 0's sentence
+};
+const Mismatch kMismatches[] = {
+    {"counts",
+     [](ternComm_t c, int r, std::vector<int32_t>& x) {
+       return ternAllReduce(x.data(), x.data(), r == 0 ? 2 : 3, ternInt32, ternSum, c, nullptr);
+     },
+     "allreduce of 3 int32"},
+    {"kinds",
+     [](ternComm_t c, int r, std::vector<int32_t>& x) {
+       return r == 0 ? ternAllReduce(x.data(), x.data(), 1, ternInt32, ternSum, c, nullptr) : ternBarrier(c);
+     },
+     "barrier"},
+    {"ops",
+     [](ternComm_t c, int r, std::vector<int32_t>& x) {
+       return ternAllReduce(x.data(), x.data(), 4, ternInt32, r == 0 ? ternSum : ternMax, c, nullptr);
+     },
+     "(max)"},
+};
+
+TEST(SmallPathMismatch, DifferentCallsAreInvalidUsageNamingBoth) {
+  for (const Mismatch& m : kMismatches) {
+    SCOPED_TRACE(m.name);
+    auto body = [&](RankCtx& ctx) {
+      ternComm_t comm = ctx.comm();
+      std::vector<int32_t> x(64, 1);
+      if (ternAllReduce(x.data(), x.data(), 8, ternInt32, ternSum, comm, nullptr) != ternSuccess)
+        return failf(ctx, "warm-up failed");
+      ternResult_t r = m.call(comm, ctx.rank, x);
+      std::string err = ternGetLastError(comm);
+      if (r != ternInvalidUsage || err.find("called") == std::string::npos ||
+          (ctx.rank == 0 && err.find(m.evidence) == std::string::npos))
+        return failf(ctx, "%s gave %s: %s", m.name, ternGetErrorString(r), err.c_str());
+      return ternCommAbort(comm) == ternSuccess ? 0 : 1;
+    };
+    expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "30"}}), body, 1, 60));
+  }
+}
+
+// Rank 1 dies while rank 0 waits in a small allreduce: an error well
+// within the timeout (its control socket closes).
+TEST(SmallPathFaults, DeadPeerIsAnError) {
+  Signal go;
+  auto body = [&](RankCtx& ctx) {
+    ternComm_t comm = ctx.comm();
+    std::vector<float> x(4, 1.0f);
+    for (int k = 0; k < 10; ++k)
+      if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr) != ternSuccess)
+        return failf(ctx, "warm-up failed");
+    if (doneAlone(comm) + handed(comm) == 0) return failf(ctx, "the warm-up took no small path");
+    if (ctx.rank == 1) {
+      go.await();
+      _exit(0);
+    }
+    go.post();
+    auto t0 = Clock::now();
+    ternResult_t r = ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (r == ternSuccess) return failf(ctx, "the allreduce succeeded without its peer");
+    if (secs > 20) return failf(ctx, "the error took %.1f s (TERN_TIMEOUT is 60)", secs);
+    ternCommAbort(comm);
+    return 0;
+  };
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "60"}}), body, 1, 90));
+}
+
+// Rank 1 stays away: rank 0 times out after TERN_TIMEOUT (1 s) having used
+// well under that in CPU: the path's spin is short and the engine's wait
+// backs off.
+TEST(SmallPathFaults, StalledPeerTimesOutWithoutBurningACore) {
+  Signal done;
+  auto body = [&](RankCtx& ctx) {
+    ternComm_t comm = ctx.comm();
+    std::vector<float> x(4, 1.0f);
+    if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr) != ternSuccess)
+      return failf(ctx, "warm-up failed");
+    if (ctx.rank == 1) {
+      done.await();
+      _exit(0);
+    }
+    const double cpu0 = cpuSeconds();
+    auto t0 = Clock::now();
+    ternResult_t r = ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count(), cpu = cpuSeconds() - cpu0;
+    done.post();
+    if (r != ternTimeout) return failf(ctx, "got %s: %s", ternGetErrorString(r), ternGetLastError(comm));
+    if (wall < 0.95 || wall > 20) return failf(ctx, "timed out after %.2f s (TERN_TIMEOUT=1)", wall);
+    if (cpu > 0.5 * wall) return failf(ctx, "used %.2f s of CPU in %.2f s of waiting", cpu, wall);
+    ternCommAbort(comm);
+    return 0;
+  };
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "1"}}), body, 1, 90));
+}
+
+// Two threads per rank on one communicator, at levels 1 and 5, each making
+// small allreduces of its own values: whichever thread finds the engine
+// idle runs its call alone, the other's waits or goes through the engine;
+// every result is right.  Then a small allreduce while a bulk one is in
+// flight at level 7: the engine is busy, so it goes through the engine.
+TEST(SmallPathConcurrency, TwoThreadsAtTwoLevelsAndASmallCallBesideBulk) {
+  auto body = [&](RankCtx& ctx) {
+    ternComm_t comm = ctx.comm();
+    const int n = ctx.nranks;
+    int bad = 0;
+    auto worker = [&](int level, int32_t base) {
+      ternSetPriority(level);
+      for (int k = 0; k < 3000; ++k) {
+        int32_t v[3] = {base + ctx.rank, k, -ctx.rank};
+        if (ternAllReduce(v, v, 3, ternInt32, ternSum, comm, nullptr) != ternSuccess ||
+            v[0] != n * base + n * (n - 1) / 2 || v[1] != n * k || v[2] != -n * (n - 1) / 2)
+          ++bad;
+      }
+    };
+    std::thread a(worker, 1, 1000), b(worker, 5, 7);
+    a.join();
+    b.join();
+    if (bad) return failf(ctx, "%d wrong or failed allreduces", bad);
+    if (doneAlone(comm) + handed(comm) == 0) return failf(ctx, "no call tried the small path");
+    std::vector<float> bulk(4 << 20, 1.0f);
+    ternSetPriority(7);
+    ternRequest_t req;
+    ternGroupStart();
+    ternAllReduce(bulk.data(), bulk.data(), bulk.size(), ternFloat32, ternSum, comm, nullptr);
+    if (ternGroupEndAsync(&req) != ternSuccess) return failf(ctx, "bulk issue failed");
+    ternSetPriority(0);
+    ternResult_t state;
+    if (ternCommGetAsyncError(comm, &state) != ternSuccess || state != ternInProgress)
+      return failf(ctx, "the bulk allreduce was not in flight (%s): nothing to test", ternGetErrorString(state));
+    const uint64_t before = doneAlone(comm);
+    float s = 1.0f;
+    if (ternAllReduce(&s, &s, 1, ternFloat32, ternSum, comm, nullptr) != ternSuccess || s != n)
+      return failf(ctx, "the urgent allreduce gave %g", s);
+    if (ternRequestWait(req) != ternSuccess || bulk[12345] != n) return failf(ctx, "the bulk allreduce failed");
+    if (doneAlone(comm) != before) return failf(ctx, "a call beside in-flight work took the small path");
+    return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+  };
+  for (int n : {2, 3})
+    expectAllRanksOk(runRanks(n, transportEnv("shm", {{"TERN_TIMEOUT", "60"}}), body, 1, 180));
+}
+
+}  // namespace
