@@ -4,9 +4,10 @@
 // shm.  White-box: the engine's counters say which path each rank took, so
 // a test cannot pass with the path silently off.
 //
-// - every collective, datatype and op at 2-5 ranks, with the path on
-//   everywhere and with one rank's off (TERN_SMALL_PATH=0: that rank's plan
-//   must meet the others' plan-free messages byte for byte);
+// - every collective, datatype and op, and send/recv in groups, at 2-5
+//   ranks, with the path on everywhere and with one rank's off
+//   (TERN_SMALL_PATH=0: that rank's plan must meet the others' plan-free
+//   messages byte for byte);
 // - a late peer: the waiting rank hands over and the result is still right;
 // - ranks that call different operations: ternInvalidUsage naming both;
 // - a dead peer: an error at once; a stalled one: ternTimeout, without
@@ -41,6 +42,23 @@ ternComm_t commWithPathOffOn(RankCtx& ctx, int off) {
   return ctx.comm();
 }
 
+// A group of a send to the next rank and a receive from the previous one
+// (the small path takes both at once: distinct streams).
+void ringSendRecv(Checker& c, size_t count) {
+  const int n = c.ctx.nranks, r = c.ctx.rank, from = (r + n - 1) % n;
+  std::vector<int32_t> out(count), in(count, -1);
+  for (size_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(r * 100000 + i);
+  ternGroupStart();
+  ternSend(out.data(), count, ternInt32, (r + 1) % n, c.comm, nullptr);
+  ternRecv(in.data(), count, ternInt32, from, c.comm, nullptr);
+  if (!c.ok(ternGroupEnd(), "send/recv")) return;
+  for (size_t i = 0; i < count; ++i)
+    if (in[i] != static_cast<int32_t>(from * 100000 + i)) {
+      c.report("send/recv", ternInt32, ternSum, count, false, from, 1, i, in[i], from * 100000 + i);
+      return;
+    }
+}
+
 int everyCollective(RankCtx& ctx, int off) {
   Checker c{ctx, commWithPathOffOn(ctx, off)};
   const int n = ctx.nranks;
@@ -59,6 +77,8 @@ int everyCollective(RankCtx& ctx, int off) {
       }
   }
   for (int k = 0; k < 5; ++k) c.ok(ternBarrier(c.comm), "barrier");
+  for (size_t count : {1, 7, 512})
+    for (int k = 0; k < 3; ++k) ringSendRecv(c, count);
   // With more ranks than cores some waits outlast the spin (handed over):
   // what must hold is that the path took the calls and finished some.
   const uint64_t alone = doneAlone(c.comm), tried = alone + handed(c.comm);

@@ -53,6 +53,22 @@ void issueAll(PerThread& t, const IssuedOps& ops, bool wake) {
   mine.clear();  // the executor holds them now
 }
 
+// The small path (ternComm::issueAlone) for a blocking call or a group on
+// one communicator; false when it does not apply (nothing was issued).
+bool runAloneIfIdle(PerThread& t, const IssuedOps& ops) {
+  Comm* c = ops.empty() ? nullptr : ops[0].first;
+  std::vector<OpPtr>& mine = t.mine;
+  mine.clear();
+  bool taken = c != nullptr;
+  for (auto& [k, op] : ops) {
+    taken &= k == c;
+    mine.push_back(op);
+  }
+  taken = taken && c->issueAlone(mine);
+  mine.clear();
+  return taken;
+}
+
 bool liveRequest(ternRequest* r) {
   std::lock_guard<std::mutex> lk(requestsMu);
   return requests.count(r) != 0;
@@ -110,6 +126,7 @@ ternResult_t runBlocking(PerThread& t, const IssuedOps& ops) {
   // Device buffers on a stream: the call only enqueues (as NCCL's), so
   // nobody waits for those here; the progress thread drives them.
   bool onStream = std::any_of(ops.begin(), ops.end(), [](const auto& o) { return o.second->streamMem != nullptr; });
+  if (!nonblocking && !onStream && runAloneIfIdle(t, ops)) return waitAll(ops);
   issueAll(t, ops, nonblocking || onStream);
   if (nonblocking) return ternInProgress;
   return onStream ? waitAll(ops, true) : waitAll(ops);
@@ -143,7 +160,7 @@ ternResult_t launchOp(Comm* c, OpPtr op) {
   }
   // Emptied before returning, so the operation goes back to the pool now.
   t.one.emplace_back(c, std::move(op));
-  ternResult_t r = c->issueAlone(t.one[0].second) ? waitAll(t.one) : runBlocking(t, t.one);
+  ternResult_t r = runBlocking(t, t.one);
   t.one.clear();
   return r;
 }

@@ -215,15 +215,19 @@ void ternComm::startBookkeeping() {
 void ternComm::issue(const std::vector<OpPtr>& ops, bool wake) {
   std::lock_guard<std::mutex> lk(issueMu);
   for (const OpPtr& op : ops) {
-    op->ctx = planCtx(op->level);
+    number(*op);
     if (op->streamMem) op->ctx.mem = op->streamMem.get();  // device buffers: chosen per call
-    // Receives are numbered when they start (Executor::nextRecvSeq).
-    if (op->collective) op->desc.seq = collSeq[op->level]++;
-    else if (op->send) op->desc.seq = p2pSeq[static_cast<size_t>(op->peer) * kLevels + op->level]++;
-    TERN_LOG(Trace, "issue %s", describe(op->desc).c_str());
     if (trace) trace->issued(*op);
   }
   engine->submit(ops, wake);
+}
+
+void ternComm::number(Operation& op) {
+  op.ctx = planCtx(op.level);
+  // Receives are numbered when they start (Executor::nextRecvSeq).
+  if (op.collective) op.desc.seq = collSeq[op.level]++;
+  else if (op.send) op.desc.seq = p2pSeq[static_cast<size_t>(op.peer) * kLevels + op.level]++;
+  TERN_LOG(Trace, "issue %s", describe(op.desc).c_str());
 }
 
 bool ternComm::mayRunAlone(size_t bytes) const {
@@ -237,14 +241,31 @@ bool ternComm::claimAlone(int level, uint64_t* seq) {
   return true;
 }
 
-bool ternComm::issueAlone(const OpPtr& op) {
-  if (!op->collective || op->unordered || op->standing || op->streamMem || op->premul.count ||
-      !mayRunAlone(op->desc.count * typeSize(static_cast<ternDataType_t>(op->desc.dtype))) ||
-      !claimAlone(op->level, &op->desc.seq))
-    return false;
-  op->ctx = planCtx(op->level);
-  TERN_LOG(Trace, "issue %s (small path)", describe(op->desc).c_str());
-  engine->runAlone(op);
+// What the small path takes: host buffers, no PreMulSum scaling, no receive
+// from any source, each operation small; several only as transfers on
+// distinct streams (a send and a receive per peer at most: each stream's
+// messages then go in issue order, whole).
+bool ternComm::takesAlone(const std::vector<OpPtr>& ops) const {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Operation& op = *ops[i];
+    if (op.unordered || op.standing || op.streamMem || op.premul.count || op.anySource ||
+        !mayRunAlone(op.desc.count * typeSize(static_cast<ternDataType_t>(op.desc.dtype))) ||
+        (ops.size() > 1 && op.collective))
+      return false;
+    for (size_t j = 0; j < i; ++j)
+      if (ops[j]->peer == op.peer && ops[j]->send == op.send && ops[j]->level == op.level) return false;
+  }
+  return !ops.empty();
+}
+
+bool ternComm::issueAlone(const std::vector<OpPtr>& ops) {
+  if (!takesAlone(ops)) return false;
+  {
+    std::lock_guard<std::mutex> lk(issueMu);  // issue order: nothing numbered later goes first
+    if (!engine->claimIdle()) return false;
+    for (const OpPtr& op : ops) number(*op);
+  }
+  engine->runAlone(ops);
   return true;
 }
 

@@ -54,11 +54,12 @@ struct ternComm : public tern::EngineHost {
   // Numbers the operations (per level; p2p per peer, direction and level) and
   // hands them to the executor, atomically: issue order is admission order.
   void issue(const std::vector<tern::OpPtr>& ops, bool wake);
-  // A blocking small collective of host buffers on an idle communicator:
-  // numbered and run on the caller's thread (Executor::runAlone).  False
-  // when it does not apply (nothing done: issue it as usual); true when it
-  // was numbered and is complete or handed to the engine: wait for it.
-  bool issueAlone(const tern::OpPtr& op);
+  // A blocking small call (or a group's transfers) of host buffers on an
+  // idle communicator: numbered and run on the caller's thread
+  // (Executor::runAlone).  False when it does not apply (nothing done:
+  // issue as usual); true when numbered and complete or handed to the
+  // engine: wait for them.
+  bool issueAlone(const std::vector<tern::OpPtr>& ops);
   // Whether an operation of `bytes` may take the small path at all, and the
   // path's start: the drive token if the engine is idle, and the level's
   // next sequence number (false: neither).
@@ -103,6 +104,8 @@ struct ternComm : public tern::EngineHost {
   std::string lastError, failReason;
   uint64_t lastErrorStamp = 0;
   std::mutex issueMu;
+  void number(tern::Operation& op);  // its plan context and sequence number (issueMu held)
+  bool takesAlone(const std::vector<tern::OpPtr>& ops) const;
   uint64_t collSeq[tern::kLevels] = {};
   std::vector<uint64_t> p2pSeq;            // sends issued, [peer * kLevels + level]
 };

@@ -74,17 +74,17 @@ class Executor {
   // TERN_TRACE (engine/trace.h): operations' begin and completion go there.
   void setTrace(Trace* t) { trace_ = t; }
 
-  // The small path (engine/small_path.cc): a blocking caller's operation on
-  // an idle engine, run on the caller's thread without rounds.  claimIdle
-  // takes the drive token if nothing is admitted, pending or standing (the
-  // caller numbers its operation while it holds it, so nothing issued later
-  // can go first); runAlone then carries the operation out: true when it is
-  // complete (the token let go), false when it was handed to the engine as
-  // it stands (a wait on a late peer, a stream it cannot take whole, a
-  // descriptor to check): wait() then drives it from there.
+  // The small path (engine/small_path.cc): a blocking caller's operations
+  // (one, or a group's transfers on distinct streams) on an idle engine,
+  // run on the caller's thread without rounds.  claimIdle takes the drive
+  // token if nothing is admitted, pending or standing (the caller numbers
+  // its operations while it holds it, so nothing issued later can go
+  // first); runAlone then carries them out: true when all are complete (the
+  // token let go), false when the unfinished ones were handed to the engine
+  // as they stand (a late peer, a stream it cannot take whole, a descriptor
+  // to check): the caller's waitAll drives them from there.
   bool claimIdle();
-  void unclaim() { drive_.unlock(); }
-  bool runAlone(const OpPtr& op);
+  bool runAlone(const std::vector<OpPtr>& ops);
   // The same for a schedule of steps without a plan (the recursive-doubling
   // allreduce's: api/alone.cc), each (connection, direction) used once, so
   // every message carries the descriptor: returns n once all are done (the
@@ -102,7 +102,9 @@ class Executor {
   bool admitForCaller(const std::vector<OpPtr>& ops, bool wake);
   void admitHeld(const OpPtr& op);
   void releaseHeld();
-  bool handOver(const OpPtr& op, const char* why);
+  void handOver(const OpPtr& op, const char* why);
+  enum class Next { kRun, kEngine, kFinished };
+  Next nextAlonePhase(Operation& op);
   void loop();
   bool driveUntil(const Operation* op);   // false: it handed the token over
   bool shouldHandOver(const Operation* op) const;

@@ -180,36 +180,77 @@ bool Executor::claimIdle() {
   return false;
 }
 
-bool Executor::runAlone(const OpPtr& opp) {
-  Operation& op = *opp;
-  const uint64_t bytes = op.desc.count * typeSize(static_cast<ternDataType_t>(op.desc.dtype));
-  outstanding_.fetch_add(1);
-  noteInUse(op.level);  // less urgent levels bound their kernel queues meanwhile
-  op.begun = true;
-  for (;;) {  // phase by phase
-    resetPhase(op.phase);
-    bool more = false;
-    ternResult_t r = op.task->next(op.ctx, &op.phase, &more);
-    if (r != ternSuccess) {
-      failAll(r, lastThreadError());
-      complete(op, r, lastThreadError());
-      releaseHeld();
-      return true;
-    }
-    if (!more) break;
-    if (!runsWhole(op.phase, bytes)) return handOver(opp, "a connection or step it does not run");
-    Patience patience(wantLevel_, anyPending_);
-    for (bool done = false; !done;) {
-      Try t = runPhase(op, &done);
-      if (t == Try::kEngine) return handOver(opp, "a message it cannot take whole, or a descriptor to check");
-      if (t == Try::kDone) patience.moved();
-      else if (patience.exhausted()) return handOver(opp, "a late peer, or other work");
-    }
+// Plans the operation's next phase: kRun when the path can run it, kEngine
+// when the engine must, kFinished when the operation is complete (done, or
+// failed by its task).
+Executor::Next Executor::nextAlonePhase(Operation& op) {
+  resetPhase(op.phase);
+  bool more = false;
+  ternResult_t r = op.task->next(op.ctx, &op.phase, &more);
+  if (r != ternSuccess) {
+    failAll(r, lastThreadError());
+    complete(op, r, lastThreadError());
+    return Next::kFinished;
   }
-  complete(op, ternSuccess, std::string());
-  aloneDone_.store(aloneDone_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  releaseHeld();
-  return true;
+  if (!more) {
+    complete(op, ternSuccess, std::string());
+    aloneDone_.store(aloneDone_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return Next::kFinished;
+  }
+  return runsWhole(op.phase, op.desc.count * typeSize(static_cast<ternDataType_t>(op.desc.dtype)))
+             ? Next::kRun
+             : Next::kEngine;
+}
+
+bool Executor::runAlone(const std::vector<OpPtr>& ops) {
+  outstanding_.fetch_add(static_cast<int>(ops.size()));
+  bool engine = false;
+  for (const OpPtr& op : ops) {  // every first phase is planned, even when one needs the engine
+    noteInUse(op->level);       // less urgent levels bound their kernel queues meanwhile
+    op->begun = true;
+    if (!op->collective && !op->send) op->desc.seq = nextRecvSeq(*op);
+    engine |= nextAlonePhase(*op) == Next::kEngine;
+  }
+  // Every unfinished operation's phase as far as it goes now: kEngine when
+  // one needs the engine, else whether anything moved, and *all when every
+  // operation is complete.
+  auto round = [&](bool* all) {
+    bool moved = false;
+    *all = true;
+    for (const OpPtr& op : ops) {
+      if (op->done.load(std::memory_order_relaxed)) continue;
+      bool phaseDone = false;
+      Try t = runPhase(*op, &phaseDone);
+      if (t == Try::kEngine) return t;
+      moved |= t == Try::kDone;
+      Next x = phaseDone ? nextAlonePhase(*op) : Next::kRun;
+      if (x == Next::kEngine) return Try::kEngine;
+      *all &= x == Next::kFinished;
+    }
+    return moved ? Try::kDone : Try::kWait;
+  };
+  Patience patience(wantLevel_, anyPending_);
+  for (bool all = false; !engine && !all;) {
+    Try t = round(&all);
+    if (t == Try::kDone) patience.moved();
+    engine = t == Try::kEngine || (t == Try::kWait && !all && patience.exhausted());
+  }
+  if (!engine) {
+    releaseHeld();
+    return true;
+  }
+  // Every unfinished operation goes to the engine as it stands; the token
+  // stays held for the last of them, which the caller waits for first
+  // (api/group.cc's waitAll) and so drives them all.
+  const Operation* last = nullptr;
+  for (const OpPtr& op : ops)
+    if (!op->done.load(std::memory_order_relaxed)) {
+      handOver(op, "a late peer, a message it cannot take whole, a descriptor to check, or other work");
+      last = op.get();
+    }
+  heldFor_.store(last, std::memory_order_relaxed);
+  if (!last) releaseHeld();  // (all finished while the last round handed nothing)
+  return last == nullptr;
 }
 
 size_t Executor::runStepsAlone(const OpDesc& desc, const Step* steps, size_t n, const Reduction& red,
@@ -249,6 +290,7 @@ void Executor::handOverAt(const OpPtr& opp, size_t done) {
       markGreeted(op, s, s.in != nullptr, s.out != nullptr);
     }
     handOver(opp, "a late peer, a message it cannot take whole, or a descriptor to check");
+    heldFor_.store(opp.get(), std::memory_order_relaxed);
     return;
   }
   if (r == ternSuccess) r = setError(ternInternalError, "small path: the plan handed over is not the one run");
@@ -258,16 +300,14 @@ void Executor::handOverAt(const OpPtr& opp, size_t done) {
 }
 
 // The operation joins its level's list as it stands (its phase planned, the
-// steps done so far done), with the token still held for it: wait() drives it.
-bool Executor::handOver(const OpPtr& op, const char* why) {
+// steps done so far done); the token stays held (heldFor_: wait() drives).
+void Executor::handOver(const OpPtr& op, const char* why) {
   TERN_LOG(Trace, "small path: %s goes to the engine (%s)", describe(op->desc).c_str(), why);
   aloneHanded_.store(aloneHanded_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   outstanding_.fetch_sub(1);  // admitHeld counts it again
   admitHeld(op);
   ternResult_t r = adoptPhase(*op);
   if (r != ternSuccess) failAll(r, lastThreadError());
-  heldFor_.store(op.get(), std::memory_order_relaxed);
-  return false;
 }
 
 }  // namespace tern
