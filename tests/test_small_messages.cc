@@ -15,12 +15,12 @@
 
 #include "checker.h"
 #include "harness.h"
+#include "small_fault_cases.h"
 
 using namespace terntest;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 // TERN_LL_BYTES of this run (each rank is a process of its own): one line
 // (24, what fits beside the descriptor), or a limit of many lines with three
 // datatypes.  The default is 0 (off): see docs/ENV.md.
@@ -211,58 +211,18 @@ TEST(SmallMessagesMismatch, SizesAcrossTheLimitAreInvalidUsageNamingBothCalls) {
   }
 }
 
-// Rank 1 dies while rank 0 waits in a small allreduce: an error (not a
-// hang, not the timeout: the control socket closes) on rank 0.
-TEST(SmallMessagesFaults, DeadPeerDuringASmallAllReduceIsAnError) {
+// A dead peer: an error at once; a stalled one: ternTimeout without
+// spinning a core (small_fault_cases.h).
+TEST(SmallMessagesFaults, DeadPeerIsAnError) {
   Signal go;
-  auto body = [&](RankCtx& ctx) {
-    ternComm_t comm = ctx.comm();
-    std::vector<float> x(4, 1.0f);  // 16 bytes: the LL stream
-    for (int k = 0; k < 10; ++k)
-      if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr) != ternSuccess)
-        return failf(ctx, "warm-up failed");
-    if (ctx.rank == 1) {
-      go.await();
-      _exit(0);  // gone without a word
-    }
-    go.post();
-    auto t0 = Clock::now();
-    ternResult_t r = ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);
-    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (r == ternSuccess) return failf(ctx, "the allreduce succeeded without its peer");
-    if (secs > 20) return failf(ctx, "the error took %.1f s (TERN_TIMEOUT is 60)", secs);
-    ternCommAbort(comm);
-    return 0;
-  };
-  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "60"}, {"TERN_LL_BYTES", "24"}}), body, 1, 90));
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "60"}, {"TERN_LL_BYTES", "24"}}),
+                            [&](RankCtx& ctx) { return deadPeerBody(ctx, go, nullptr); }, 1, 90));
 }
 
-// Rank 1 stays away: rank 0's small allreduce times out after TERN_TIMEOUT
-// (1 s) and spent well under that in CPU time: the wait spins briefly,
-// then sleeps.
 TEST(SmallMessagesFaults, StalledPeerTimesOutWithoutBurningACore) {
   Signal done;
-  auto body = [&](RankCtx& ctx) {
-    ternComm_t comm = ctx.comm();
-    std::vector<float> x(4, 1.0f);  // 16 bytes: the LL stream
-    if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr) != ternSuccess)
-      return failf(ctx, "warm-up failed");
-    if (ctx.rank == 1) {
-      done.await();  // until rank 0 has its answer; then leave without a call
-      _exit(0);
-    }
-    const double cpu0 = cpuSeconds();
-    auto t0 = Clock::now();
-    ternResult_t r = ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);
-    const double wall = std::chrono::duration<double>(Clock::now() - t0).count(), cpu = cpuSeconds() - cpu0;
-    done.post();
-    if (r != ternTimeout) return failf(ctx, "got %s: %s", ternGetErrorString(r), ternGetLastError(comm));
-    if (wall < 0.95 || wall > 20) return failf(ctx, "timed out after %.2f s (TERN_TIMEOUT=1)", wall);
-    if (cpu > 0.5 * wall) return failf(ctx, "used %.2f s of CPU in %.2f s of waiting", cpu, wall);
-    ternCommAbort(comm);
-    return 0;
-  };
-  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "1"}, {"TERN_LL_BYTES", "24"}}), body, 1, 90));
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "1"}, {"TERN_LL_BYTES", "24"}}),
+                            [&](RankCtx& ctx) { return stalledPeerBody(ctx, done); }, 1, 90));
 }
 
 }  // namespace

@@ -26,12 +26,12 @@
 #include "checker.h"
 #include "comm/comm.h"
 #include "harness.h"
+#include "small_fault_cases.h"
 
 using namespace terntest;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 uint64_t doneAlone(ternComm_t c) { return c->engine->smallPathDone(); }
 uint64_t handed(ternComm_t c) { return c->engine->smallPathHanded(); }
@@ -170,59 +170,21 @@ TEST(SmallPathMismatch, DifferentCallsAreInvalidUsageNamingBoth) {
   }
 }
 
-// Rank 1 dies while rank 0 waits in a small allreduce: an error well
-// within the timeout (its control socket closes).
+// A dead peer: an error at once; a stalled one: ternTimeout without
+// spinning a core (small_fault_cases.h).
 TEST(SmallPathFaults, DeadPeerIsAnError) {
   Signal go;
-  auto body = [&](RankCtx& ctx) {
-    ternComm_t comm = ctx.comm();
-    std::vector<float> x(4, 1.0f);
-    for (int k = 0; k < 10; ++k)
-      if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr) != ternSuccess)
-        return failf(ctx, "warm-up failed");
-    if (doneAlone(comm) + handed(comm) == 0) return failf(ctx, "the warm-up took no small path");
-    if (ctx.rank == 1) {
-      go.await();
-      _exit(0);
-    }
-    go.post();
-    auto t0 = Clock::now();
-    ternResult_t r = ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);
-    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (r == ternSuccess) return failf(ctx, "the allreduce succeeded without its peer");
-    if (secs > 20) return failf(ctx, "the error took %.1f s (TERN_TIMEOUT is 60)", secs);
-    ternCommAbort(comm);
-    return 0;
+  auto tookThePath = [](RankCtx& c, ternComm_t k) {
+    return doneAlone(k) + handed(k) ? 0 : failf(c, "the warm-up took no small path");
   };
-  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "60"}}), body, 1, 90));
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "60"}}),
+                            [&](RankCtx& ctx) { return deadPeerBody(ctx, go, tookThePath); }, 1, 90));
 }
 
-// Rank 1 stays away: rank 0 times out after TERN_TIMEOUT (1 s) having used
-// well under that in CPU: the path's spin is short and the engine's wait
-// backs off.
 TEST(SmallPathFaults, StalledPeerTimesOutWithoutBurningACore) {
   Signal done;
-  auto body = [&](RankCtx& ctx) {
-    ternComm_t comm = ctx.comm();
-    std::vector<float> x(4, 1.0f);
-    if (ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr) != ternSuccess)
-      return failf(ctx, "warm-up failed");
-    if (ctx.rank == 1) {
-      done.await();
-      _exit(0);
-    }
-    const double cpu0 = cpuSeconds();
-    auto t0 = Clock::now();
-    ternResult_t r = ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, ternSum, comm, nullptr);
-    const double wall = std::chrono::duration<double>(Clock::now() - t0).count(), cpu = cpuSeconds() - cpu0;
-    done.post();
-    if (r != ternTimeout) return failf(ctx, "got %s: %s", ternGetErrorString(r), ternGetLastError(comm));
-    if (wall < 0.95 || wall > 20) return failf(ctx, "timed out after %.2f s (TERN_TIMEOUT=1)", wall);
-    if (cpu > 0.5 * wall) return failf(ctx, "used %.2f s of CPU in %.2f s of waiting", cpu, wall);
-    ternCommAbort(comm);
-    return 0;
-  };
-  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "1"}}), body, 1, 90));
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "1"}}),
+                            [&](RankCtx& ctx) { return stalledPeerBody(ctx, done); }, 1, 90));
 }
 
 // Two threads per rank on one communicator, at levels 1 and 5, each making
