@@ -1,11 +1,9 @@
-// The small path for a blocking allreduce or barrier (alone.h).  Its steps
-// are the recursive-doubling plan's (recursiveDoublingSteps), so its bytes
-// on every stream are the plan's: a peer whose engine was busy runs the same
-// operation through its plan and still matches.  When the engine must take
-// over (a late peer, a mismatch to report, a stream it cannot take whole),
-// the operation is made then, planned in place on the result buffer (its
-// input was copied there already, and steps done have reduced into it), and
-// started at the step reached.
+// The small path for a blocking collective (alone.h).  Its steps are the
+// plan's (recursiveDoublingSteps, planPure), so its bytes on every stream are
+// the plan's: a peer whose engine was busy runs the same operation through
+// its plan and still matches.  When the engine must take over (a late peer,
+// a mismatch to report, a stream it cannot take whole), the operation is
+// made then and started where the path stood.
 #include "api/alone.h"
 
 #include "api/group.h"
@@ -17,32 +15,34 @@ namespace tern {
 namespace {
 
 // Only host buffers and built-in operations (a PreMulSum op scales its input
-// first: the engine's), outside a group, between ranks.
-bool applies(const Comm* c, const CollArgs& a, size_t bytes) {
-  return (a.kind == OpKind::AllReduce || a.kind == OpKind::Barrier) && c->nranks > 1 &&
-         static_cast<int>(a.op) < ternNumOps && c->mayRunAlone(bytes);
+// first: the engine's), between ranks, outside a group.
+bool applies(const Comm* c, const CollArgs& a, int* level) {
+  return c->nranks > 1 && static_cast<int>(a.op) < ternNumOps &&
+         c->mayRunAlone(a.count * typeSize(a.dt)) && soloCall(level);
 }
 
-// The engine carries the operation from step `done` on; the caller waits.
-ternResult_t handOver(Comm* c, CollArgs a, const PlanCtx& x, uint64_t seq, size_t done) {
-  if (a.kind == OpKind::AllReduce) a.src = a.dst;
-  OpPtr op = c->engine->newOperation();
-  makeOp(c, op, a, nullptr);
-  op->ctx = x;
-  op->desc.seq = seq;
-  c->engine->handOverAt(op, done);
+// The engine carries the operation from where the path left it; the caller
+// waits.
+ternResult_t waitFor(Comm* c, OpPtr op) {
   IssuedOps one{{c, std::move(op)}};
   return waitAll(one);
 }
 
-}  // namespace
+OpPtr operationFor(Comm* c, const CollArgs& a, const PlanCtx& x, uint64_t seq) {
+  OpPtr op = c->engine->newOperation();
+  makeOp(c, op, a, nullptr);
+  op->ctx = x;
+  op->desc.seq = seq;
+  return op;
+}
 
-bool allReduceAlone(Comm* c, const CollArgs& a, ternResult_t* r) {
-  const size_t bytes = a.count * typeSize(a.dt);
-  int level;
-  if (!applies(c, a, bytes) || !soloCall(&level)) return false;
+// Allreduce and barrier: the recursive-doubling steps; handed over, the
+// operation is planned in place on the result buffer (its input was copied
+// there already, and steps done have reduced into it) from the step reached.
+bool allReduceAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
   OpDesc desc = callDesc(c, a, level);
   if (!c->claimAlone(level, &desc.seq)) return false;
+  const size_t bytes = a.count * typeSize(a.dt);
   const PlanCtx x = c->planCtx(level);
   int token = 0;  // a barrier is a one-integer allreduce (tasks.cc)
   char* d = a.kind == OpKind::Barrier ? reinterpret_cast<char*>(&token) : static_cast<char*>(a.dst);
@@ -54,13 +54,55 @@ bool allReduceAlone(Comm* c, const CollArgs& a, ternResult_t* r) {
   const Reduction red{a.dt, a.kind == OpKind::Barrier ? ternMax : a.op};
   const size_t done = c->engine->runStepsAlone(desc, steps, n, red, x.nranks, *x.mem);
   if (done < n) {
-    *r = handOver(c, a, x, desc.seq, done);
+    CollArgs inPlace = a;
+    if (a.kind == OpKind::AllReduce) inPlace.src = inPlace.dst;
+    OpPtr op = operationFor(c, inPlace, x, desc.seq);
+    c->engine->handOverAt(op, done);
+    *r = waitFor(c, std::move(op));
     return true;
   }
   if (a.kind == OpKind::AllReduce && allReduceNeedsDivide(x, a.count, a.dt, a.op))
     x.mem->divide(a.dst, a.count, a.dt, x.nranks);
   *r = ternSuccess;
   return true;
+}
+
+// Other collectives whose plan does no local work: planned into the
+// communicator's scratch phase and run from it; handed over, the operation
+// plans the same again and starts each program where this one stood.
+bool plannedAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
+  const PlanCtx x = c->planCtx(level);
+  if (!plansPurely(a, x)) return false;
+  OpDesc desc = callDesc(c, a, level);
+  if (!c->claimAlone(level, &desc.seq)) return false;
+  Phase& ph = c->alonePhase;
+  resetPhase(ph);
+  planPure(a, x, &ph);
+  AloneGreetings greeted;
+  if (c->engine->runPhaseAlone(desc, ph, *x.mem, x.nranks, greeted)) {
+    *r = ternSuccess;
+    return true;
+  }
+  OpPtr op = operationFor(c, a, x, desc.seq);
+  c->engine->handOverPhase(op, ph, greeted);
+  *r = waitFor(c, std::move(op));
+  return true;
+}
+
+}  // namespace
+
+bool runAlone(Comm* c, const CollArgs& a, ternResult_t* r) {
+  int level;
+  switch (a.kind) {
+    case OpKind::Send:
+    case OpKind::Recv:
+    case OpKind::Ternary:
+      return false;
+    default:
+      if (!applies(c, a, &level)) return false;
+      return a.kind == OpKind::AllReduce || a.kind == OpKind::Barrier ? allReduceAlone(c, a, level, r)
+                                                                     : plannedAlone(c, a, level, r);
+  }
 }
 
 }  // namespace tern

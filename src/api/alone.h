@@ -1,8 +1,11 @@
-// The small path at the API: a blocking allreduce or barrier of a few KiB on
-// an idle communicator runs its recursive-doubling steps on the caller's
-// thread, with no operation, plan or round (engine/small_path.cc), and hands
-// over to the engine only when it must.  Other small collectives take the
-// engine's plan-based small path (ternComm::issueAlone, api/group.cc).
+// The small path at the API: a blocking collective of a few KiB on an idle
+// communicator runs on the caller's thread with no operation and no engine
+// round (engine/small_path.cc), and hands over to the engine only when it
+// must: an allreduce or barrier runs its recursive-doubling steps (no plan
+// either); allgather, reduce-scatter, broadcast, reduce, gather, scatter and
+// all-to-all run their plan (planPure) from scratch the communicator keeps.
+// Groups (a sendrecv) and the rest take the operation-based small path
+// (ternComm::issueAlone, api/group.cc).
 #pragma once
 #include <memory>
 
@@ -18,6 +21,6 @@ void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task
 
 // False when the small path does not apply (nothing was done: launch as
 // usual); else *r is the call's result.
-bool allReduceAlone(Comm* c, const CollArgs& a, ternResult_t* r);
+bool runAlone(Comm* c, const CollArgs& a, ternResult_t* r);
 
 }  // namespace tern

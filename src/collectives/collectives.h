@@ -105,5 +105,12 @@ inline CollArgs collArgs(OpKind kind, const void* src, void* dst, size_t count, 
 // Dense collectives, the barrier, send and recv.  `reuse`: a recycled
 // operation's task (Task::recycle); a dense one is set up again in place.
 std::unique_ptr<Task> makeTask(const CollArgs& a, std::unique_ptr<Task> reuse = nullptr);
+// A dense call's one phase, when planning it does no local work that a
+// second planning would repeat (not allreduce: it copies its input into its
+// output first; not a barrier; not an all-to-all that stages its input):
+// the small path (api/alone.cc) plans it without an operation, and the
+// operation it hands over, if it must, plans the same again.
+bool plansPurely(const CollArgs& a, const PlanCtx& x);
+void planPure(const CollArgs& a, const PlanCtx& x, Phase* ph);
 
 }  // namespace tern

@@ -11,6 +11,15 @@ namespace tern {
 
 namespace {
 
+// All-to-all's input goes aside first when the buffers overlap, unless the
+// blocks are small and exactly in place (planAllToAll: every send leaves
+// before the first receive writes).
+bool allToAllStages(const PlanCtx& x, const CollArgs& a) {
+  const size_t blockBytes = a.count * typeSize(a.dt), total = blockBytes * x.nranks;
+  const char *s = static_cast<const char*>(a.src), *d = static_cast<const char*>(a.dst);
+  return s < d + total && d < s + total && !(s == d && allToAllFitsFifos(x, blockBytes));
+}
+
 class DenseTask final : public Task {
  public:
   explicit DenseTask(const CollArgs& a) : a_(a) {}
@@ -39,34 +48,18 @@ class DenseTask final : public Task {
 
  private:
   void plan(const PlanCtx& x, Phase* ph) {
-    const size_t bytes = a_.count * typeSize(a_.dt);
     switch (a_.kind) {
-      case OpKind::AllReduce: return planAllReduce(x, a_.src, a_.dst, a_.count, a_.dt, a_.op, ph);
-      case OpKind::Broadcast: return planBroadcast(x, a_.src, a_.dst, bytes, a_.root, ph);
-      case OpKind::Reduce: return planReduce(x, a_.src, a_.dst, a_.count, a_.dt, a_.op, a_.root, ph);
-      case OpKind::AllGather: return planAllGather(x, a_.src, a_.dst, bytes, ph);
-      case OpKind::ReduceScatter:
-        return planReduceScatter(x, a_.src, a_.dst, a_.count, a_.dt, a_.op, ph);
       case OpKind::Barrier:  // a one-integer allreduce: nobody leaves before all arrived
         ph->what = "barrier";
         if (x.nranks > 1) planAllReduceRecursiveDoubling(x, &token_, &token_, 1, ternInt32, ternMax, ph);
         return;
-      case OpKind::Send:
-      case OpKind::Recv: {
-        ph->what = "send/recv";
-        ph->progs.resize(1);
-        Conn* c = x.conn(a_.root);
-        if (a_.kind == OpKind::Send)
-          ph->progs[0].addTransfer(nullptr, c, static_cast<const char*>(a_.src), nullptr, bytes);
-        else
-          ph->progs[0].addTransfer(c, nullptr, nullptr, static_cast<char*>(a_.dst), bytes);
-        return;
-      }
-      case OpKind::AllToAll: return planAllToAll(x, stagedIfOverlapping(x, bytes), a_.dst, bytes, ph);
-      case OpKind::Gather: return planGather(x, a_.src, a_.dst, bytes, a_.root, ph);
-      case OpKind::Scatter: return planScatter(x, a_.src, a_.dst, bytes, a_.root, ph);
+      case OpKind::AllToAll:
+        return planAllToAll(x, stagedIfOverlapping(x, a_.count * typeSize(a_.dt)), a_.dst,
+                            a_.count * typeSize(a_.dt), ph);
       case OpKind::Ternary:
         return;  // not dense (allreduce_ternary.cc)
+      default:
+        planPure(a_, x, ph);
     }
   }
 
@@ -75,12 +68,10 @@ class DenseTask final : public Task {
   // between calls; unless the blocks are small and exactly in place (every
   // send leaves before the first receive writes: planAllToAll).
   const void* stagedIfOverlapping(const PlanCtx& x, size_t blockBytes) {
+    if (!allToAllStages(x, a_)) return a_.src;
     const size_t total = blockBytes * x.nranks;
-    const char *s = static_cast<const char*>(a_.src), *d = static_cast<const char*>(a_.dst);
-    if (!(s < d + total && d < s + total)) return a_.src;
-    if (s == d && allToAllFitsFifos(x, blockBytes)) return a_.src;
     staged_ = stagingPool().borrow(total);
-    x.mem->copy(staged_.data(), s, total);
+    x.mem->copy(staged_.data(), a_.src, total);
     return staged_.data();
   }
   static ScratchPool<char>& stagingPool() {
@@ -95,6 +86,47 @@ class DenseTask final : public Task {
 };
 
 }  // namespace
+
+bool plansPurely(const CollArgs& a, const PlanCtx& x) {
+  switch (a.kind) {
+    case OpKind::AllReduce:  // copies its input into its output first
+    case OpKind::Barrier:    // its task holds the token
+    case OpKind::Ternary:
+      return false;
+    case OpKind::AllToAll:
+      return !allToAllStages(x, a);
+    default:
+      return true;
+  }
+}
+
+void planPure(const CollArgs& a, const PlanCtx& x, Phase* ph) {
+  const size_t bytes = a.count * typeSize(a.dt);
+  switch (a.kind) {
+    case OpKind::AllReduce: return planAllReduce(x, a.src, a.dst, a.count, a.dt, a.op, ph);
+    case OpKind::Broadcast: return planBroadcast(x, a.src, a.dst, bytes, a.root, ph);
+    case OpKind::Reduce: return planReduce(x, a.src, a.dst, a.count, a.dt, a.op, a.root, ph);
+    case OpKind::AllGather: return planAllGather(x, a.src, a.dst, bytes, ph);
+    case OpKind::ReduceScatter: return planReduceScatter(x, a.src, a.dst, a.count, a.dt, a.op, ph);
+    case OpKind::Send:
+    case OpKind::Recv: {
+      ph->what = "send/recv";
+      ph->progs.resize(1);
+      Conn* c = x.conn(a.root);
+      if (a.kind == OpKind::Send)
+        ph->progs[0].addTransfer(nullptr, c, static_cast<const char*>(a.src), nullptr, bytes);
+      else
+        ph->progs[0].addTransfer(c, nullptr, nullptr, static_cast<char*>(a.dst), bytes);
+      return;
+    }
+    case OpKind::AllToAll: return planAllToAll(x, a.src, a.dst, bytes, ph);
+    case OpKind::Gather: return planGather(x, a.src, a.dst, bytes, a.root, ph);
+    case OpKind::Scatter: return planScatter(x, a.src, a.dst, bytes, a.root, ph);
+    case OpKind::Barrier:
+    case OpKind::Ternary:
+      return;  // planned by their tasks
+  }
+}
 
 std::unique_ptr<Task> makeTask(const CollArgs& a, std::unique_ptr<Task> reuse) {
   // Equal typeids compare as one pointer comparison (a dynamic_cast walks

@@ -37,6 +37,7 @@ struct ternComm : public tern::EngineHost {
   // The small path's schedule (api/alone.cc): room for the most steps a
   // rank has, used only while its caller holds the drive token.
   std::vector<tern::Step> aloneSteps;
+  tern::Phase alonePhase;  // the same for other collectives' plans (planPure)
 
   std::atomic<int> asyncError{ternSuccess};         // first failure, sticky
   std::atomic<bool> aborted{false};

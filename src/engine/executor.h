@@ -32,6 +32,16 @@ namespace tern {
 
 class Trace;
 
+// The streams a call on the small path greeted without an operation (its
+// descriptor went first on them): handed to the operation if it must go to
+// the engine.  Left uninitialised: only the first nIn / nOut are read.
+struct AloneGreetings {
+  static constexpr size_t kMax = 64;
+  const Conn* in[kMax];
+  const Conn* out[kMax];
+  size_t nIn = 0, nOut = 0;
+};
+
 // What the executor needs from its communicator (and nothing more).
 class EngineHost {
  public:
@@ -94,6 +104,13 @@ class Executor {
   size_t runStepsAlone(const OpDesc& desc, const Step* steps, size_t n, const Reduction& red,
                        int nranks, const MemOps& mem);
   void handOverAt(const OpPtr& op, size_t done);
+  // The same for a planned phase run without an operation (api/alone.cc:
+  // a plan that does no local work, planPure): true once it is done (token
+  // let go, counted); false when the engine must take over (token still
+  // held): handOverPhase then plans `op` again and starts each program at
+  // the step `ran` reached.
+  bool runPhaseAlone(const OpDesc& desc, Phase& ph, const MemOps& mem, int nranks, AloneGreetings& g);
+  void handOverPhase(const OpPtr& op, const Phase& ran, const AloneGreetings& g);
   // Operations the small path completed, and those it handed to the engine.
   uint64_t smallPathDone() const { return aloneDone_.load(std::memory_order_relaxed); }
   uint64_t smallPathHanded() const { return aloneHanded_.load(std::memory_order_relaxed); }

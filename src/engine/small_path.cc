@@ -25,6 +25,7 @@
 #include <sched.h>
 #include <x86intrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/dtype.h"
@@ -45,12 +46,13 @@ constexpr uint64_t kSpinCycles = 30000;
 // without pumps (shared memory), its stream free, and every step a plain
 // one (no codec framing, no single-copy header, no low-latency sibling).
 bool takesWhole(const Step& s, uint64_t opBytes) {
-  if (s.codec || directCandidate(s)) return false;
+  // Open first: what a connection agreed with its peer (its single-copy
+  // threshold, its sibling) is written by the opening thread until then.
   for (Conn* k : {s.in, s.out})
     if (k && (k->openState.load(std::memory_order_acquire) != Conn::kOpen || k->needsProgress() ||
               k->reader || k->writer || k->small(opBytes)))
       return false;
-  return true;
+  return !s.codec && !directCandidate(s);
 }
 
 bool runsWhole(const Phase& ph, uint64_t opBytes) {
@@ -111,37 +113,56 @@ Try moveWhole(const Step& s, const OpDesc& desc, bool greetIn, bool greetOut, co
 
 // The marks advance() leaves on a stream it greeted (readDesc, claimOut), so
 // the engine finds the streams of a handed-over operation as it would have.
-void markGreeted(Operation& op, const Step& s, bool in, bool out) {
-  if (in) {
-    op.greetedIn.push_back(s.in);
-    s.in->reader = &op;
-    op.held.push_back(s.in);
-  }
-  if (out) {
-    op.greetedOut.push_back(s.out);
-    s.out->writer = &op;
-    op.held.push_back(s.out);
-  }
+void markIn(Operation& op, Conn* c) {
+  op.greetedIn.push_back(c);
+  c->reader = &op;
+  op.held.push_back(c);
+}
+void markOut(Operation& op, Conn* c) {
+  op.greetedOut.push_back(c);
+  c->writer = &op;
+  op.held.push_back(c);
 }
 
-// The current step of `p` of an operation.
-Try tryStep(Operation& op, Program& p) {
+// Which streams a call has greeted (its descriptor went first on them): an
+// operation's lists, or (OpFree) the small path's own, without an operation.
+struct OpBook {
+  Operation& op;
+  bool in(const Conn* c) const { return op.greetedInFrom(c); }
+  bool out(const Conn* c) const { return op.greetedOutTo(c); }
+  void noteIn(Conn* c) { markIn(op, c); }
+  void noteOut(Conn* c) { markOut(op, c); }
+};
+struct FreeBook {
+  AloneGreetings& g;
+  static bool has(const Conn* const* v, size_t n, const Conn* c) { return std::find(v, v + n, c) != v + n; }
+  bool in(const Conn* c) const { return has(g.in, g.nIn, c); }
+  bool out(const Conn* c) const { return has(g.out, g.nOut, c); }
+  void noteIn(Conn* c) { g.in[g.nIn++] = c; }
+  void noteOut(Conn* c) { g.out[g.nOut++] = c; }
+};
+
+// The current step of `p`, whole.
+template <class Book>
+Try tryStep(Book& book, Program& p, const OpDesc& desc, const MemOps& mem, const Reduction& red, int nranks) {
   const Step& s = p.steps[p.cur];
-  const bool greetIn = s.in && !op.greetedInFrom(s.in), greetOut = s.out && !op.greetedOutTo(s.out);
-  Try t = moveWhole(s, op.desc, greetIn, greetOut, *op.ctx.mem, op.phase.red, op.ctx.nranks);
+  const bool greetIn = s.in && !book.in(s.in), greetOut = s.out && !book.out(s.out);
+  Try t = moveWhole(s, desc, greetIn, greetOut, mem, red, nranks);
   if (t != Try::kDone) return t;
-  markGreeted(op, s, greetIn, greetOut);
+  if (greetIn) book.noteIn(s.in);
+  if (greetOut) book.noteOut(s.out);
   ++p.cur;
   return Try::kDone;
 }
 
 // Every program's steps as far as they go now; *done once all are through.
-Try runPhase(Operation& op, bool* done) {
+template <class Book>
+Try runPhase(Book& book, Phase& ph, const OpDesc& desc, const MemOps& mem, int nranks, bool* done) {
   bool moved = false;
   *done = true;
-  for (Program& p : op.phase.progs) {
+  for (Program& p : ph.progs) {
     while (!p.done()) {
-      Try t = tryStep(op, p);
+      Try t = tryStep(book, p, desc, mem, ph.red, nranks);
       if (t == Try::kEngine) return t;
       if (t == Try::kWait) break;
       moved = true;
@@ -149,6 +170,11 @@ Try runPhase(Operation& op, bool* done) {
     *done &= p.done();
   }
   return moved || *done ? Try::kDone : Try::kWait;
+}
+
+Try runPhase(Operation& op, bool* done) {
+  OpBook book{op};
+  return runPhase(book, op.phase, op.desc, *op.ctx.mem, op.ctx.nranks, done);
 }
 
 // A wait on the peer that lasts: the engine backs off and watches the
@@ -283,6 +309,51 @@ size_t Executor::runStepsAlone(const OpDesc& desc, const Step* steps, size_t n, 
   return n;
 }
 
+bool Executor::runPhaseAlone(const OpDesc& desc, Phase& ph, const MemOps& mem, int nranks,
+                             AloneGreetings& g) {
+  noteInUse(desc.level);
+  size_t steps = 0;
+  for (const Program& p : ph.progs) steps += p.steps.size();
+  if (steps > AloneGreetings::kMax ||
+      !runsWhole(ph, desc.count * typeSize(static_cast<ternDataType_t>(desc.dtype))))
+    return false;
+  FreeBook book{g};
+  Patience patience(wantLevel_, anyPending_);
+  for (bool done = false; !done;) {
+    Try t = runPhase(book, ph, desc, mem, nranks, &done);
+    if (t == Try::kEngine) return false;
+    if (t == Try::kDone) patience.moved();
+    else if (patience.exhausted()) return false;
+  }
+  host_.onComplete();
+  aloneDone_.store(aloneDone_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  releaseHeld();
+  return true;
+}
+
+void Executor::handOverPhase(const OpPtr& opp, const Phase& ran, const AloneGreetings& g) {
+  Operation& op = *opp;
+  outstanding_.fetch_add(1);  // as runAlone's: handOver and complete count it off
+  op.begun = true;
+  resetPhase(op.phase);
+  bool more = false;
+  ternResult_t r = op.task->next(op.ctx, &op.phase, &more);
+  bool same = r == ternSuccess && more && op.phase.progs.size() == ran.progs.size();
+  for (size_t i = 0; same && i < ran.progs.size(); ++i) same = op.phase.progs[i].steps.size() == ran.progs[i].steps.size();
+  if (same) {
+    for (size_t i = 0; i < ran.progs.size(); ++i) op.phase.progs[i].cur = ran.progs[i].cur;
+    for (size_t i = 0; i < g.nIn; ++i) markIn(op, const_cast<Conn*>(g.in[i]));
+    for (size_t i = 0; i < g.nOut; ++i) markOut(op, const_cast<Conn*>(g.out[i]));
+    handOver(opp, "a late peer, a message it cannot take whole, or a descriptor to check");
+    heldFor_.store(opp.get(), std::memory_order_relaxed);
+    return;
+  }
+  if (r == ternSuccess) r = setError(ternInternalError, "small path: the plan handed over is not the one run");
+  failAll(r, lastThreadError());
+  complete(op, r, lastThreadError());
+  releaseHeld();
+}
+
 void Executor::handOverAt(const OpPtr& opp, size_t done) {
   Operation& op = *opp;
   outstanding_.fetch_add(1);  // as runAlone's: handOver and complete count it off
@@ -292,9 +363,10 @@ void Executor::handOverAt(const OpPtr& opp, size_t done) {
   ternResult_t r = op.task->next(op.ctx, &op.phase, &more);
   if (r == ternSuccess && more && op.phase.progs.size() == 1 && op.phase.progs[0].steps.size() >= done) {
     Program& p = op.phase.progs[0];
-    for (; p.cur < done; ++p.cur) {
+    for (; p.cur < done; ++p.cur) {  // every step greets its stream (runStepsAlone)
       const Step& s = p.steps[p.cur];
-      markGreeted(op, s, s.in != nullptr, s.out != nullptr);
+      if (s.in) markIn(op, s.in);
+      if (s.out) markOut(op, s.out);
     }
     handOver(opp, "a late peer, a message it cannot take whole, or a descriptor to check");
     heldFor_.store(opp.get(), std::memory_order_relaxed);
