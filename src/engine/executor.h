@@ -120,6 +120,9 @@ class Executor {
   void admitHeld(const OpPtr& op);
   void releaseHeld();
   void handOver(const OpPtr& op, const char* why);
+  ternResult_t replan(Operation& op, bool (*same)(const Phase& planned, const void* ran), const void* ran);
+  void settleHandOver(const OpPtr& op, ternResult_t r);
+  void finishAlone();
   enum class Next { kRun, kEngine, kFinished };
   Next nextAlonePhase(Operation& op);
   void loop();

@@ -303,9 +303,7 @@ size_t Executor::runStepsAlone(const OpDesc& desc, const Step* steps, size_t n, 
       return i;
     }
   }
-  host_.onComplete();
-  aloneDone_.store(aloneDone_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  releaseHeld();
+  finishAlone();
   return n;
 }
 
@@ -325,57 +323,73 @@ bool Executor::runPhaseAlone(const OpDesc& desc, Phase& ph, const MemOps& mem, i
     if (t == Try::kDone) patience.moved();
     else if (patience.exhausted()) return false;
   }
+  finishAlone();
+  return true;
+}
+
+// A call done without an operation: counted, the token let go.
+void Executor::finishAlone() {
   host_.onComplete();
   aloneDone_.store(aloneDone_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   releaseHeld();
-  return true;
+}
+
+// A handed-over operation's phase, planned again (the path ran the same
+// plan): an error when the plan differs from the one run.
+ternResult_t Executor::replan(Operation& op, bool (*same)(const Phase& planned, const void* ran),
+                              const void* ran) {
+  outstanding_.fetch_add(1);  // as runAlone's: handOver and complete count it off
+  op.begun = true;
+  resetPhase(op.phase);
+  bool more = false;
+  ternResult_t r = op.task->next(op.ctx, &op.phase, &more);
+  if (r == ternSuccess && !(more && same(op.phase, ran)))
+    r = setError(ternInternalError, "small path: the plan handed over is not the one run");
+  return r;
+}
+
+// To the engine, the token held for it; or failed, the token let go.
+void Executor::settleHandOver(const OpPtr& op, ternResult_t r) {
+  if (r == ternSuccess) {
+    handOver(op, "a late peer, a message it cannot take whole, or a descriptor to check");
+    heldFor_.store(op.get(), std::memory_order_relaxed);
+    return;
+  }
+  failAll(r, lastThreadError());
+  complete(*op, r, lastThreadError());
+  releaseHeld();
 }
 
 void Executor::handOverPhase(const OpPtr& opp, const Phase& ran, const AloneGreetings& g) {
   Operation& op = *opp;
-  outstanding_.fetch_add(1);  // as runAlone's: handOver and complete count it off
-  op.begun = true;
-  resetPhase(op.phase);
-  bool more = false;
-  ternResult_t r = op.task->next(op.ctx, &op.phase, &more);
-  bool same = r == ternSuccess && more && op.phase.progs.size() == ran.progs.size();
-  for (size_t i = 0; same && i < ran.progs.size(); ++i) same = op.phase.progs[i].steps.size() == ran.progs[i].steps.size();
-  if (same) {
+  auto same = [](const Phase& planned, const void* v) {
+    const Phase& ran = *static_cast<const Phase*>(v);
+    bool eq = planned.progs.size() == ran.progs.size();
+    for (size_t i = 0; eq && i < ran.progs.size(); ++i) eq = planned.progs[i].steps.size() == ran.progs[i].steps.size();
+    return eq;
+  };
+  ternResult_t r = replan(op, same, &ran);
+  if (r == ternSuccess) {
     for (size_t i = 0; i < ran.progs.size(); ++i) op.phase.progs[i].cur = ran.progs[i].cur;
     for (size_t i = 0; i < g.nIn; ++i) markIn(op, const_cast<Conn*>(g.in[i]));
     for (size_t i = 0; i < g.nOut; ++i) markOut(op, const_cast<Conn*>(g.out[i]));
-    handOver(opp, "a late peer, a message it cannot take whole, or a descriptor to check");
-    heldFor_.store(opp.get(), std::memory_order_relaxed);
-    return;
   }
-  if (r == ternSuccess) r = setError(ternInternalError, "small path: the plan handed over is not the one run");
-  failAll(r, lastThreadError());
-  complete(op, r, lastThreadError());
-  releaseHeld();
+  settleHandOver(opp, r);
 }
 
 void Executor::handOverAt(const OpPtr& opp, size_t done) {
   Operation& op = *opp;
-  outstanding_.fetch_add(1);  // as runAlone's: handOver and complete count it off
-  op.begun = true;
-  resetPhase(op.phase);
-  bool more = false;
-  ternResult_t r = op.task->next(op.ctx, &op.phase, &more);
-  if (r == ternSuccess && more && op.phase.progs.size() == 1 && op.phase.progs[0].steps.size() >= done) {
-    Program& p = op.phase.progs[0];
-    for (; p.cur < done; ++p.cur) {  // every step greets its stream (runStepsAlone)
+  auto same = [](const Phase& planned, const void* v) {
+    return planned.progs.size() == 1 && planned.progs[0].steps.size() >= *static_cast<const size_t*>(v);
+  };
+  ternResult_t r = replan(op, same, &done);
+  if (r == ternSuccess)
+    for (Program& p = op.phase.progs[0]; p.cur < done; ++p.cur) {  // every step greets its stream (runStepsAlone)
       const Step& s = p.steps[p.cur];
       if (s.in) markIn(op, s.in);
       if (s.out) markOut(op, s.out);
     }
-    handOver(opp, "a late peer, a message it cannot take whole, or a descriptor to check");
-    heldFor_.store(opp.get(), std::memory_order_relaxed);
-    return;
-  }
-  if (r == ternSuccess) r = setError(ternInternalError, "small path: the plan handed over is not the one run");
-  failAll(r, lastThreadError());
-  complete(op, r, lastThreadError());
-  releaseHeld();
+  settleHandOver(opp, r);
 }
 
 // The operation joins its level's list as it stands (its phase planned, the
