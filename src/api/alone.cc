@@ -91,7 +91,7 @@ bool plannedAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
 
 }  // namespace
 
-bool runAlone(Comm* c, const CollArgs& a, ternResult_t* r) {
+bool callAlone(Comm* c, const CollArgs& a, ternResult_t* r) {
   int level;
   switch (a.kind) {
     case OpKind::Send:

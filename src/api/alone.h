@@ -21,6 +21,6 @@ void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task
 
 // False when the small path does not apply (nothing was done: launch as
 // usual); else *r is the call's result.
-bool runAlone(Comm* c, const CollArgs& a, ternResult_t* r);
+bool callAlone(Comm* c, const CollArgs& a, ternResult_t* r);
 
 }  // namespace tern

@@ -214,7 +214,7 @@ ternResult_t launch(ternComm* c, CollArgs args, ternStream_t stream = nullptr,
   if (!enterComm(c))
     return fail(nullptr, ternInvalidUsage, "comm was destroyed or aborted during the call");
   ternResult_t alone;
-  if (!stream && !task && runAlone(c, args, &alone)) {
+  if (!stream && !task && callAlone(c, args, &alone)) {
     leaveComm(c);
     return alone;
   }

@@ -105,11 +105,14 @@ inline CollArgs collArgs(OpKind kind, const void* src, void* dst, size_t count, 
 // Dense collectives, the barrier, send and recv.  `reuse`: a recycled
 // operation's task (Task::recycle); a dense one is set up again in place.
 std::unique_ptr<Task> makeTask(const CollArgs& a, std::unique_ptr<Task> reuse = nullptr);
-// A dense call's one phase, when planning it does no local work that a
-// second planning would repeat (not allreduce: it copies its input into its
-// output first; not a barrier; not an all-to-all that stages its input):
-// the small path (api/alone.cc) plans it without an operation, and the
-// operation it hands over, if it must, plans the same again.
+// A dense call's one phase from its arguments alone (every kind but the
+// barrier, whose task holds its token, and the ternary allreduce; an
+// all-to-all from its own input): the dense task's plan, and the small
+// path's (api/alone.cc) without an operation.  plansPurely: whether
+// planning it does no local work that a second planning would repeat (not
+// allreduce: it copies its input into its output first; not an all-to-all
+// that stages its input), so the operation the path hands over, if it must,
+// can plan the same again.
 bool plansPurely(const CollArgs& a, const PlanCtx& x);
 void planPure(const CollArgs& a, const PlanCtx& x, Phase* ph);
 

@@ -53,9 +53,10 @@ class DenseTask final : public Task {
         ph->what = "barrier";
         if (x.nranks > 1) planAllReduceRecursiveDoubling(x, &token_, &token_, 1, ternInt32, ternMax, ph);
         return;
-      case OpKind::AllToAll:
-        return planAllToAll(x, stagedIfOverlapping(x, a_.count * typeSize(a_.dt)), a_.dst,
-                            a_.count * typeSize(a_.dt), ph);
+      case OpKind::AllToAll: {
+        const size_t blockBytes = a_.count * typeSize(a_.dt);
+        return planAllToAll(x, stagedIfOverlapping(x, blockBytes), a_.dst, blockBytes, ph);
+      }
       case OpKind::Ternary:
         return;  // not dense (allreduce_ternary.cc)
       default:

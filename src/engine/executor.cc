@@ -722,8 +722,8 @@ ternResult_t Executor::checkIdle(Clock::time_point now) {
 // for (nullptr: the progress thread); the doorbell ends the sleep when a more
 // urgent caller wants the token or new work arrives.
 void Executor::idleWait(unsigned& idle, const Operation* op) {
-  constexpr unsigned kSpin = 64, kYield = 4096;
-  if (idle < kSpin) {
+  constexpr unsigned kYield = 4096;
+  if (idle < kSpinPauses) {
     _mm_pause();
     return;
   }

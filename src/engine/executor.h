@@ -55,6 +55,10 @@ class EngineHost {
 };
 
 constexpr int kLevels = TERN_PRIORITY_LEVELS;
+// Pauses a waiting thread spins before it starts yielding (Executor::idleWait,
+// the small path's wait): a peer on another core answers within them; one
+// that shares our core runs once we yield.
+constexpr unsigned kSpinPauses = 64;
 
 class Executor {
  public:

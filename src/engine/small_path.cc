@@ -191,13 +191,12 @@ class Patience {
     // As the engine's idleWait: a short spin, then yields, so a peer that
     // shares our core (more ranks than cores) runs.  Pausing through the
     // whole budget cost 4 ranks on 2 cores 6 -> 20 us per allreduce.
-    if (++spins_ < kSpins) _mm_pause();
+    if (++spins_ < kSpinPauses) _mm_pause();
     else sched_yield();
     return false;
   }
 
  private:
-  static constexpr unsigned kSpins = 64;
   const std::atomic<int>& want_;
   const std::atomic<bool>& pending_;
   uint64_t since_ = 0;
@@ -291,16 +290,13 @@ size_t Executor::runStepsAlone(const OpDesc& desc, const Step* steps, size_t n, 
   noteInUse(desc.level);
   const uint64_t bytes = desc.count * typeSize(static_cast<ternDataType_t>(desc.dtype));
   Patience patience(wantLevel_, anyPending_);
-  for (size_t i = 0; i < n;) {
+  for (size_t i = 0; i < n; ++i, patience.moved()) {
     const Step& s = steps[i];
-    if (!takesWhole(s, bytes)) return i;
-    Try t = moveWhole(s, desc, s.in != nullptr, s.out != nullptr, mem, red, nranks);
-    if (t == Try::kEngine) return i;
-    if (t == Try::kDone) {
-      ++i;
-      patience.moved();
-    } else if (patience.exhausted()) {
-      return i;
+    if (!takesWhole(s, bytes)) return i;  // once per step, not on every turn of its wait
+    for (;;) {
+      Try t = moveWhole(s, desc, s.in != nullptr, s.out != nullptr, mem, red, nranks);
+      if (t == Try::kDone) break;
+      if (t == Try::kEngine || patience.exhausted()) return i;
     }
   }
   finishAlone();
