@@ -376,8 +376,9 @@ static ternResult_t unregister(ternComm_t comm) {
 ternResult_t ternCommDestroy(ternComm_t comm) {
   TERN_CHECK(unregister(comm));
   finishOutstanding(comm);
+  ternResult_t r = comm->hearOwed();  // the last rooted calls' checks
   deleteWhenUnused(comm);
-  return ternSuccess;
+  return r;
 }
 
 ternResult_t ternCommAbort(ternComm_t comm) {

@@ -76,10 +76,10 @@ void planGather(const PlanCtx& x, const void* src, void* dst, size_t blockBytes,
   Transfers t(ph, allToAllFitsFifos(x, blockBytes));
   if (x.rank != root) {
     t.send(x.conn(root), s, blockBytes);
-    t.recv(x.conn(root), nullptr, 0);
+    t.hear(x.conn(root));
     return;
   }
-  for (int k = 1; k < x.nranks; ++k) t.send(x.conn(shifted(x, k)), nullptr, 0);
+  for (int k = 1; k < x.nranks; ++k) t.greet(x.conn(shifted(x, k)));
   t.local(s, d + blockAt(root, blockBytes), blockBytes);
   for (int k = 1; k < x.nranks; ++k) {
     const int from = shifted(x, k);
@@ -98,7 +98,7 @@ void planScatter(const PlanCtx& x, const void* src, void* dst, size_t blockBytes
   }
   Transfers t(ph, allToAllFitsFifos(x, blockBytes));
   if (x.rank != root) {
-    t.send(x.conn(root), nullptr, 0);
+    t.greet(x.conn(root));
     t.recv(x.conn(root), d, blockBytes);
     return;
   }
@@ -107,7 +107,7 @@ void planScatter(const PlanCtx& x, const void* src, void* dst, size_t blockBytes
     t.send(x.conn(to), s + blockAt(to, blockBytes), blockBytes);
   }
   t.local(s + blockAt(root, blockBytes), d, blockBytes);
-  for (int k = 1; k < x.nranks; ++k) t.recv(x.conn(shifted(x, k)), nullptr, 0);
+  for (int k = 1; k < x.nranks; ++k) t.hear(x.conn(shifted(x, k)));
 }
 
 }  // namespace tern

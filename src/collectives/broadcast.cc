@@ -4,17 +4,19 @@
 //
 // The ring leaves the last rank's descriptor unread (it sends nothing) and
 // the root reads nothing: ranks that disagree on the root would both only
-// send, and nobody would notice before the next call read the other's
-// bytes.  So the last rank also sends its descriptor on to the root, and
-// the root reads it, each in a program of its own that runs beside the
-// transfer (not after it: the root then waits for a descriptor that left
-// when the last rank began, about one way, not a round trip at the end).
-//
+// send.  So the last rank also sends its descriptor on to the root (greet),
+// and the root hears it (Transfers::hear): checked if it comes while the
+// root's sends go out, else owed by the stream and checked by the root's
+// next call on it (or its ternCommDestroy).  The root returns once its data
+// is out, as an MPI root's eager send does: waiting for that descriptor made
+// every small broadcast a round trip (0.16x OpenMPI's rate at 8 bytes,
+// perf/RESULTS.md, session 35).
+
 // Two ranks: the transfer is a plain one between the callers' buffers, so
 // over a connection that offers it it goes single copy (Step::direct): the
 // receiver reads the root's buffer, and the root's send is done once it has
 // (two ranks that both think they are the root still fail at once: each
-// reads the other's descriptor).  The root's own copy (out of place) is a
+// hears the other's data while it waits to be read).  The root's own copy (out of place) is a
 // program of its own, made while the receiver reads.
 #include "collectives/collectives.h"
 #include "collectives/transfers.h"
@@ -37,10 +39,10 @@ void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, i
     if (pos == 0) {
       t.send(x.next(), s, bytes);
       t.local(s, d, bytes);
-      t.recv(x.prev(), nullptr, 0);  // the receiver's descriptor
+      t.hear(x.prev());  // the receiver's descriptor
     } else {
       t.recv(x.prev(), d, bytes);
-      t.send(x.next(), nullptr, 0);
+      t.greet(x.next());
     }
     return;
   }
@@ -49,8 +51,8 @@ void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, i
     ph->progs[0].add({nullptr, x.next(), s, src != dst ? d : nullptr, bytes});
   else
     ph->progs[0].add({x.prev(), pos == n - 1 ? nullptr : x.next(), nullptr, d, bytes});
-  if (pos == 0) Transfers(ph, false).recv(x.prev(), nullptr, 0);    // the last rank's descriptor
-  if (pos == n - 1) Transfers(ph, false).send(x.next(), nullptr, 0);
+  if (pos == 0) Transfers(ph, false).hear(x.prev());    // the last rank's descriptor
+  if (pos == n - 1) Transfers(ph, false).greet(x.next());
 }
 
 }  // namespace tern

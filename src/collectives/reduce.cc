@@ -1,6 +1,6 @@
 // Ring reduce (pipelined): the rank after the root starts, every rank adds its
 // buffer to what streams through, the root writes the result.  The root
-// also sends its descriptor to the first rank, which reads it (below).
+// also sends its descriptor to the first rank, which hears it (below).
 #include "collectives/collectives.h"
 #include "collectives/transfers.h"
 
@@ -27,10 +27,10 @@ void planReduce(const PlanCtx& x, const void* src, void* dst, size_t count, tern
   else
     prog.add({x.prev(), nullptr, s, static_cast<char*>(dst), bytes, true, op == ternAvg});
   // The root's descriptor would go unread (it sends nothing), and the first
-  // rank reads nothing: as broadcast.cc's, they go the other way beside the
-  // transfer, so ranks that disagree on the root find out in this call.
-  if (pos == n - 1) Transfers(ph, false).send(x.next(), nullptr, 0);
-  if (pos == 0) Transfers(ph, false).recv(x.prev(), nullptr, 0);
+  // rank reads nothing: as broadcast.cc's, it goes the other way, and the
+  // first rank hears it without waiting (this call or its next on the stream).
+  if (pos == n - 1) Transfers(ph, false).greet(x.next());
+  if (pos == 0) Transfers(ph, false).hear(x.prev());
 }
 
 }  // namespace tern

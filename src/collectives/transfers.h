@@ -1,6 +1,6 @@
 // Plain transfers between the callers' buffers as a plan's programs: the
 // all-to-all family (alltoall.cc), the two-rank broadcast and allgather, and
-// the descriptor a rooted plan would leave unread (a zero-byte transfer).
+// the descriptor a rooted plan would leave unread (greet / hear).
 #pragma once
 #include "engine/program.h"
 
@@ -19,6 +19,18 @@ class Transfers {
   }
   void send(Conn* to, const char* src, size_t bytes) { add(nullptr, to, src, nullptr, bytes); }
   void recv(Conn* from, char* dst, size_t bytes) { add(from, nullptr, nullptr, dst, bytes); }
+  // A rooted plan's check that ranks agree on the root: a rank that only
+  // receives from a peer greets it (its descriptor alone), and the peer, which
+  // only sends to it, hears that descriptor without waiting for it
+  // (Step::deferrable): it is checked if it comes during the call, else by the
+  // stream's next reader.  Ranks that both think they are the root then find
+  // out in this call when one's data arrives while the other still runs (a
+  // large transfer, single copy), else in their next call on the stream.
+  void greet(Conn* to) { add(nullptr, to, nullptr, nullptr, 0); }
+  void hear(Conn* from) {
+    add(from, nullptr, nullptr, nullptr, 0);
+    ph_->progs.back().steps.back().deferrable = true;
+  }
   // This rank's own block: a step with no connection (a local copy), added
   // after the sends so the peers get their blocks before we spend time on it.
   void local(const char* src, char* dst, size_t bytes) {

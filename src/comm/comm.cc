@@ -353,6 +353,20 @@ std::string ternComm::failureReason() {
   return failReason;
 }
 
+ternResult_t ternComm::hearOwed() {
+  if (!table) return ternSuccess;
+  std::vector<tern::Conn*> owing;
+  for (int level = 0; level < tern::kLevels; ++level)
+    for (tern::Conn* c : table->view(level))
+      for (tern::Conn* k : {c, c->small(0)})
+        if (k && !k->owed.empty()) owing.push_back(k);
+  if (owing.empty()) return ternSuccess;
+  // A peer that heard of a mismatch first failed us: that is the answer.
+  if (ternResult_t r = static_cast<ternResult_t>(asyncError.load()); r != ternSuccess)
+    return tern::setError(r, failureReason());
+  return engine->hearOwed(owing);
+}
+
 ternComm::~ternComm() {
   if (engine) {
     engine->drain();  // every admitted operation ends (done, or failed within the timeout)

@@ -38,6 +38,11 @@ struct ternComm : public tern::EngineHost {
   // rank has, used only while its caller holds the drive token.
   std::vector<tern::Step> aloneSteps;
   tern::Phase alonePhase;  // the same for other collectives' plans (planPure)
+  // The call alonePhase was planned for (its descriptor and buffers): a loop
+  // that repeats it (training, a benchmark) plans once (api/alone.cc, alonePlan).
+  tern::OpDesc alonePlannedFor;
+  const void* alonePlannedSrc = nullptr;
+  const void* alonePlannedDst = nullptr;
 
   std::atomic<int> asyncError{ternSuccess};         // first failure, sticky
   std::atomic<bool> aborted{false};
@@ -66,6 +71,12 @@ struct ternComm : public tern::EngineHost {
   // next sequence number (false: neither).
   bool mayRunAlone(size_t bytes) const;
   bool claimAlone(int level, uint64_t* seq);
+  // ternCommDestroy: the descriptors its streams still owe (Conn::owed, the
+  // checks of the last rooted calls) are heard before they close, so a
+  // mismatch there is reported, and no peer's bytes sit unread on a socket
+  // that closes (tcp would reset the connection, and could drop what this
+  // rank sent last).  Up to the timeout; a peer that exited is not waited for.
+  ternResult_t hearOwed();
   // Sizes the per-peer bookkeeping once the peers are known.
   void startBookkeeping();
 

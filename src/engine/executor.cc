@@ -215,6 +215,41 @@ void Executor::drain() {
   }
 }
 
+ternResult_t Executor::hearOwed(const std::vector<Conn*>& conns) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                        std::chrono::duration<double>(timeoutSec_));
+  // The progress thread may hold the token a while (it listens for
+  // standing operations); it lets go between rounds.
+  while (!drive_.try_lock()) {
+    if (Clock::now() > deadline) return ternSuccess;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ternResult_t r = ternSuccess;
+  for (Conn* c : conns) {
+    while (r == ternSuccess && !c->owed.empty()) {
+      bool moved = false;
+      if (c->needsProgress() && (r = c->progress(&moved)) != ternSuccess) break;
+      OpDesc theirs;
+      bool mismatch = false;
+      if (peekPast(c, &theirs, &mismatch) && mismatch) {
+        r = heardError(Heard::kOwedMismatch, c, theirs, theirs);
+      } else if (!c->owed.empty() && (c->inputEnded() || Clock::now() > deadline)) {
+        // A peer that failed (a mismatch it saw first) said why; one that
+        // left or stalled without answering did not make the same call.
+        r = host_.checkHealth();
+        if (r == ternSuccess)
+          r = setError(ternRemoteError, "rank " + std::to_string(c->peer) +
+                                            (c->inputEnded() ? " exited without answering" : " did not answer, within the timeout,") +
+                                            " this rank's " + describe(c->owed.front()));
+      } else if (!c->owed.empty()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+  drive_.unlock();
+  return r;
+}
+
 void Executor::stop() {
   {
     std::lock_guard<std::mutex> lk(m_);
@@ -624,10 +659,13 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pum
 }
 
 ternResult_t Executor::runPrograms(Operation& op, size_t budget, bool* moved, bool* done) {
+  bool owing = false;
   for (Program& p : op.phase.progs) {
     TERN_CHECK(advance(op, p, op.phase.red, op.ctx.nranks, budget, moved));
-    *done &= p.done();
+    *done &= onlyHearing(p);
+    owing |= !p.done();
   }
+  if (*done && owing) *done = oweRest(op.phase, op.desc);
   return ternSuccess;
 }
 

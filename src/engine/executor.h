@@ -115,6 +115,10 @@ class Executor {
   // the step `ran` reached.
   bool runPhaseAlone(const OpDesc& desc, Phase& ph, const MemOps& mem, int nranks, AloneGreetings& g);
   void handOverPhase(const OpPtr& op, const Phase& ran, const AloneGreetings& g);
+  // Hears what `conns` still owe (Conn::owed) before they close (ternComm::
+  // hearOwed): ternInvalidUsage for a mismatch, ternRemoteError when a live
+  // peer has not sent them within the timeout.
+  ternResult_t hearOwed(const std::vector<Conn*>& conns);
   // Operations the small path completed, and those it handed to the engine.
   uint64_t smallPathDone() const { return aloneDone_.load(std::memory_order_relaxed); }
   uint64_t smallPathHanded() const { return aloneHanded_.load(std::memory_order_relaxed); }

@@ -97,6 +97,7 @@ void resetFields(Phase& ph) {
   ph.listening = kEmptyPhase.listening;
   ph.reframe = kEmptyPhase.reframe;
   ph.holdStreams = kEmptyPhase.holdStreams;
+  ph.whole = kEmptyPhase.whole;
   ph.postedAt = kEmptyPhase.postedAt;
 }
 }  // namespace

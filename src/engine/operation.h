@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/op_desc.h"
 #include "base/socket.h"
 #include "engine/program.h"
 
@@ -46,21 +47,6 @@ struct OpKindInfo {
 bool registerOpKind(const OpKindInfo& k);
 // The kind with that id (an unknown id: a placeholder named "unknown operation").
 const OpKindInfo& opKind(uint8_t id);
-
-// What every rank's copy of an operation must agree on.  It travels once per
-// stream an operation uses, ahead of the first byte of payload, so ranks that
-// called different operations find out before they mix up their data.
-struct OpDesc {
-  uint32_t magic = 0;
-  uint8_t kind = 0;    // OpKindInfo::id
-  uint8_t dtype = 0, redop = 0, level = 0;
-  int32_t root = -1;   // root; send: destination; recv: source; else -1
-  int32_t rank = -1;   // who sent this descriptor
-  uint64_t count = 0;  // elements (allgather / reduce-scatter: per rank)
-  uint64_t seq = 0;    // collectives: index at this level; p2p: index per peer, direction, level
-};
-static_assert(sizeof(OpDesc) == 32, "the descriptor is 32 bytes on the wire");
-constexpr uint32_t kDescMagic = 0x4f4e5254;  // "TRNO"
 
 // "allreduce of 1048576 float32 (sum) at level 4, #3"
 std::string describe(const OpDesc& d);

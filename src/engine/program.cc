@@ -108,11 +108,10 @@ bool peekRecord(Conn* in, T* v) {
 // its reader (a standing operation that drains it); ours follows it.
 ternResult_t readDesc(Operation& op, Conn* in, size_t* left) {
   OpDesc theirs;
-  if (*left == 0 || !peekRecord(in, &theirs)) return ternSuccess;
-  if (theirs.magic == kDescMagic && theirs.kind != op.desc.kind && opKind(theirs.kind).interleaved)
-    return ternSuccess;
-  if (!descMatches(op.desc, theirs)) return setError(ternInvalidUsage, descMismatch(op.desc, theirs));
-  in->recvConsume(sizeof theirs);
+  if (*left == 0) return ternSuccess;
+  Heard h = hear(in, op.desc, &theirs);
+  if (h == Heard::kNotYet) return ternSuccess;
+  if (h != Heard::kMatched) return heardError(h, in, op.desc, theirs);
   op.greetedIn.push_back(in);
   if (in->reader != &op) {
     in->reader = &op;
@@ -485,10 +484,62 @@ void letGo(Operation& op) {
   op.held.clear();
 }
 
+bool peekPast(Conn* in, OpDesc* d, bool* owed) {
+  for (;;) {
+    size_t pad = alignUp(in->recvPos(), in->recordAlign());
+    skipIn(in, &pad);
+    if (pad != 0 || !peekRecord(in, d)) return false;
+    *owed = false;
+    if (in->owed.empty()) return true;
+    const OpDesc& due = in->owed.front();
+    // An interleaved message (a weight stream's chunk) that slipped in
+    // ahead of the owed descriptor is its reader's; the owed one follows.
+    if (d->magic == kDescMagic && d->kind != due.kind && opKind(d->kind).interleaved) return true;
+    if (!descMatches(due, *d)) {
+      *owed = true;
+      return true;
+    }
+    in->recvConsume(sizeof *d);
+    in->owed.pop();
+  }
+}
+
 bool peekDesc(Conn* in, OpDesc* d) {
-  size_t pad = alignUp(in->recvPos(), in->recordAlign());
-  skipIn(in, &pad);
-  return pad == 0 && peekRecord(in, d) && d->magic == kDescMagic;
+  bool owed;
+  return peekPast(in, d, &owed) && d->magic == kDescMagic;
+}
+
+Heard hear(Conn* in, const OpDesc& mine, OpDesc* theirs) {
+  bool owed;
+  if (!peekPast(in, theirs, &owed)) return Heard::kNotYet;
+  if (owed) return Heard::kOwedMismatch;
+  if (theirs->magic == kDescMagic && theirs->kind != mine.kind && opKind(theirs->kind).interleaved)
+    return Heard::kNotYet;
+  if (!descMatches(mine, *theirs)) return Heard::kMismatch;
+  in->recvConsume(sizeof *theirs);
+  return Heard::kMatched;
+}
+
+ternResult_t heardError(Heard h, const Conn* in, const OpDesc& mine, const OpDesc& theirs) {
+  if (h == Heard::kOwedMismatch)
+    return setError(ternInvalidUsage, "a call this rank completed earlier did not match its peer's: " +
+                                          descMismatch(in->owed.front(), theirs));
+  return setError(ternInvalidUsage, descMismatch(mine, theirs));
+}
+
+bool onlyHearing(const Program& p) {
+  for (size_t i = p.cur; i < p.steps.size(); ++i)
+    if (!p.steps[i].deferrable) return false;
+  return true;
+}
+
+bool oweRest(Phase& ph, const OpDesc& desc) {
+  for (const Program& p : ph.progs)
+    for (size_t i = p.cur; i < p.steps.size(); ++i)
+      if (p.steps[i].in->owed.full()) return false;
+  for (Program& p : ph.progs)
+    for (; p.cur < p.steps.size(); ++p.cur) p.steps[p.cur].in->owed.push(desc);
+  return true;
 }
 
 namespace {
@@ -498,6 +549,15 @@ ternResult_t advanceSteps(Operation& op, Program& p, const Reduction& red, int n
   size_t spent = 0;
   while (p.cur < p.steps.size()) {
     const Step& s = p.steps[p.cur];
+    if (s.deferrable) {  // the peer's descriptor, if it came (see oweRest)
+      OpDesc theirs;
+      Heard h = s.in->reader && s.in->reader != &op ? Heard::kNotYet : hear(s.in, op.desc, &theirs);
+      if (h == Heard::kNotYet) return ternSuccess;
+      if (h != Heard::kMatched) return heardError(h, s.in, op.desc, theirs);
+      *moved = true;
+      ++p.cur;
+      continue;
+    }
     if (!p.started) {
       if (!claimOut(op, s.out)) return ternSuccess;
       layout(op, p, s);

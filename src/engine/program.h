@@ -47,6 +47,13 @@ struct Step {
   // over a connection that offers it (Conn::directMin).  Set by the plans of
   // both ends alike, so both know a direct header comes first.
   bool direct = false;
+  // A receive of the peer's descriptor alone that need not hold up its
+  // operation (a rooted collective's check that the ranks it only sends to
+  // agree; collectives/transfers.h, Transfers::hear): checked if it comes
+  // while the rest of the operation runs, else owed by the stream (Conn::owed)
+  // and checked by its next reader.  So a rank that only sends returns when
+  // its sends are out, as MPI's eager sends do, instead of a round trip later.
+  bool deferrable = false;
 };
 
 // Codec steps travel framed: a 16-byte header (magic, unit, groups) that the
@@ -134,6 +141,11 @@ struct Phase {
   // stream's version goes whole: chunks back to back, so a collective that
   // the receiver joins only once the version arrived never gets between).
   bool holdStreams = false;
+  // The small path found that it runs every step whole (small_path.cc,
+  // runsWhole): a plan it keeps for a repeated call is not checked again
+  // (what it checks of a connection changes only when it opens, and no
+  // operation holds a stream while the path runs).
+  bool whole = false;
   // An unordered operation's phase: when its message was posted (an
   // Executor::stamp).  Ordered operations issued before it go first on a
   // stream they both want; those issued after it wait.
@@ -184,9 +196,31 @@ bool directCandidate(const Step& s);
 void takeSmallChannels(Phase& ph, uint64_t opBytes);
 
 // Skips the padding at the head of `in` and reads (without consuming) the
-// descriptor that follows, if it has arrived; false otherwise.  Only where a
-// new operation starts on that stream.
+// descriptor that follows, if it has arrived; false otherwise.  The ones the
+// stream owes (Conn::owed) are consumed first as they arrive and match;
+// *owed: the head is an owed one that does not match (a mismatch to report).
+// Only where a new operation starts on that stream (nobody is reading it).
+bool peekPast(Conn* in, OpDesc* d, bool* owed);
+// The same, for a look at what comes next (false also for a head that is
+// not a descriptor).
 bool peekDesc(Conn* in, OpDesc* d);
+
+// The peer's descriptor on `in` checked against `mine` and, when it
+// matches, consumed (after the owed ones, see peekPast).  kNotYet also when
+// another kind's interleaved message is ahead of it (its reader's).
+enum class Heard { kNotYet, kMatched, kMismatch, kOwedMismatch };
+Heard hear(Conn* in, const OpDesc& mine, OpDesc* theirs);
+// ternInvalidUsage and the sentence for a mismatch hear() found.
+ternResult_t heardError(Heard h, const Conn* in, const OpDesc& mine, const OpDesc& theirs);
+
+// Descriptors owed (Step::deferrable): a phase is through when every program
+// is done but for such steps (onlyHearing); oweRest then leaves their
+// descriptors to their streams (Conn::owed), or returns false (nothing owed)
+// while one of those streams already owes OwedDescs::kMax: the rank has run
+// that far ahead of its checks and waits.  A plan hears a stream at most
+// once per phase.
+bool onlyHearing(const Program& p);
+bool oweRest(Phase& ph, const OpDesc& desc);
 
 // Whether `op` may write its next message on stream `out` now, taking it
 // (Conn::writer) until letGo.  What was issued first goes first: an

@@ -84,6 +84,12 @@ Try moveWhole(const Step& s, const OpDesc& desc, bool greetIn, bool greetOut, co
   const char* in = nullptr;
   Head hi{0, 0}, ho{0, 0};
   if (s.in) {
+    if (greetIn && !s.in->owed.empty()) {  // the descriptors it owes come first
+      OpDesc due;
+      bool mismatch;
+      if (!peekPast(s.in, &due, &mismatch)) return Try::kWait;
+      if (mismatch) return Try::kEngine;
+    }
     hi = headOf(s.in, s.in->recvPos(), !greetIn);
     const char* ip;
     if (s.in->recvAvail(&ip) < hi.bytes() + s.bytes) return Try::kWait;
@@ -146,6 +152,14 @@ struct FreeBook {
 template <class Book>
 Try tryStep(Book& book, Program& p, const OpDesc& desc, const MemOps& mem, const Reduction& red, int nranks) {
   const Step& s = p.steps[p.cur];
+  if (s.deferrable) {  // the peer's descriptor, if it came (runPhase owes it otherwise)
+    OpDesc theirs;
+    Heard h = hear(s.in, desc, &theirs);
+    if (h == Heard::kNotYet) return Try::kWait;
+    if (h != Heard::kMatched) return Try::kEngine;
+    ++p.cur;
+    return Try::kDone;
+  }
   const bool greetIn = s.in && !book.in(s.in), greetOut = s.out && !book.out(s.out);
   Try t = moveWhole(s, desc, greetIn, greetOut, mem, red, nranks);
   if (t != Try::kDone) return t;
@@ -158,7 +172,7 @@ Try tryStep(Book& book, Program& p, const OpDesc& desc, const MemOps& mem, const
 // Every program's steps as far as they go now; *done once all are through.
 template <class Book>
 Try runPhase(Book& book, Phase& ph, const OpDesc& desc, const MemOps& mem, int nranks, bool* done) {
-  bool moved = false;
+  bool moved = false, owing = false;
   *done = true;
   for (Program& p : ph.progs) {
     while (!p.done()) {
@@ -167,8 +181,10 @@ Try runPhase(Book& book, Phase& ph, const OpDesc& desc, const MemOps& mem, int n
       if (t == Try::kWait) break;
       moved = true;
     }
-    *done &= p.done();
+    *done &= onlyHearing(p);
+    owing |= !p.done();
   }
+  if (*done && owing) *done = oweRest(ph, desc);
   return moved || *done ? Try::kDone : Try::kWait;
 }
 
@@ -308,8 +324,8 @@ bool Executor::runPhaseAlone(const OpDesc& desc, Phase& ph, const MemOps& mem, i
   noteInUse(desc.level);
   size_t steps = 0;
   for (const Program& p : ph.progs) steps += p.steps.size();
-  if (steps > AloneGreetings::kMax ||
-      !runsWhole(ph, desc.count * typeSize(static_cast<ternDataType_t>(desc.dtype))))
+  if (steps > AloneGreetings::kMax) return false;
+  if (!ph.whole && !(ph.whole = runsWhole(ph, desc.count * typeSize(static_cast<ternDataType_t>(desc.dtype)))))
     return false;
   FreeBook book{g};
   Patience patience(wantLevel_, anyPending_);

@@ -11,6 +11,7 @@
 
 #include "base/auth.h"
 #include "base/env.h"
+#include "base/op_desc.h"
 #include "base/socket.h"
 #include "transport/fifo.h"
 #include "tern/tern.h"
@@ -212,6 +213,9 @@ class Conn {
   const void* writer = nullptr;
   uint64_t wantedBy = UINT64_MAX;
   uint64_t reservedAt = UINT64_MAX;
+  // The peer's descriptors this stream still owes (base/op_desc.h): read
+  // and checked before anything else on it (engine/program.cc, peekPast).
+  OwedDescs owed;
 
   int peer = -1;  // the rank at the other end
   // The peer closed its end (exited or failed).  Not an error by itself: a

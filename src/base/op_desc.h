@@ -1,0 +1,48 @@
+// The operation descriptor as it travels (32 bytes ahead of an operation's
+// first message on a stream), and the few a stream may owe this rank.  Here,
+// below the transports, because a connection keeps the ones it owes
+// (Conn::owed); what the fields must agree on is the engine's
+// (engine/operation.h, descMatches).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace tern {
+
+// What every rank's copy of an operation must agree on.  It travels once per
+// stream an operation uses, ahead of the first byte of payload, so ranks that
+// called different operations find out before they mix up their data.
+struct OpDesc {
+  uint32_t magic = 0;
+  uint8_t kind = 0;    // OpKindInfo::id
+  uint8_t dtype = 0, redop = 0, level = 0;
+  int32_t root = -1;   // root; send: destination; recv: source; else -1
+  int32_t rank = -1;   // who sent this descriptor
+  uint64_t count = 0;  // elements (allgather / reduce-scatter: per rank)
+  uint64_t seq = 0;    // collectives: index at this level; p2p: index per peer, direction, level
+};
+static_assert(sizeof(OpDesc) == 32, "the descriptor is 32 bytes on the wire");
+constexpr uint32_t kDescMagic = 0x4f4e5254;  // "TRNO"
+
+// The peer's descriptors a stream still owes this rank, oldest first: a
+// rooted collective's rank that only sends checks the descriptor its peer
+// sends back (collectives/transfers.h, Transfers::hear) when it comes, and
+// completes without it if it has not come by then; the stream's next reader
+// reads it first (engine/program.cc, peekPast).  Bounded: a rank that only
+// ever sends runs at most kMax calls ahead of its checks.
+class OwedDescs {
+ public:
+  static constexpr size_t kMax = 8;
+  bool empty() const { return n_ == 0; }
+  bool full() const { return n_ == kMax; }
+  size_t size() const { return n_; }
+  const OpDesc& front() const { return d_[head_]; }
+  void push(const OpDesc& d) { d_[(head_ + n_++) % kMax] = d; }
+  void pop() { head_ = (head_ + 1) % kMax, --n_; }
+
+ private:
+  OpDesc d_[kMax];
+  size_t head_ = 0, n_ = 0;
+};
+
+}  // namespace tern
