@@ -76,7 +76,7 @@ void planGather(const PlanCtx& x, const void* src, void* dst, size_t blockBytes,
   Transfers t(ph, allToAllFitsFifos(x, blockBytes));
   if (x.rank != root) {
     t.send(x.conn(root), s, blockBytes);
-    t.hear(x.conn(root));
+    t.hear(x.conn(root), blockBytes);
     return;
   }
   for (int k = 1; k < x.nranks; ++k) t.greet(x.conn(shifted(x, k)));
@@ -107,7 +107,7 @@ void planScatter(const PlanCtx& x, const void* src, void* dst, size_t blockBytes
     t.send(x.conn(to), s + blockAt(to, blockBytes), blockBytes);
   }
   t.local(s + blockAt(root, blockBytes), d, blockBytes);
-  for (int k = 1; k < x.nranks; ++k) t.hear(x.conn(shifted(x, k)));
+  for (int k = 1; k < x.nranks; ++k) t.hear(x.conn(shifted(x, k)), blockBytes);
 }
 
 }  // namespace tern

@@ -39,7 +39,7 @@ void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, i
     if (pos == 0) {
       t.send(x.next(), s, bytes);
       t.local(s, d, bytes);
-      t.hear(x.prev());  // the receiver's descriptor
+      t.hear(x.prev(), bytes);  // the receiver's descriptor
     } else {
       t.recv(x.prev(), d, bytes);
       t.greet(x.next());
@@ -51,7 +51,7 @@ void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, i
     ph->progs[0].add({nullptr, x.next(), s, src != dst ? d : nullptr, bytes});
   else
     ph->progs[0].add({x.prev(), pos == n - 1 ? nullptr : x.next(), nullptr, d, bytes});
-  if (pos == 0) Transfers(ph, false).hear(x.prev());    // the last rank's descriptor
+  if (pos == 0) Transfers(ph, false).hear(x.prev(), bytes);    // the last rank's descriptor
   if (pos == n - 1) Transfers(ph, false).greet(x.next());
 }
 

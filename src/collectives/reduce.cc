@@ -30,7 +30,7 @@ void planReduce(const PlanCtx& x, const void* src, void* dst, size_t count, tern
   // rank reads nothing: as broadcast.cc's, it goes the other way, and the
   // first rank hears it without waiting (this call or its next on the stream).
   if (pos == n - 1) Transfers(ph, false).greet(x.next());
-  if (pos == 0) Transfers(ph, false).hear(x.prev());
+  if (pos == 0) Transfers(ph, false).hear(x.prev(), bytes);
 }
 
 }  // namespace tern
