@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -185,6 +186,74 @@ TEST(SmallPathFaults, StalledPeerTimesOutWithoutBurningACore) {
   Signal done;
   expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "1"}}),
                             [&](RankCtx& ctx) { return stalledPeerBody(ctx, done); }, 1, 90));
+}
+
+// Groups' sends and receives are recorded and run as transfers without
+// operations (api/group.cc, api/alone.cc, transfersAlone).  Each case checks
+// the data: a plain ring send/recv (counted on the path), a late peer (the
+// engine takes the transfers over as operations numbered as they were), a
+// group whose recorded calls meet a collective (made into operations first,
+// in call order), two sends to one peer (not one message per stream: made
+// into operations), a group ended asynchronously, and a communicator aborted
+// before its group ended (an error naming it, no crash).
+int recordedGroupsBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  const int n = ctx.nranks, r = ctx.rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+  auto ring = [&](int tag, bool late, bool async) -> int {
+    int32_t out[3] = {tag, r, tag * r}, in[3] = {-1, -1, -1};
+    if (late && r == 1) usleep(20000);
+    ternGroupStart();
+    ternSend(out, 3, ternInt32, next, comm, nullptr);
+    ternRecv(in, 3, ternInt32, prev, comm, nullptr);
+    ternRequest_t req = nullptr;
+    ternResult_t e = async ? ternGroupEndAsync(&req) : ternGroupEnd();
+    if (e == ternSuccess && async) e = ternRequestWait(req);
+    if (e != ternSuccess) return failf(ctx, "ring %d: %s", tag, ternGetLastError(comm));
+    if (in[0] != tag || in[1] != prev || in[2] != tag * prev)
+      return failf(ctx, "ring %d got %d %d %d from rank %d", tag, in[0], in[1], in[2], prev);
+    return 0;
+  };
+  const uint64_t before = doneAlone(comm);
+  for (int k = 0; k < 50; ++k)
+    if (ring(k, false, false)) return 1;
+  if (doneAlone(comm) - before < 50) return failf(ctx, "50 send/recv groups finished %llu transfers on the path",
+                                                  (unsigned long long)(doneAlone(comm) - before));
+  const uint64_t handedBefore = handed(comm);
+  for (int k = 0; k < 3; ++k)
+    if (ring(100 + k, true, false)) return 1;
+  if (r == 0 && handed(comm) == handedBefore) return failf(ctx, "a late peer's transfers were not handed over");
+  if (ring(200, false, true)) return 1;
+  // Recorded calls, then a collective in the same group.
+  int32_t out = 7 * r, in = -1, sum = 1;
+  ternGroupStart();
+  ternSend(&out, 1, ternInt32, next, comm, nullptr);
+  ternRecv(&in, 1, ternInt32, prev, comm, nullptr);
+  ternAllReduce(&sum, &sum, 1, ternInt32, ternSum, comm, nullptr);
+  if (ternGroupEnd() != ternSuccess || in != 7 * prev || sum != n)
+    return failf(ctx, "send/recv + allreduce group: got %d and %d: %s", in, sum, ternGetLastError(comm));
+  // Two sends to one peer and two receives from another, in call order.
+  int32_t o2[2] = {11 * r, 13 * r}, i2[2] = {-1, -1};
+  ternGroupStart();
+  ternSend(&o2[0], 1, ternInt32, next, comm, nullptr);
+  ternSend(&o2[1], 1, ternInt32, next, comm, nullptr);
+  ternRecv(&i2[0], 1, ternInt32, prev, comm, nullptr);
+  ternRecv(&i2[1], 1, ternInt32, prev, comm, nullptr);
+  if (ternGroupEnd() != ternSuccess || i2[0] != 11 * prev || i2[1] != 13 * prev)
+    return failf(ctx, "two sends per peer: got %d %d: %s", i2[0], i2[1], ternGetLastError(comm));
+  // Aborted with a recorded send pending: ternGroupEnd says so.
+  ternGroupStart();
+  ternSend(&out, 1, ternInt32, next, comm, nullptr);
+  ternCommAbort(comm);
+  ternResult_t e = ternGroupEnd();
+  if (e != ternInvalidUsage || !strstr(ternGetLastError(nullptr), "destroyed or aborted"))
+    return failf(ctx, "a group on an aborted communicator gave %s: %s", ternGetErrorString(e),
+                 ternGetLastError(nullptr));
+  return 0;
+}
+
+TEST(SmallPathGroups, RecordedSendsAndReceivesRunAsTransfers) {
+  for (int n : {2, 3})
+    expectAllRanksOk(runRanks(n, transportEnv("shm", {{"TERN_TIMEOUT", "60"}}), recordedGroupsBody, 1, 120));
 }
 
 // Two threads per rank on one communicator, at levels 1 and 5, each making

@@ -28,9 +28,9 @@ ternResult_t waitFor(Comm* c, OpPtr op) {
   return waitAll(one);
 }
 
-OpPtr operationFor(Comm* c, const CollArgs& a, const PlanCtx& x, uint64_t seq) {
+OpPtr operationFor(Comm* c, const CollArgs& a, const PlanCtx& x, uint64_t seq, int level) {
   OpPtr op = c->engine->newOperation();
-  makeOp(c, op, a, nullptr);
+  makeOp(c, op, a, nullptr, level);
   op->ctx = x;
   op->desc.seq = seq;
   return op;
@@ -56,7 +56,7 @@ bool allReduceAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
   if (done < n) {
     CollArgs inPlace = a;
     if (a.kind == OpKind::AllReduce) inPlace.src = inPlace.dst;
-    OpPtr op = operationFor(c, inPlace, x, desc.seq);
+    OpPtr op = operationFor(c, inPlace, x, desc.seq, level);
     c->engine->handOverAt(op, done);
     *r = waitFor(c, std::move(op));
     return true;
@@ -108,13 +108,63 @@ bool plannedAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
     *r = ternSuccess;
     return true;
   }
-  OpPtr op = operationFor(c, a, x, desc.seq);
+  OpPtr op = operationFor(c, a, x, desc.seq, level);
   c->engine->handOverPhase(op, ph, greeted);
   *r = waitFor(c, std::move(op));
   return true;
 }
 
 }  // namespace
+
+bool mayRecord(const Comm* c, const CollArgs& a) {
+  return (a.kind == OpKind::Send || a.kind == OpKind::Recv) && a.source == nullptr && c->nranks > 1 &&
+         c->mayRunAlone(a.count * typeSize(a.dt));
+}
+
+OpPtr recordedOp(Comm* c, const P2pCall& call) {
+  OpPtr op = c->engine->newOperation();
+  makeOp(c, op, call.a, nullptr, call.level);
+  return op;
+}
+
+bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
+  if (n > kMaxTransfers) return false;
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (calls[j].a.root == calls[i].a.root && calls[j].a.kind == calls[i].a.kind &&
+          calls[j].level == calls[i].level)
+        return false;  // one message per stream: it goes whole, in issue order
+  OpDesc descs[kMaxTransfers];
+  bool send[kMaxTransfers];
+  for (size_t i = 0; i < n; ++i) {
+    descs[i] = callDesc(c, calls[i].a, calls[i].level);
+    send[i] = calls[i].a.kind == OpKind::Send;
+  }
+  if (!c->claimTransfers(descs, send, n)) return false;
+  Step steps[kMaxTransfers];
+  PlanCtx x = c->planCtx(calls[0].level);
+  for (size_t i = 0; i < n; ++i) {  // the plan's step (planPure), made here
+    const CollArgs& a = calls[i].a;
+    if (i > 0 && calls[i].level != calls[i - 1].level) x = c->planCtx(calls[i].level);
+    Conn* k = x.conn(a.root);
+    const size_t bytes = a.count * typeSize(a.dt);
+    steps[i] = send[i] ? Step{nullptr, k, static_cast<const char*>(a.src), nullptr, bytes}
+                       : Step{k, nullptr, nullptr, static_cast<char*>(a.dst), bytes};
+    steps[i].direct = true;
+  }
+  bool done[kMaxTransfers];
+  if (c->engine->runTransfersAlone(descs, steps, n, c->nranks, *x.mem, done)) {
+    *r = ternSuccess;
+    return true;
+  }
+  IssuedOps rest;
+  for (size_t i = 0; i < n; ++i)
+    if (!done[i]) rest.emplace_back(c, operationFor(c, calls[i].a, c->planCtx(calls[i].level), descs[i].seq,
+                                                    calls[i].level));
+  for (auto& [k, op] : rest) c->engine->handOverAt(op, 0);
+  *r = waitAll(rest);
+  return true;
+}
 
 bool callAlone(Comm* c, const CollArgs& a, ternResult_t* r) {
   int level;

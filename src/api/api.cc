@@ -214,7 +214,7 @@ ternResult_t launch(ternComm* c, CollArgs args, ternStream_t stream = nullptr,
   if (!enterComm(c))
     return fail(nullptr, ternInvalidUsage, "comm was destroyed or aborted during the call");
   ternResult_t alone;
-  if (!stream && !task && callAlone(c, args, &alone)) {
+  if (!stream && !task && (callAlone(c, args, &alone) || recordInGroup(c, args, &alone))) {
     leaveComm(c);
     return alone;
   }
@@ -227,7 +227,7 @@ ternResult_t launch(ternComm* c, CollArgs args, ternStream_t stream = nullptr,
     leaveComm(c);
     return fail(c, r, std::string(what) + ": " + why);
   }
-  makeOp(c, op, args, std::move(task));
+  makeOp(c, op, args, std::move(task), currentPriority());
   r = launchOp(c, std::move(op));
   leaveComm(c);
   return r;
@@ -250,8 +250,8 @@ OpDesc callDesc(const Comm* c, const CollArgs& args, int level) {
   return d;
 }
 
-void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task> task) {
-  op->level = currentPriority();
+void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task> task, int level) {
+  op->level = level;
   op->collective = args.kind != OpKind::Send && args.kind != OpKind::Recv;
   op->peer = op->collective ? -1 : args.root;
   op->send = args.kind == OpKind::Send;

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "api/alone.h"
 #include "base/error.h"
 
 namespace tern {
@@ -23,6 +24,13 @@ struct PerThread {
   IssuedOps one;
   std::vector<Comm*> comms;
   std::vector<OpPtr> mine;
+  // The open group's sends and receives recorded instead of made
+  // (recordInGroup), all on `recordedOn`; only while `pending` is empty, so
+  // call order is kept.  `recordLost`: their communicator went away before
+  // they could be made.
+  std::vector<P2pCall> recorded;
+  Comm* recordedOn = nullptr;
+  bool recordLost = false;
 };
 thread_local PerThread perThread;
 
@@ -67,6 +75,37 @@ bool runAloneIfIdle(PerThread& t, const IssuedOps& ops) {
   taken = taken && c->issueAlone(mine);
   mine.clear();
   return taken;
+}
+
+// The recorded calls made into operations, in call order, onto `into`.
+void makeRecorded(PerThread& t, IssuedOps& into) {
+  Comm* c = t.recordedOn;
+  if (!enterComm(c)) {
+    t.recordLost = true;
+  } else {
+    for (const P2pCall& call : t.recorded) into.emplace_back(c, recordedOp(c, call));
+    leaveComm(c);
+  }
+  t.recorded.clear();
+}
+
+const char* const kGoneBeforeEnd =
+    "ternGroupEnd: a communicator of the group was destroyed or aborted before the group ended; "
+    "its operations were not issued";
+
+// The recorded calls as transfers on the small path; false when it does not
+// apply (nothing done).
+bool runRecorded(PerThread& t, ternResult_t* r) {
+  Comm* c = t.recordedOn;
+  if (!enterComm(c)) {
+    t.recorded.clear();
+    *r = setError(ternInvalidUsage, kGoneBeforeEnd);
+    return true;
+  }
+  const bool ran = transfersAlone(c, t.recorded.data(), t.recorded.size(), r);
+  leaveComm(c);
+  if (ran) t.recorded.clear();
+  return ran;
 }
 
 bool liveRequest(ternRequest* r) {
@@ -152,6 +191,20 @@ ternResult_t beginStreams(const IssuedOps& ops) {
 
 }  // namespace
 
+bool recordInGroup(Comm* c, const CollArgs& a, ternResult_t* r) {
+  PerThread& t = self();
+  if (t.depth == 0) return false;
+  if (t.pending.empty() && (t.recorded.empty() || t.recordedOn == c) && t.recorded.size() < kMaxTransfers &&
+      mayRecord(c, a)) {
+    t.recordedOn = c;
+    t.recorded.push_back({a, t.priority});
+    *r = ternSuccess;
+    return true;
+  }
+  if (!t.recorded.empty()) makeRecorded(t, t.pending);
+  return false;
+}
+
 ternResult_t launchOp(Comm* c, OpPtr op) {
   PerThread& t = self();
   if (t.depth > 0) {
@@ -207,6 +260,15 @@ static ternResult_t groupEnd(ternRequest_t* request) {
   }
   IssuedOps ops;
   ops.swap(t.pending);
+  if (!t.recorded.empty()) {  // (then nothing is pending: see recordInGroup)
+    ternResult_t r;
+    if (!request && runRecorded(t, &r)) return r;
+    makeRecorded(t, ops);
+  }
+  if (t.recordLost) {
+    t.recordLost = false;
+    return setError(ternInvalidUsage, kGoneBeforeEnd);
+  }
   if (ops.empty() && !request) return ternSuccess;
   // Every communicator of the group stays allocated until we are done.
   std::vector<Comm*> entered;
@@ -214,9 +276,7 @@ static ternResult_t groupEnd(ternRequest_t* request) {
     if (std::find(entered.begin(), entered.end(), c) != entered.end()) continue;
     if (!enterComm(c)) {
       for (Comm* e : entered) leaveComm(e);
-      return setError(ternInvalidUsage,
-                      "ternGroupEnd: a communicator of the group was destroyed or aborted "
-                      "before the group ended; its operations were not issued");
+      return setError(ternInvalidUsage, kGoneBeforeEnd);
     }
     entered.push_back(c);
   }

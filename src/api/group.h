@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/collectives.h"
 #include "comm/comm.h"
 #include "engine/operation.h"
 
@@ -26,6 +27,11 @@ int currentPriority();
 // Outside a group (false inside one); *level: the thread's priority.  One
 // thread-local look-up for both (the small path's, api/alone.cc).
 bool soloCall(int* level);
+// Inside a group, records a small send or receive instead of making its
+// operation (api/alone.h, P2pCall): true when recorded (*r: ternSuccess).
+// A call it does not record first turns the recorded ones into operations,
+// in call order.  Outside a group: false.
+bool recordInGroup(Comm* c, const CollArgs& a, ternResult_t* r);
 // Adds the operation to the calling thread's open group, or issues it and
 // waits for it: its result (ternInProgress at once on a nonblocking
 // communicator).

@@ -241,6 +241,17 @@ bool ternComm::claimAlone(int level, uint64_t* seq) {
   return true;
 }
 
+bool ternComm::claimTransfers(OpDesc* descs, const bool* send, size_t n) {
+  std::lock_guard<std::mutex> lk(issueMu);  // issue order: nothing numbered later goes first
+  if (!engine->claimIdle()) return false;
+  for (size_t i = 0; i < n; ++i) {
+    OpDesc& d = descs[i];
+    d.seq = send[i] ? p2pSeq[static_cast<size_t>(d.root) * kLevels + d.level]++
+                    : engine->startRecv(d.level, d.root, nranks);
+  }
+  return true;
+}
+
 // What the small path takes: host buffers, no PreMulSum scaling, no receive
 // from any source, each operation small; several only as transfers on
 // distinct streams (a send and a receive per peer at most: each stream's

@@ -71,6 +71,10 @@ struct ternComm : public tern::EngineHost {
   // next sequence number (false: neither).
   bool mayRunAlone(size_t bytes) const;
   bool claimAlone(int level, uint64_t* seq);
+  // The same for a group's transfers without operations (api/alone.cc):
+  // each descriptor's root is its peer; sends (send[i]) take the next number
+  // of their (peer, level) as issued, receives the engine's next as started.
+  bool claimTransfers(tern::OpDesc* descs, const bool* send, size_t n);
   // ternCommDestroy: the descriptors its streams still owe (Conn::owed, the
   // checks of the last rooted calls) are heard before they close, so a
   // mismatch there is reported, and no peer's bytes sit unread on a socket

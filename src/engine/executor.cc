@@ -715,10 +715,12 @@ void Executor::failAll(ternResult_t r, const std::string& why) {
 // Receives are numbered per peer and level when they start (not when issued):
 // a receive from any source learns its peer only then, and receives from one
 // peer start in issue order.
-uint64_t Executor::nextRecvSeq(const Operation& op) {
-  std::vector<uint64_t>& seq = recvSeq_[op.level];
-  if (seq.size() < static_cast<size_t>(op.ctx.nranks)) seq.resize(op.ctx.nranks, 0);
-  return seq[op.peer]++;
+uint64_t Executor::nextRecvSeq(const Operation& op) { return startRecv(op.level, op.peer, op.ctx.nranks); }
+
+uint64_t Executor::startRecv(int level, int peer, int nranks) {
+  std::vector<uint64_t>& seq = recvSeq_[level];
+  if (seq.size() < static_cast<size_t>(nranks)) seq.resize(nranks, 0);
+  return seq[peer]++;
 }
 
 // Called while nothing moves: earlier failures, abort, dead peers, and

@@ -119,6 +119,17 @@ class Executor {
   // hearOwed): ternInvalidUsage for a mismatch, ternRemoteError when a live
   // peer has not sent them within the timeout.
   ternResult_t hearOwed(const std::vector<Conn*>& conns);
+  // The same for a group's sends and receives without operations
+  // (api/alone.cc, transfersAlone): each step one transfer with its own
+  // descriptor, all progressing together.  True once all are done (token
+  // let go, each counted); false when the engine must take over (token
+  // still held): done[i] says which finished, and the caller hands the
+  // others over as operations (handOverAt at step 0).
+  bool runTransfersAlone(const OpDesc* descs, const Step* steps, size_t n, int nranks, const MemOps& mem,
+                         bool* done);
+  // The sequence number of the next receive from `peer` at `level` (they
+  // are numbered when they start: the token's holder only).
+  uint64_t startRecv(int level, int peer, int nranks);
   // Operations the small path completed, and those it handed to the engine.
   uint64_t smallPathDone() const { return aloneDone_.load(std::memory_order_relaxed); }
   uint64_t smallPathHanded() const { return aloneHanded_.load(std::memory_order_relaxed); }

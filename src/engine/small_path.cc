@@ -319,6 +319,36 @@ size_t Executor::runStepsAlone(const OpDesc& desc, const Step* steps, size_t n, 
   return n;
 }
 
+bool Executor::runTransfersAlone(const OpDesc* descs, const Step* steps, size_t n, int nranks,
+                                 const MemOps& mem, bool* done) {
+  std::fill(done, done + n, false);
+  for (size_t i = 0; i < n; ++i) {
+    noteInUse(descs[i].level);
+    const uint64_t bytes = descs[i].count * typeSize(static_cast<ternDataType_t>(descs[i].dtype));
+    if (!takesWhole(steps[i], bytes)) return false;  // nothing moved yet: all go to the engine
+  }
+  size_t left = n;
+  Patience patience(wantLevel_, anyPending_);
+  while (left > 0) {
+    bool moved = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (done[i]) continue;
+      const Step& s = steps[i];
+      Try t = moveWhole(s, descs[i], s.in != nullptr, s.out != nullptr, mem, Reduction{}, nranks);
+      if (t == Try::kEngine) return false;
+      if (t == Try::kWait) continue;
+      done[i] = moved = true;
+      --left;
+      host_.onComplete();
+      aloneDone_.store(aloneDone_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
+    if (moved) patience.moved();
+    else if (patience.exhausted()) return false;
+  }
+  releaseHeld();
+  return true;
+}
+
 bool Executor::runPhaseAlone(const OpDesc& desc, Phase& ph, const MemOps& mem, int nranks,
                              AloneGreetings& g) {
   noteInUse(desc.level);
