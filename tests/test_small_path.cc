@@ -191,7 +191,8 @@ TEST(SmallPathFaults, StalledPeerTimesOutWithoutBurningACore) {
 // Groups' sends and receives are recorded and run as transfers without
 // operations (api/group.cc, api/alone.cc, transfersAlone).  Each case checks
 // the data: a plain ring send/recv (counted on the path), a late peer (the
-// engine takes the transfers over as operations numbered as they were), a
+// engine takes the transfers over as operations numbered as they were),
+// blocking sends and receives outside a group (groups of one), a
 // group whose recorded calls meet a collective (made into operations first,
 // in call order), two sends to one peer (not one message per stream: made
 // into operations), a group ended asynchronously, and a communicator aborted
@@ -223,6 +224,14 @@ int recordedGroupsBody(RankCtx& ctx) {
     if (ring(100 + k, true, false)) return 1;
   if (r == 0 && handed(comm) == handedBefore) return failf(ctx, "a late peer's transfers were not handed over");
   if (ring(200, false, true)) return 1;
+  // Blocking ones outside a group, each a group of one (a small send is
+  // eager: it completes before its receiver calls).
+  for (int k = 0; k < 20; ++k) {
+    int32_t o = 10 * k + r, i = -1;
+    if (ternSend(&o, 1, ternInt32, next, comm, nullptr) != ternSuccess ||
+        ternRecv(&i, 1, ternInt32, prev, comm, nullptr) != ternSuccess || i != 10 * k + prev)
+      return failf(ctx, "blocking send/recv %d got %d: %s", k, i, ternGetLastError(comm));
+  }
   // Recorded calls, then a collective in the same group.
   int32_t out = 7 * r, in = -1, sum = 1;
   ternGroupStart();

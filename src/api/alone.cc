@@ -170,7 +170,11 @@ bool callAlone(Comm* c, const CollArgs& a, ternResult_t* r) {
   int level;
   switch (a.kind) {
     case OpKind::Send:
-    case OpKind::Recv:
+    case OpKind::Recv: {  // a blocking one outside a group: a group of one
+      if (!soloCall(&level) || !mayRecord(c, a)) return false;
+      const P2pCall call{a, level};
+      return transfersAlone(c, &call, 1, r);
+    }
     case OpKind::Ternary:
       return false;
     default:

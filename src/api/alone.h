@@ -6,7 +6,7 @@
 // all-to-all run their plan (planPure) from scratch the communicator keeps.
 // A group's small sends and receives on one communicator are recorded
 // instead of made into operations (api/group.cc) and run at its end as
-// transfers (transfersAlone).  The rest take the operation-based small path
+// transfers (transfersAlone); a blocking one outside a group too.  The rest take the operation-based small path
 // (ternComm::issueAlone, api/group.cc).
 #pragma once
 #include <memory>
