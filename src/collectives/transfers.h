@@ -28,12 +28,14 @@ class Transfers {
   // large transfer, single copy), else in their next call on the stream.
   //
   // Only while the sender's transfer to that peer (`bytes`) is at most
-  // kHearAheadMax; above it the sender waits for the descriptor as before:
-  // a round trip is ~1% of such a transfer, and data sent far ahead is no
-  // longer in cache when the peer reads it (a 2-rank reduce of 1 MiB took
-  // 1.22x its time running ahead; 64-256 KiB ones 0.50-0.81x; perf/RESULTS.md,
-  // session 36).
-  static constexpr size_t kHearAheadMax = 256 << 10;
+  // kHearAheadMax; above it the sender waits for the descriptor as before.
+  // A sender that runs ahead keeps its fifo from ever being empty, so the
+  // fifo never restarts at its first pages (transport/fifo.h): it walks its
+  // whole ring, faulting pages in on the first lap.  From 1 KiB messages
+  // that showed: peak RSS of a broadcast loop 8.9 -> 10.3-11.4 MB, and a
+  // 50-call 64 KiB broadcast at 0.17x OpenMPI's rate (at 4 KiB, runs of
+  // 2,000 calls 1.5x slower, of 20,000 0.66x; perf/RESULTS.md, session 36).
+  static constexpr size_t kHearAheadMax = 512;
   void greet(Conn* to) { add(nullptr, to, nullptr, nullptr, 0); }
   void hear(Conn* from, size_t bytes) {
     add(from, nullptr, nullptr, nullptr, 0);
