@@ -225,29 +225,32 @@ ternResult_t Executor::hearOwed(const std::vector<Conn*>& conns) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   ternResult_t r = ternSuccess;
-  for (Conn* c : conns) {
-    while (r == ternSuccess && !c->owed.empty()) {
-      bool moved = false;
-      if (c->needsProgress() && (r = c->progress(&moved)) != ternSuccess) break;
-      OpDesc theirs;
-      bool mismatch = false;
-      if (peekPast(c, &theirs, &mismatch) && mismatch) {
-        r = heardError(Heard::kOwedMismatch, c, theirs, theirs);
-      } else if (!c->owed.empty() && (c->inputEnded() || Clock::now() > deadline)) {
-        // A peer that failed (a mismatch it saw first) said why; one that
-        // left or stalled without answering did not make the same call.
-        r = host_.checkHealth();
-        if (r == ternSuccess)
-          r = setError(ternRemoteError, "rank " + std::to_string(c->peer) +
-                                            (c->inputEnded() ? " exited without answering" : " did not answer, within the timeout,") +
-                                            " this rank's " + describe(c->owed.front()));
-      } else if (!c->owed.empty()) {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
-    }
-  }
+  for (size_t i = 0; i < conns.size() && r == ternSuccess; ++i) r = hearOwedOn(conns[i], deadline);
   drive_.unlock();
   return r;
+}
+
+// One connection's owed descriptors, read and checked as they arrive.
+ternResult_t Executor::hearOwedOn(Conn* c, Clock::time_point deadline) {
+  while (!c->owed.empty()) {
+    bool moved = false;
+    if (c->needsProgress()) TERN_CHECK(c->progress(&moved));
+    OpDesc theirs;
+    bool mismatch = false;
+    if (peekPast(c, &theirs, &mismatch) && mismatch) return heardError(Heard::kOwedMismatch, c, theirs, theirs);
+    if (c->owed.empty()) break;
+    if (c->inputEnded() || Clock::now() > deadline) {
+      // A peer that failed (a mismatch it saw first) said why; one that
+      // left or stalled without answering did not make the same call.
+      TERN_CHECK(host_.checkHealth());
+      return setError(ternRemoteError, "rank " + std::to_string(c->peer) +
+                                           (c->inputEnded() ? " exited without answering"
+                                                            : " did not answer, within the timeout,") +
+                                           " this rank's " + describe(c->owed.front()));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return ternSuccess;
 }
 
 void Executor::stop() {

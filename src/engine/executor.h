@@ -138,6 +138,7 @@ class Executor {
   bool admitForCaller(const std::vector<OpPtr>& ops, bool wake);
   void admitHeld(const OpPtr& op);
   void releaseHeld();
+  ternResult_t hearOwedOn(Conn* c, Clock::time_point deadline);
   void handOver(const OpPtr& op, const char* why);
   ternResult_t replan(Operation& op, bool (*same)(const Phase& planned, const void* ran), const void* ran);
   void settleHandOver(const OpPtr& op, ternResult_t r);
