@@ -143,14 +143,9 @@ bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
   if (!c->claimTransfers(descs, send, n)) return false;
   Step steps[kMaxTransfers];
   PlanCtx x = c->planCtx(calls[0].level);
-  for (size_t i = 0; i < n; ++i) {  // the plan's step (planPure), made here
-    const CollArgs& a = calls[i].a;
+  for (size_t i = 0; i < n; ++i) {  // each its plan's step
     if (i > 0 && calls[i].level != calls[i - 1].level) x = c->planCtx(calls[i].level);
-    Conn* k = x.conn(a.root);
-    const size_t bytes = a.count * typeSize(a.dt);
-    steps[i] = send[i] ? Step{nullptr, k, static_cast<const char*>(a.src), nullptr, bytes}
-                       : Step{k, nullptr, nullptr, static_cast<char*>(a.dst), bytes};
-    steps[i].direct = true;
+    steps[i] = p2pStep(calls[i].a, x.conn(calls[i].a.root));
   }
   bool done[kMaxTransfers];
   if (c->engine->runTransfersAlone(descs, steps, n, c->nranks, *x.mem, done)) {

@@ -6,8 +6,8 @@
 // all-to-all run their plan (planPure) from scratch the communicator keeps.
 // A group's small sends and receives on one communicator are recorded
 // instead of made into operations (api/group.cc) and run at its end as
-// transfers (transfersAlone); a blocking one outside a group too.  The rest take the operation-based small path
-// (ternComm::issueAlone, api/group.cc).
+// transfers (transfersAlone); a blocking one outside a group too.  The rest
+// take the operation-based small path (ternComm::issueAlone, api/group.cc).
 #pragma once
 #include <memory>
 

@@ -115,5 +115,9 @@ std::unique_ptr<Task> makeTask(const CollArgs& a, std::unique_ptr<Task> reuse = 
 // can plan the same again.
 bool plansPurely(const CollArgs& a, const PlanCtx& x);
 void planPure(const CollArgs& a, const PlanCtx& x, Phase* ph);
+// A send's or receive's one step over `peer`, its connection to the other
+// end: a plain transfer between the caller's buffer and that connection
+// (Step::direct).  Its plan's, and the small path's transfers' (api/alone.cc).
+Step p2pStep(const CollArgs& a, Conn* peer);
 
 }  // namespace tern

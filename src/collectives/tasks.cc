@@ -101,6 +101,14 @@ bool plansPurely(const CollArgs& a, const PlanCtx& x) {
   }
 }
 
+Step p2pStep(const CollArgs& a, Conn* peer) {
+  const size_t bytes = a.count * typeSize(a.dt);
+  Step s = a.kind == OpKind::Send ? Step{nullptr, peer, static_cast<const char*>(a.src), nullptr, bytes}
+                                  : Step{peer, nullptr, nullptr, static_cast<char*>(a.dst), bytes};
+  s.direct = true;
+  return s;
+}
+
 void planPure(const CollArgs& a, const PlanCtx& x, Phase* ph) {
   const size_t bytes = a.count * typeSize(a.dt);
   switch (a.kind) {
@@ -113,11 +121,7 @@ void planPure(const CollArgs& a, const PlanCtx& x, Phase* ph) {
     case OpKind::Recv: {
       ph->what = "send/recv";
       ph->progs.resize(1);
-      Conn* c = x.conn(a.root);
-      if (a.kind == OpKind::Send)
-        ph->progs[0].addTransfer(nullptr, c, static_cast<const char*>(a.src), nullptr, bytes);
-      else
-        ph->progs[0].addTransfer(c, nullptr, nullptr, static_cast<char*>(a.dst), bytes);
+      ph->progs[0].add(p2pStep(a, x.conn(a.root)));
       return;
     }
     case OpKind::AllToAll: return planAllToAll(x, a.src, a.dst, bytes, ph);

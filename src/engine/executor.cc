@@ -662,13 +662,8 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pum
 }
 
 ternResult_t Executor::runPrograms(Operation& op, size_t budget, bool* moved, bool* done) {
-  bool owing = false;
-  for (Program& p : op.phase.progs) {
-    TERN_CHECK(advance(op, p, op.phase.red, op.ctx.nranks, budget, moved));
-    *done &= onlyHearing(p);
-    owing |= !p.done();
-  }
-  if (*done && owing) *done = oweRest(op.phase, op.desc);
+  for (Program& p : op.phase.progs) TERN_CHECK(advance(op, p, op.phase.red, op.ctx.nranks, budget, moved));
+  *done = phaseThrough(op.phase, op.desc);
   return ternSuccess;
 }
 

@@ -527,12 +527,16 @@ ternResult_t heardError(Heard h, const Conn* in, const OpDesc& mine, const OpDes
   return setError(ternInvalidUsage, descMismatch(mine, theirs));
 }
 
+namespace {
+
+// Whether only descriptor-only receives (Step::deferrable) are left.
 bool onlyHearing(const Program& p) {
   for (size_t i = p.cur; i < p.steps.size(); ++i)
     if (!p.steps[i].deferrable) return false;
   return true;
 }
 
+// Leaves the descriptors still to hear to their streams, all or none.
 bool oweRest(Phase& ph, const OpDesc& desc) {
   for (const Program& p : ph.progs)
     for (size_t i = p.cur; i < p.steps.size(); ++i)
@@ -542,6 +546,17 @@ bool oweRest(Phase& ph, const OpDesc& desc) {
   return true;
 }
 
+}  // namespace
+
+bool phaseThrough(Phase& ph, const OpDesc& desc) {
+  bool owing = false;
+  for (const Program& p : ph.progs) {
+    if (!onlyHearing(p)) return false;
+    owing |= !p.done();
+  }
+  return !owing || oweRest(ph, desc);
+}
+
 namespace {
 
 ternResult_t advanceSteps(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,
@@ -549,7 +564,7 @@ ternResult_t advanceSteps(Operation& op, Program& p, const Reduction& red, int n
   size_t spent = 0;
   while (p.cur < p.steps.size()) {
     const Step& s = p.steps[p.cur];
-    if (s.deferrable) {  // the peer's descriptor, if it came (see oweRest)
+    if (s.deferrable) {  // the peer's descriptor, if it came (else owed: phaseThrough)
       OpDesc theirs;
       Heard h = s.in->reader && s.in->reader != &op ? Heard::kNotYet : hear(s.in, op.desc, &theirs);
       if (h == Heard::kNotYet) return ternSuccess;

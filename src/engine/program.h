@@ -115,12 +115,6 @@ struct Program {
   void add(const Step& s) {
     if (s.bytes > 0) steps.push_back(s);
   }
-  // A plain transfer between the caller's buffers (see Step::direct).
-  void addTransfer(Conn* in, Conn* out, const char* src, char* dst, size_t bytes) {
-    Step s{in, out, src, dst, bytes};
-    s.direct = true;
-    add(s);
-  }
   bool done() const { return cur >= steps.size(); }
 };
 
@@ -213,14 +207,13 @@ Heard hear(Conn* in, const OpDesc& mine, OpDesc* theirs);
 // ternInvalidUsage and the sentence for a mismatch hear() found.
 ternResult_t heardError(Heard h, const Conn* in, const OpDesc& mine, const OpDesc& theirs);
 
-// Descriptors owed (Step::deferrable): a phase is through when every program
-// is done but for such steps (onlyHearing); oweRest then leaves their
-// descriptors to their streams (Conn::owed), or returns false (nothing owed)
-// while one of those streams already owes OwedDescs::kMax: the rank has run
-// that far ahead of its checks and waits.  A plan hears a stream at most
-// once per phase.
-bool onlyHearing(const Program& p);
-bool oweRest(Phase& ph, const OpDesc& desc);
+// Whether a phase whose programs have run as far as they go is through:
+// every program done, or done but for descriptor-only receives
+// (Step::deferrable), whose descriptors its streams then owe (Conn::owed).
+// False (nothing owed) while one of those streams already owes
+// OwedDescs::kMax: the rank has run that far ahead of its checks and waits.
+// A plan hears a stream at most once per phase.
+bool phaseThrough(Phase& ph, const OpDesc& desc);
 
 // Whether `op` may write its next message on stream `out` now, taking it
 // (Conn::writer) until letGo.  What was issued first goes first: an

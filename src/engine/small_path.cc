@@ -152,7 +152,7 @@ struct FreeBook {
 template <class Book>
 Try tryStep(Book& book, Program& p, const OpDesc& desc, const MemOps& mem, const Reduction& red, int nranks) {
   const Step& s = p.steps[p.cur];
-  if (s.deferrable) {  // the peer's descriptor, if it came (runPhase owes it otherwise)
+  if (s.deferrable) {  // the peer's descriptor, if it came (else owed: phaseThrough)
     OpDesc theirs;
     Heard h = hear(s.in, desc, &theirs);
     if (h == Heard::kNotYet) return Try::kWait;
@@ -172,8 +172,7 @@ Try tryStep(Book& book, Program& p, const OpDesc& desc, const MemOps& mem, const
 // Every program's steps as far as they go now; *done once all are through.
 template <class Book>
 Try runPhase(Book& book, Phase& ph, const OpDesc& desc, const MemOps& mem, int nranks, bool* done) {
-  bool moved = false, owing = false;
-  *done = true;
+  bool moved = false;
   for (Program& p : ph.progs) {
     while (!p.done()) {
       Try t = tryStep(book, p, desc, mem, ph.red, nranks);
@@ -181,10 +180,8 @@ Try runPhase(Book& book, Phase& ph, const OpDesc& desc, const MemOps& mem, int n
       if (t == Try::kWait) break;
       moved = true;
     }
-    *done &= onlyHearing(p);
-    owing |= !p.done();
   }
-  if (*done && owing) *done = oweRest(ph, desc);
+  *done = phaseThrough(ph, desc);
   return moved || *done ? Try::kDone : Try::kWait;
 }
 
