@@ -1,6 +1,8 @@
 // bootstrap_perf [-n ranks] [-s idle] [-r runs]: how long a job takes to form
 // (from its last rank's start to every rank's ternCommInitFromEnv returning)
-// with no stranger and with `idle` idle connections held open to its root.
+// with no stranger and with `idle` idle connections held open to its root,
+// and the sockets each rank holds once formed and after one ring allreduce
+// (1 MiB: each rank talks to its two ring neighbours).
 // Real processes: rank 0 hosts the root at TERN_ROOT; a stranger process
 // connects first, the other ranks start once it has.
 #include <arpa/inet.h>
@@ -9,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +33,7 @@ namespace {
 struct Shared {
   std::atomic<int> released;  // the strangers hold their connections: ranks may start
   double start[64], formed[64];
+  int socketsFormed[64], socketsAfter[64];
   int failed;
 };
 
@@ -48,6 +53,25 @@ int connectWhenUp(int port) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return -1;
+}
+
+// Sockets this process holds (listeners, control and data connections).
+int socketsHeld() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  for (dirent* e; d && (e = readdir(d));) {
+    char link[64] = {};
+    std::string path = std::string("/proc/self/fd/") + e->d_name;
+    if (readlink(path.c_str(), link, sizeof link - 1) > 0 && !strncmp(link, "socket:", 7)) ++n;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+// One 1 MiB allreduce after the job formed (a ring: two neighbours per rank).
+bool ringAllreduce(ternComm_t comm) {
+  static std::vector<float> buf(1 << 18, 1.0f);
+  return ternAllReduce(buf.data(), buf.data(), buf.size(), ternFloat32, ternSum, comm, nullptr) == ternSuccess;
 }
 
 // Holds `idle` connections open (none: one probe, closed at once, so both
@@ -76,6 +100,12 @@ void rank(int r, int n, int port, Shared* sh) {
     _exit(1);
   }
   sh->formed[r] = now();
+  sh->socketsFormed[r] = socketsHeld();
+  if (!ringAllreduce(comm)) {
+    fprintf(stderr, "rank %d: %s\n", r, ternGetLastError(nullptr));
+    sh->failed = 1;
+  }
+  sh->socketsAfter[r] = socketsHeld();
   ternCommDestroy(comm);
   _exit(0);
 }
@@ -130,5 +160,9 @@ int main(int argc, char** argv) {
     std::sort(t.begin(), t.end());
     printf("%15d %10.1f %10.1f %10.1f\n", k, t[t.size() / 2], t.front(), t.back());
   }
+  // The last job's sockets per rank (its stranger's are not the rank's).
+  printf("# sockets per rank (most of any rank): formed %d, after a 1 MiB ring allreduce %d\n",
+         *std::max_element(sh->socketsFormed, sh->socketsFormed + n),
+         *std::max_element(sh->socketsAfter, sh->socketsAfter + n));
   return 0;
 }

@@ -1,7 +1,8 @@
 // The connection table (transport/conn_table.h), white-box: connections are
 // made unopened at init and opened on first use, one per (peer, level) a
-// rank talks on; both ranks using a level for the first time at once make
-// one connection (tcp: one socket, not two).  Over shm, tcp and UCX (where
+// rank talks on, and control sockets only to the peers a rank talks to;
+// both ranks using a level for the first time at once make one connection
+// (tcp: one socket, not two) and one control socket.  Over shm, tcp and UCX (where
 // built).  A peer that died or never answers while connections open:
 // tests/test_flows.cc (OpeningFailure).  And tcp's unstaged transfers, which
 // count their bytes on the connection (TcpUnstaged).
@@ -70,7 +71,9 @@ int transfer(ternComm_t comm, bool send, int peer, int level) {
 
 // 3 ranks in a chain: 0 -> 1 at level 2, 1 -> 2 at level 2, then 2 -> 0 at
 // level 7 (another class, later).  Each rank talks to two peers, on one
-// level each: exactly those two connections open, nothing at init.
+// level each: exactly those two connections open, nothing at init.  Over
+// tcp a rank then holds its listener, a control socket per peer it talks
+// to, and a socket per connection.
 int chainBody(RankCtx& ctx, bool countSockets) {
   const std::set<std::string> before = sockets();
   ternComm_t comm = ctx.comm(0);
@@ -78,11 +81,6 @@ int chainBody(RankCtx& ctx, bool countSockets) {
   int fails = 0;
   if (comm->table->openedCount() != 0 || !openConns(comm).empty())
     fails += failf(ctx, "%d connections open after init", comm->table->openedCount());
-  // Init leaves one control socket per peer and the listener (tcp data
-  // sockets came 8 per peer before the table).
-  const std::set<std::string> afterInit = sockets();
-  if (countSockets && newSockets(before) != static_cast<size_t>(ctx.nranks))
-    fails += failf(ctx, "init made %zu sockets, want %d", newSockets(before), ctx.nranks);
   const int r = ctx.rank;
   if (r == 0) fails += transfer(comm, true, 1, 2) + transfer(comm, false, 2, 7);
   if (r == 1) fails += transfer(comm, false, 0, 2) + transfer(comm, true, 2, 2);
@@ -96,8 +94,10 @@ int chainBody(RankCtx& ctx, bool countSockets) {
     for (auto& pl : got) s += " (" + std::to_string(pl.first) + "," + std::to_string(pl.second) + ")";
     fails += failf(ctx, "open (peer,level):%s; %d opened", s.c_str(), comm->table->openedCount());
   }
-  if (countSockets && newSockets(afterInit) != 2)
-    fails += failf(ctx, "the two connections made %zu sockets, want 2", newSockets(afterInit));
+  if (comm->table->controlCount() != 2)
+    fails += failf(ctx, "%d control sockets, want 2", comm->table->controlCount());
+  if (countSockets && newSockets(before) != 1 + 2 + 2)
+    fails += failf(ctx, "%zu sockets, want 5 (listener, 2 control, 2 connections)", newSockets(before));
   ternCommDestroy(comm);
   return fails ? 1 : 0;
 }
@@ -109,13 +109,45 @@ TEST_P(ConnTableT, OpensOneConnectionPerPeerAndLevelUsedOnFirstUse) {
   expectAllRanksOk(runRanks(3, transportEnv(GetParam()), [&](RankCtx& c) { return chainBody(c, tcp); }, 1, 60));
 }
 
+// 4 ranks that only pass a message around a ring: each rank makes control
+// sockets to its two neighbours only, never to the rank across.
+int ringBody(RankCtx& ctx, bool countSockets) {
+  const std::set<std::string> before = sockets();
+  ternComm_t comm = ctx.comm(0);
+  if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  const int n = ctx.nranks, next = (ctx.rank + 1) % n, prev = (ctx.rank + n - 1) % n;
+  int fails = 0;
+  for (int round = 0; round < 3; ++round) {
+    ternGroupStart();
+    std::vector<char> out(64 << 10, 7), in(64 << 10, 0);
+    ternSend(out.data(), out.size(), ternInt8, next, comm, nullptr);
+    ternRecv(in.data(), in.size(), ternInt8, prev, comm, nullptr);
+    if (ternGroupEnd() != ternSuccess || in.back() != 7)
+      fails += failf(ctx, "round %d: %s", round, ternGetLastError(comm));
+  }
+  const int across = (ctx.rank + 2) % n;
+  if (comm->table->controlCount() != 2 || comm->table->controlFd(next) < 0 ||
+      comm->table->controlFd(prev) < 0 || comm->table->controlFd(across) >= 0)
+    fails += failf(ctx, "%d control sockets (next %d, prev %d, across %d)", comm->table->controlCount(),
+                   comm->table->controlFd(next), comm->table->controlFd(prev), comm->table->controlFd(across));
+  if (countSockets && newSockets(before) != 1 + 2 + 2)
+    fails += failf(ctx, "%zu sockets, want 5 (listener, 2 control, 2 connections)", newSockets(before));
+  ternCommDestroy(comm);
+  return fails ? 1 : 0;
+}
+
+TEST_P(ConnTableT, ControlSocketsOnlyToPeersARankTalksTo) {
+  const bool tcp = GetParam() == "tcp";
+  expectAllRanksOk(runRanks(4, transportEnv(GetParam()), [&](RankCtx& c) { return ringBody(c, tcp); }, 1, 60));
+}
+
 // Both ranks open every level at the same moment, in opposite orders (an
 // allreduce per level, all in flight at once): one connection per level,
 // right results, and over tcp one socket per level, not two.
 int simultaneousBody(RankCtx& ctx, bool countSockets) {
+  const std::set<std::string> before = sockets();
   ternComm_t comm = ctx.comm(0);
   if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
-  const std::set<std::string> afterInit = sockets();
   std::vector<std::vector<float>> x(TERN_PRIORITY_LEVELS, std::vector<float>(1024));
   ternRequest_t req[TERN_PRIORITY_LEVELS];
   for (int i = 0; i < TERN_PRIORITY_LEVELS; ++i) {
@@ -135,8 +167,12 @@ int simultaneousBody(RankCtx& ctx, bool countSockets) {
   }
   if (openConns(comm).size() != TERN_PRIORITY_LEVELS || comm->table->openedCount() != TERN_PRIORITY_LEVELS)
     fails += failf(ctx, "%zu connections open, %d opened", openConns(comm).size(), comm->table->openedCount());
-  if (countSockets && newSockets(afterInit) != TERN_PRIORITY_LEVELS)
-    fails += failf(ctx, "%zu sockets for %d levels", newSockets(afterInit), TERN_PRIORITY_LEVELS);
+  // Both ends dialled the control socket at once, too: one is kept.
+  if (comm->table->controlCount() != 1)
+    fails += failf(ctx, "%d control sockets to one peer", comm->table->controlCount());
+  if (countSockets && newSockets(before) != TERN_PRIORITY_LEVELS + 2)
+    fails += failf(ctx, "%zu sockets for %d levels (want one each, the listener and one control "
+                   "socket)", newSockets(before), TERN_PRIORITY_LEVELS);
   ternCommDestroy(comm);
   return fails ? 1 : 0;
 }

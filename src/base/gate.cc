@@ -152,6 +152,11 @@ void AuthGate::pollOnce(Deadline d) {
   if (fds[0].revents) acceptNew();
 }
 
+bool AuthGate::addPollFds(std::vector<pollfd>* fds) const {
+  for (const Pending& p : pending_) fds->push_back({p.fd, POLLIN, 0});
+  return !pending_.empty();
+}
+
 bool AuthGate::tryNext(Deadline d, Admitted* out) {
   while (ready_.empty()) {
     if (Clock::now() >= d) return false;

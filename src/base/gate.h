@@ -5,6 +5,8 @@
 // ranks behind it, and is dropped when its time is up.  Every turned-away
 // connection is logged through base/reject_log.h.
 #pragma once
+#include <poll.h>
+
 #include <deque>
 #include <string>
 #include <vector>
@@ -38,6 +40,9 @@ class AuthGate {
   // The same without an error once `d` passes (a listener that serves
   // connections now and then: false is no failure).
   bool tryNext(Deadline d, Admitted* out);
+  // The sockets of the handshakes under way (for a caller that polls them
+  // with its own, and calls tryNext when one has bytes); true if any.
+  bool addPollFds(std::vector<pollfd>* fds) const;
   // Turns an admitted connection away (a rank out of range, a slot taken): logged, closed.
   void refuse(Admitted& a, const std::string& why);
 

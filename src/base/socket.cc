@@ -174,7 +174,7 @@ static ternResult_t waitFd(int fd, short events, Deadline d, const char* what) {
   }
 }
 
-ternResult_t connectBefore(const SockAddr& addr, Deadline d, int* fd) {
+ternResult_t connectBefore(const SockAddr& addr, Deadline d, int* fd, bool retryRefused) {
   int delayMs = 1;
   for (;;) {
     int s = socket(addr.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -186,6 +186,8 @@ ternResult_t connectBefore(const SockAddr& addr, Deadline d, int* fd) {
     }
     int e = errno;
     close(s);
+    if (e == ECONNREFUSED && !retryRefused)
+      return setError(ternRemoteError, "nothing listens at " + addr.str() + " any more");
     if (e != ECONNREFUSED && e != ETIMEDOUT && e != EAGAIN && e != EINTR && e != ENETUNREACH) {
       errno = e;
       return setSysError("cannot connect to " + addr.str());

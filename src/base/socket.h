@@ -35,8 +35,10 @@ ternResult_t parseHostPort(const std::string& s, SockAddr* out);
 ternResult_t pickInterface(const std::string& ifspec, SockAddr* out, std::string* ifname);
 
 ternResult_t listenOn(const SockAddr& bindAddr, int* fd, SockAddr* actual);
-// Connects, retrying refused connections until `d` (the listener may not be up yet).
-ternResult_t connectBefore(const SockAddr& addr, Deadline d, int* fd);
+// Connects, retrying refused connections until `d` (the listener may not be
+// up yet).  `retryRefused` false: a refusal is an error at once (a peer
+// known to have listened that refuses has closed its listener: it is gone).
+ternResult_t connectBefore(const SockAddr& addr, Deadline d, int* fd, bool retryRefused = true);
 ternResult_t sendAll(int fd, const void* buf, size_t n, Deadline d);
 ternResult_t recvAll(int fd, void* buf, size_t n, Deadline d);
 void setNonBlocking(int fd, bool on);

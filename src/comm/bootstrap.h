@@ -16,6 +16,10 @@ struct PeerInfo {
   uint32_t addrLen;
   uint32_t pad;
   uint64_t hostHash;   // equal for ranks that can share memory
+  // The transport this rank picks for a peer on its own host [0] and on
+  // another host [1] ("" where none can reach it): every rank checks its
+  // pairs' agreement from the table, without a word on any socket.
+  char transportFor[2][16];
   SockAddr sockAddr() const;
 };
 

@@ -1,14 +1,14 @@
 // Communicator creation and teardown:
 //   1. listen on the chosen interface (TERN_SOCKET_IFNAME),
 //   2. swap addresses with everyone through the bootstrap root,
-//   3. build an authenticated full mesh of control sockets (connect to lower
-//      ranks, accept from higher ones through the gate: concurrent handshakes,
-//      strangers dropped and logged with a count),
-//   4. agree on a transport per peer over the control sockets,
-//   5. hand sockets, listener and transports to the connection table
-//      (transport/conn_table.h), which opens each (peer, level) connection
-//      when it is first used,
-//   6. start the executor.
+//      (with the transport it picks for a peer on its own host and on another),
+//   3. check that both ends of each of its pairs pick the same transport,
+//   4. hand listener and transports to the connection table
+//      (transport/conn_table.h), which makes the control socket to a peer and
+//      each (peer, level) connection when it is first used (no socket
+//      between ranks at creation: a ring job holds two control sockets per
+//      rank, not one per peer),
+//   5. start the executor.
 #include "comm/comm.h"
 
 #include "topology/rdma.h"
@@ -35,44 +35,14 @@ namespace tern {
 
 namespace {
 
-// The control sockets are made here; after creation the connection table
-// owns them, the listener and its gate (where lower ranks then dial the tcp
-// sockets of the levels they open).  The lower rank accepts, the higher one
-// connects and names slot 0 (the control socket) after authenticating.
-struct Mesh {
-  AuthGate& gate;  // the listener: concurrent handshakes, strangers dropped (base/gate.h)
-  Deadline d;
-  std::vector<int> fd;  // control socket per peer (-1: self), until the table takes them
-};
-
-ternResult_t connectControl(Comm& c, Mesh& m, int p) {
-  const char slot = 0;
-  TERN_CHECK(connectBefore(c.peers[p].sockAddr(), m.d, &m.fd[p]));
-  TERN_CHECK(authConnect(m.fd[p], c.secret, ConnKind::Mesh, c.rank, m.d));
-  return sendAll(m.fd[p], &slot, 1, m.d);
-}
-
-// The control sockets: connect to lower ranks, accept from higher ones.
-ternResult_t formMesh(Comm& c, Mesh& m) {
-  m.fd.assign(c.nranks, -1);
-  for (int p = 0; p < c.rank; ++p) TERN_CHECK(connectControl(c, m, p));
-  for (int missing = c.nranks - 1 - c.rank; missing > 0;) {
-    Admitted a;
-    TERN_CHECK(m.gate.next(m.d, &a));
-    if (a.rank <= c.rank || a.rank >= c.nranks || a.trailer[0] != 0 || m.fd[a.rank] >= 0) {
-      m.gate.refuse(a, "unexpected rank " + std::to_string(a.rank) + " or socket " +
-                           std::to_string(static_cast<unsigned char>(a.trailer[0])));
-      continue;
-    }
-    m.fd[a.rank] = a.fd;
-    --missing;
+// What this rank picks for a peer on its own host and on another (published
+// in its PeerInfo before the exchange; "" where none can reach such a peer).
+void publishPicks(const std::vector<std::unique_ptr<Transport>>& ts, const Comm& c,
+                  PeerInfo* mine) {
+  for (int other = 0; other < 2; ++other) {
+    if (const Transport* t = firstThatConnects(ts, PeerFacts{c.rank, c.rank + 1, other == 0}))
+      strncpy(mine->transportFor[other], t->name(), sizeof mine->transportFor[other] - 1);
   }
-  // Control traffic travels in the most urgent class (as NCCL_IB_FIFO_TC
-  // does for NCCL's fifo): a failure notice must not queue behind bulk data.
-  const FlowMark urgent = flowMarkOf(c.cfg, 0);
-  for (int fd : m.fd)
-    if (fd >= 0) TERN_CHECK(markSocket(fd, urgent.dscp, urgent.soPriority));
-  return ternSuccess;
 }
 
 // Hosts in order of their lowest rank, ranks of a host in rank order.
@@ -91,38 +61,36 @@ void orderRing(Comm& c) {
   for (int i = 0; i < c.nranks; ++i) c.ringPos[c.ring[i]] = i;
 }
 
-// Both ends of every pair must pick the same transport.  Peers are visited
-// in increasing rank order on every rank, which visits the pairs in one
-// global order: the pairwise exchanges cannot deadlock.
-ternResult_t pickTransports(Comm& c, Mesh& m, const std::vector<std::unique_ptr<Transport>>& ts,
-                            std::vector<Transport*>* of) {
+// Both ends of every pair must pick the same transport: each rank checks
+// its pairs against what the peers published, so the pairs agree (or the
+// ranks that disagree fail creation) without a control socket between them.
+ternResult_t agreeTransports(const Comm& c, const std::vector<std::unique_ptr<Transport>>& ts,
+                             std::vector<Transport*>* of) {
   of->assign(c.nranks, nullptr);
   for (int p = 0; p < c.nranks; ++p) {
     PeerFacts f{c.rank, p, c.peers[p].hostHash == c.peers[c.rank].hostHash};
     Transport*& t = (*of)[p];
     TERN_CHECK(pickTransport(ts, f, c.cfg, &t));
     if (p == c.rank) continue;
-    char mine[16] = {}, theirs[16] = {};
-    strncpy(mine, t->name(), sizeof mine - 1);
-    TERN_CHECK(sendAll(m.fd[p], mine, sizeof mine, m.d));
-    TERN_CHECK(recvAll(m.fd[p], theirs, sizeof theirs, m.d));
+    char theirs[16];
+    memcpy(theirs, c.peers[p].transportFor[f.sameHost ? 0 : 1], sizeof theirs);
     theirs[sizeof theirs - 1] = '\0';
     TERN_CHECK(agreeTransport(ts, f, c.cfg, theirs, &t));
   }
   return ternSuccess;
 }
 
-// The table takes the sockets, the listener and the transports: every
-// connection is made unopened and opened on first use (a job's sockets and
-// memory follow the levels and peers it talks to; perf/memory_per_peer).
-void makeTable(Comm& c, Mesh& m, std::unique_ptr<AuthGate> gate, int lfd,
+// The table takes the listener and the transports: every connection, and
+// the control socket to each peer, is made on first use (a job's sockets and
+// memory follow the levels and peers it talks to; perf/memory_per_peer,
+// perf/bootstrap_perf).
+void makeTable(Comm& c, std::unique_ptr<AuthGate> gate, int lfd,
                std::vector<std::unique_ptr<Transport>> ts, std::vector<Transport*> of) {
   TableSetup s;
   s.rank = c.rank;
   s.nranks = c.nranks;
   s.cfg = &c.cfg;
   s.secret = c.secret;
-  s.meshFd = std::move(m.fd);
   for (const PeerInfo& p : c.peers) s.addrs.push_back(p.sockAddr());
   s.listenFd = lfd;
   s.gate = std::move(gate);
@@ -161,23 +129,23 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   TERN_CHECK(listenOn(bindAddr, &lfd, &listenAddr));
   TERN_LOG(Info, "rank %d/%d listening on %s (%s)", rank, nranks, listenAddr.str().c_str(),
            ifname.c_str());
-  ternResult_t r = exchangeWithRoot(id.root, c->secret, rank, nranks,
-                                    makePeerInfo(listenAddr, localHostHash()), d, &c->peers);
-  std::vector<int> bindCpus;
+  // From here peers may dial this listener: its gate holds their handshakes
+  // until the table serves it.
   auto gate = std::make_unique<AuthGate>(lfd, c->secret, ConnKind::Mesh, 1, c->cfg.handshakeSec,
                                          "rank " + std::to_string(rank));
-  Mesh mesh{*gate, d, {}};
+  PeerInfo mine = makePeerInfo(listenAddr, localHostHash());
+  publishPicks(transports, *c, &mine);
+  ternResult_t r = exchangeWithRoot(id.root, c->secret, rank, nranks, mine, d, &c->peers);
+  std::vector<int> bindCpus;
   std::vector<Transport*> transportOf;
   if (r == ternSuccess) r = placeComm(*c, &bindCpus);
-  if (r == ternSuccess) r = formMesh(*c, mesh);
-  if (r == ternSuccess) r = pickTransports(*c, mesh, transports, &transportOf);
+  if (r == ternSuccess) r = agreeTransports(*c, transports, &transportOf);
   if (r != ternSuccess) {
-    for (int& fd : mesh.fd) closeFd(fd);
     gate.reset();
     close(lfd);
     return r;
   }
-  makeTable(*c, mesh, std::move(gate), lfd, std::move(transports), std::move(transportOf));
+  makeTable(*c, std::move(gate), lfd, std::move(transports), std::move(transportOf));
   orderRing(*c);
   c->startBookkeeping();
   c->engine = std::make_unique<Executor>(*c, rank, c->cfg.timeoutSec, c->cfg.priorityHoldSec);

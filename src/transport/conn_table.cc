@@ -23,6 +23,12 @@ struct Frame {
 };
 constexpr uint32_t kFrameMagic = 0x4e544346;  // "FCTN"
 constexpr uint32_t kMaxPayload = 1 << 20;     // a UCX worker address is the largest
+// The one byte a table answers a control socket's dialler with.
+enum Verdict : char {
+  kKept = 'K',   // this socket is the pair's control socket
+  kLoses = 'L',  // the pair has one, or the answering (higher) rank's own dial wins
+  kDown = 'D',   // the answering rank failed or is closing
+};
 enum FrameType : uint16_t {
   kNotice = 1,  // payload: uint32 code, then the sentence (why this rank failed)
   kOpen = 2,    // open (peer, level): the sender's end is opening
@@ -105,8 +111,10 @@ struct ConnTable::Slot : Channel {
 ConnTable::ConnTable(TableSetup s)
     : rank_(s.rank), nranks_(s.nranks), cfg_(s.cfg), secret_(s.secret), addrs_(std::move(s.addrs)),
       transports_(std::move(s.transports)), onNotice_(std::move(s.onNotice)),
-      meshFd_(std::move(s.meshFd)), lfd_(s.listenFd), gate_(std::move(s.gate)) {
+      ctlFd_(new std::atomic<int>[s.nranks]), lfd_(s.listenFd), gate_(std::move(s.gate)) {
   std::copy(std::begin(s.marks), std::end(s.marks), marks_);
+  for (int p = 0; p < nranks_; ++p) ctlFd_[p] = -1;
+  dialing_.assign(nranks_, false);
   for (int p = 0; p < nranks_; ++p) sendMu_.push_back(std::make_unique<std::mutex>());
   ctlIn_.assign(nranks_, std::string());
   ctlClosed_.assign(nranks_, false);
@@ -130,6 +138,11 @@ ConnTable::ConnTable(TableSetup s)
 void ConnTable::start() { ctl_ = std::thread(&ConnTable::controlLoop, this); }
 
 void ConnTable::quiesce() {
+  {
+    std::lock_guard<std::mutex> lk(ctlMu_);
+    down_ = true;
+  }
+  ctlCv_.notify_all();
   stop_ = true;
   wake();
   if (ctl_.joinable()) ctl_.join();
@@ -140,7 +153,10 @@ void ConnTable::quiesce() {
 
 ConnTable::~ConnTable() {
   quiesce();
-  for (int& fd : meshFd_) closeFd(fd);
+  for (int p = 0; p < nranks_; ++p) {
+    int fd = ctlFd_[p].exchange(-1);
+    closeFd(fd);
+  }
   gate_.reset();  // drops handshakes under way; the listener is ours to close
   closeFd(lfd_);
   closeFd(wake_[0]);
@@ -197,7 +213,10 @@ void ConnTable::runOpen(Slot& s, bool announce) {
   ConnSetup cs = setupFor(s.peer, s.level);
   cs.deadline = deadlineAfter(cfg_->timeoutSec);
   cs.ch = &s;
-  ternResult_t r = announce ? sendFrame(s.peer, kOpen, s.level, nullptr, 0, cs.deadline) : ternSuccess;
+  // The peer asked (announce false) over the control socket; else it may be
+  // this pair's first connection, and the control socket comes first.
+  ternResult_t r = announce ? ensureControl(s.peer, cs.deadline) : ternSuccess;
+  if (r == ternSuccess && announce) r = sendFrame(s.peer, kOpen, s.level, nullptr, 0, cs.deadline);
   if (r == ternSuccess) r = s.conn->open(cs);
   if (r == ternSuccess) r = s.conn->activate();
   finish(s, r);
@@ -227,7 +246,16 @@ ternResult_t ConnTable::sendFrame(int peer, int type, int level, const void* p, 
                                   Deadline d) {
   const std::string f = frame(static_cast<uint16_t>(type), level, p, n);
   std::lock_guard<std::mutex> lk(*sendMu_[peer]);
-  return sendAll(meshFd_[peer], f.data(), f.size(), d);
+  return sendAll(ctlFd_[peer].load(), f.data(), f.size(), d);
+}
+
+void ConnTable::sendToControls(const std::string& f, int except) {
+  for (int p = 0; p < nranks_; ++p) {
+    const int fd = ctlFd_[p].load();
+    if (fd < 0 || p == except) continue;
+    std::lock_guard<std::mutex> lk(*sendMu_[p]);
+    (void)!::send(fd, f.data(), f.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
 }
 
 void ConnTable::notifyAll(ternResult_t code, const std::string& why) {
@@ -235,18 +263,19 @@ void ConnTable::notifyAll(ternResult_t code, const std::string& why) {
   const uint32_t c = static_cast<uint32_t>(code);
   memcpy(&payload[0], &c, 4);
   payload += why.substr(0, kMaxPayload - 4);
-  const std::string f = frame(kNotice, 0, payload.data(), payload.size());
-  for (int p = 0; p < nranks_; ++p) {
-    if (meshFd_[p] < 0) continue;
-    std::lock_guard<std::mutex> lk(*sendMu_[p]);
-    (void)!::send(meshFd_[p], f.data(), f.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  }
+  noticed_ = true;
+  sendToControls(frame(kNotice, 0, payload.data(), payload.size()), -1);
 }
 
 void ConnTable::shutDown() {
   for (auto& s : slots_) s->conn->gone = true;  // nothing more goes out: no graceful close
-  for (int fd : meshFd_)
-    if (fd >= 0) shutdown(fd, SHUT_RDWR);
+  {
+    std::lock_guard<std::mutex> lk(ctlMu_);
+    down_ = true;
+    for (int p = 0; p < nranks_; ++p)
+      if (ctlFd_[p] >= 0) shutdown(ctlFd_[p], SHUT_RDWR);
+  }
+  ctlCv_.notify_all();
 }
 
 void ConnTable::wake() {
@@ -261,8 +290,9 @@ void ConnTable::serviceControl() {
   std::vector<pollfd> fds;
   std::vector<int> who;
   for (int p = 0; p < nranks_; ++p) {
-    if (meshFd_[p] < 0 || ctlClosed_[p]) continue;
-    fds.push_back({meshFd_[p], POLLIN, 0});
+    const int fd = ctlFd_[p].load();
+    if (fd < 0 || ctlClosed_[p]) continue;
+    fds.push_back({fd, POLLIN, 0});
     who.push_back(p);
   }
   if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return;
@@ -274,7 +304,7 @@ void ConnTable::readControl(int p) {
   char buf[4096];
   bool closed = false;
   for (;;) {
-    ssize_t k = ::recv(meshFd_[p], buf, sizeof buf, MSG_DONTWAIT);
+    ssize_t k = ::recv(ctlFd_[p].load(), buf, sizeof buf, MSG_DONTWAIT);
     if (k > 0) {
       ctlIn_[p].append(buf, static_cast<size_t>(k));
       continue;
@@ -304,6 +334,8 @@ void ConnTable::readControl(int p) {
 void ConnTable::dispatch(int peer, int type, int level, const std::string& payload) {
   Slot& s = slot(peer, level);
   if (type == kNotice && payload.size() >= 4) {
+    // Passed on before our own failure closes our control sockets.
+    if (!noticed_.exchange(true)) sendToControls(frame(kNotice, 0, payload.data(), payload.size()), peer);
     uint32_t code;
     memcpy(&code, payload.data(), 4);
     if (onNotice_) onNotice_(peer, static_cast<ternResult_t>(code), payload.substr(4));
@@ -348,10 +380,96 @@ void ConnTable::takeLevelSocket(Admitted& a) {
   s.cv.notify_all();
 }
 
-void ConnTable::admitLevelSockets() {
+void ConnTable::admitSockets() {
   Admitted a;
   // A short wait serves the handshakes under way; a timeout just means none is complete.
-  while (gate_->tryNext(deadlineAfter(0.001), &a)) takeLevelSocket(a);
+  while (gate_->tryNext(deadlineAfter(0.001), &a)) {
+    if (!a.trailer.empty() && a.trailer[0] == 0)
+      admitControl(a);
+    else
+      takeLevelSocket(a);
+  }
+}
+
+int ConnTable::controlCount() const {
+  int n = 0;
+  for (int p = 0; p < nranks_; ++p) n += ctlFd_[p].load() >= 0;
+  return n;
+}
+
+// Under ctlMu_.  Control traffic travels in the most urgent class (as
+// NCCL_IB_FIFO_TC does for NCCL's fifo): a failure notice must not queue
+// behind bulk data.
+void ConnTable::adoptControl(int peer, int fd) {
+  if (markSocket(fd, marks_[0].dscp, marks_[0].soPriority) != ternSuccess)
+    TERN_LOG(Warn, "could not mark the control socket to rank %d: %s", peer, lastThreadError().c_str());
+  ctlFd_[peer].store(fd);
+  TERN_LOG(Info, "control connection to rank %d made", peer);
+  wake();  // the control thread reads it from now on
+}
+
+// A peer dialled its control socket to us.  We keep it unless we have one
+// or our own dial to that peer is under way and ours wins (we are the
+// higher rank); the peer's table applies the same rule to our dial, so one
+// socket is kept per pair whatever the timing.
+void ConnTable::admitControl(Admitted& a) {
+  if (a.rank < 0 || a.rank >= nranks_ || a.rank == rank_) {
+    gate_->refuse(a, "a control socket from unexpected rank " + std::to_string(a.rank));
+    return;
+  }
+  bool kept = false;
+  {
+    std::lock_guard<std::mutex> lk(ctlMu_);
+    const char v = down_ ? kDown
+                   : ctlFd_[a.rank] >= 0 || (dialing_[a.rank] && a.rank < rank_) ? kLoses
+                                                                                   : kKept;
+    // One byte into a fresh socket's empty send buffer: it goes at once.
+    kept = ::send(a.fd, &v, 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1 && v == kKept;
+    if (kept) adoptControl(a.rank, a.fd);
+  }
+  if (!kept) closeFd(a.fd);
+  ctlCv_.notify_all();
+}
+
+ternResult_t ConnTable::dialControl(int peer, Deadline d, int* fd, char* verdict) {
+  const char slot = 0;  // slot 0: the control socket; a level's tcp socket names level + 1
+  TERN_CHECK(connectBefore(addrs_[peer], d, fd, /*retryRefused=*/false));
+  ternResult_t r = authConnect(*fd, secret_, ConnKind::Mesh, rank_, d);
+  if (r == ternSuccess) r = sendAll(*fd, &slot, 1, d);
+  if (r == ternSuccess) r = recvAll(*fd, verdict, 1, d);
+  if (r != ternSuccess) closeFd(*fd);
+  return r;
+}
+
+ternResult_t ConnTable::ensureControl(int peer, Deadline d) {
+  const std::string who = "rank " + std::to_string(peer);
+  std::unique_lock<std::mutex> lk(ctlMu_);
+  auto made = [&] { return ctlFd_[peer].load() >= 0; };
+  // Another opening of ours may be dialling already: its socket is ours too.
+  ctlCv_.wait_until(lk, d, [&] { return made() || !dialing_[peer] || down_; });
+  if (!made() && !down_ && !dialing_[peer]) {
+    dialing_[peer] = true;
+    lk.unlock();
+    int fd = -1;
+    char v = 0;
+    ternResult_t r = dialControl(peer, d, &fd, &v);
+    lk.lock();
+    dialing_[peer] = false;
+    if (r == ternSuccess && v == kKept && !made() && !down_) adoptControl(peer, fd);
+    else closeFd(fd);
+    ctlCv_.notify_all();
+    if (r != ternSuccess)
+      return setError(r == ternTimeout ? ternTimeout : ternRemoteError,
+                      "cannot make the control connection to " + who + " (exited?): " + lastThreadError());
+    if (v == kDown) return setError(ternRemoteError, who + " has failed or is destroying its communicator");
+    // kLoses: the pair's socket is the one the peer dialled; it comes through our gate.
+    ctlCv_.wait_until(lk, d, [&] { return made() || down_; });
+  }
+  if (made()) return ternSuccess;
+  if (down_) return setError(ternRemoteError, "this communicator failed or is closing: no new control "
+                                              "connection to " + who);
+  return setError(ternTimeout, who + " did not make its control connection with this rank within "
+                               "TERN_TIMEOUT: dead or stalled peer?");
 }
 
 // Reads the control sockets as messages arrive (a notice, a peer opening a
@@ -365,17 +483,25 @@ void ConnTable::controlLoop() {
   setLogRank(rank_);
   while (!stop_.load()) {
     std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {lfd_, POLLIN, 0}};
+    const bool handshaking = gate_->addPollFds(&fds);
+    const size_t gateEnd = fds.size();
     {
       std::lock_guard<std::mutex> lk(serveMu_);  // ctlClosed_ changes under it
-      for (int p = 0; p < nranks_; ++p)
-        if (meshFd_[p] >= 0 && !ctlClosed_[p]) fds.push_back({meshFd_[p], POLLIN, 0});
+      for (int p = 0; p < nranks_; ++p) {
+        const int fd = ctlFd_[p].load();
+        if (fd >= 0 && !ctlClosed_[p]) fds.push_back({fd, POLLIN, 0});
+      }
     }
+    // Handshakes are served as their bytes come; a stranger's is dropped at
+    // its deadline, which a wake-up now and then checks.
     const bool opening = opening_.load() > 0;
-    if (poll(fds.data(), fds.size(), opening ? 5 : -1) < 0 && errno != EINTR) break;
+    if (poll(fds.data(), fds.size(), opening ? 5 : handshaking ? 50 : -1) < 0 && errno != EINTR) break;
     char drain[64];
     if (fds[0].revents) (void)!read(wake_[0], drain, sizeof drain);
     serviceControl();
-    if (gate_ && (fds[1].revents || opening)) admitLevelSockets();
+    bool gateEvent = false;
+    for (size_t i = 1; i < gateEnd; ++i) gateEvent |= fds[i].revents != 0;
+    if (gateEvent || opening || handshaking) admitSockets();
   }
 }
 

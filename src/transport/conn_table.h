@@ -2,10 +2,13 @@
 // made unopened at creation (no socket, segment, endpoint or memory) and
 // opened on first use or whenever asked (connect), by the transport the
 // registry picked for the peer.  The table owns the control socket to each
-// peer and frames it: a failure notice, a request to open a level, and the
-// transports' own opening messages per (peer, level) travel on it without
-// mixing.  It also owns this rank's listener, where lower ranks dial the tcp
-// sockets of the levels they open.
+// peer it talks to, made when the first connection to that peer opens (by
+// whichever end opens first; when both dial at once, the socket the higher
+// rank dialled is kept), and frames it: a failure notice, a request to open
+// a level, and the transports' own opening messages per (peer, level)
+// travel on it without mixing.  It also owns this rank's listener, where
+// peers dial the control sockets and lower ranks the tcp sockets of the
+// levels they open.
 //
 // Opening runs on a thread per connection being opened (blocking, until
 // TERN_TIMEOUT), never on the progress thread: the engine's step that first
@@ -30,12 +33,11 @@
 
 namespace tern {
 
-// What the communicator hands over once its mesh stands.
+// What the communicator hands over once every rank's address is known.
 struct TableSetup {
   int rank = 0, nranks = 0;
   const Config* cfg = nullptr;
   Secret secret{};
-  std::vector<int> meshFd;                       // control sockets (-1: self), taken over
   std::vector<SockAddr> addrs;                   // every rank's listener
   int listenFd = -1;                             // this rank's listener, taken over
   std::unique_ptr<AuthGate> gate;                // its gate, taken over
@@ -70,14 +72,24 @@ class ConnTable : public ConnOpener {
   // Connections to other ranks opened so far (statistics, tests).
   int openedCount() const { return opened_.load(); }
 
-  // Sends a failure notice to every peer (best effort: it never blocks).
+  // Sends a failure notice to every peer it has a control socket to (best
+  // effort: it never blocks).  A rank that receives a notice passes it on
+  // once to its own control peers, so it reaches every rank joined to this
+  // one by connections.
   void notifyAll(ternResult_t code, const std::string& why);
   // Reads what the control sockets hold now (notices first of all).
   void serviceControl();
   // Every connection is gone and the control sockets are shut down: peers
   // blocked on us fail fast.
   void shutDown();
-  int controlFd(int peer) const { return meshFd_[peer]; }
+  // The control socket to `peer`, made now if neither end has made it: this
+  // rank dials (the peer's table answers whether it keeps that socket, or
+  // keeps its own dial, which then arrives through the gate).  A peer that
+  // exited (nothing listens), failed or is closing is ternRemoteError at
+  // once; one that does not answer, ternTimeout at `d`.
+  ternResult_t ensureControl(int peer, Deadline d);
+  int controlFd(int peer) const { return ctlFd_[peer].load(); }  // -1: none yet
+  int controlCount() const;  // control sockets made so far (tests, perf)
 
  private:
   struct Slot;
@@ -91,8 +103,12 @@ class ConnTable : public ConnOpener {
   void controlLoop();
   void readControl(int peer);
   void dispatch(int peer, int type, int level, const std::string& payload);
-  void admitLevelSockets();
+  ternResult_t dialControl(int peer, Deadline d, int* fd, char* verdict);
+  void admitControl(Admitted& a);
+  void adoptControl(int peer, int fd);
+  void admitSockets();
   void takeLevelSocket(Admitted& a);
+  void sendToControls(const std::string& frame, int except);
   void peerClosed(int peer);
 
   int rank_, nranks_;
@@ -105,9 +121,15 @@ class ConnTable : public ConnOpener {
   std::vector<Conn*> view_[TERN_PRIORITY_LEVELS];
   std::function<void(int, ternResult_t, const std::string&)> onNotice_;
 
-  // The control sockets.  serveMu_: one reader at a time (the control thread
-  // or a health check); sendMu_[peer]: whole frames.
-  std::vector<int> meshFd_;
+  // The control sockets (-1 until made; then fixed until the table goes).
+  // serveMu_: one reader at a time (the control thread or a health check);
+  // sendMu_[peer]: whole frames; ctlMu_: making them (dialing_, down_).
+  std::unique_ptr<std::atomic<int>[]> ctlFd_;
+  std::vector<bool> dialing_;  // this rank is dialling the peer
+  bool down_ = false;          // failed or closing: no control socket is made any more
+  std::mutex ctlMu_;
+  std::condition_variable ctlCv_;
+  std::atomic<bool> noticed_{false};  // a notice went out (sent or passed on) from here
   std::vector<std::unique_ptr<std::mutex>> sendMu_;
   std::vector<std::string> ctlIn_;
   std::vector<bool> ctlClosed_;

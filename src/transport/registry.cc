@@ -72,13 +72,16 @@ ternResult_t makeTransports(const Config& cfg, bool rdma,
   return ternSuccess;
 }
 
+Transport* firstThatConnects(const std::vector<std::unique_ptr<Transport>>& ts, const PeerFacts& f) {
+  for (auto& t : ts)
+    if (t->canConnect(f)) return t.get();
+  return nullptr;
+}
+
 ternResult_t pickTransport(const std::vector<std::unique_ptr<Transport>>& ts, const PeerFacts& f,
                            const Config& cfg, Transport** out) {
-  for (auto& t : ts)
-    if (t->canConnect(f)) {
-      *out = t.get();
-      return ternSuccess;
-    }
+  *out = firstThatConnects(ts, f);
+  if (*out) return ternSuccess;
   return setError(ternInvalidUsage, "TERN_TRANSPORT=" + cfg.transport + " but ranks " +
                                         std::to_string(f.rank) + " and " + std::to_string(f.peer) +
                                         " are on different hosts");
@@ -87,6 +90,11 @@ ternResult_t pickTransport(const std::vector<std::unique_ptr<Transport>>& ts, co
 ternResult_t agreeTransport(const std::vector<std::unique_ptr<Transport>>& ts, const PeerFacts& f,
                             const Config& cfg, const char* theirs, Transport** mine) {
   if (!strcmp(theirs, (*mine)->name())) return ternSuccess;
+  if (!*theirs)
+    return setError(ternInvalidUsage, "rank " + std::to_string(f.peer) + " has no transport that reaches rank " +
+                                          std::to_string(f.rank) + " (its TERN_TRANSPORT allows none for " +
+                                          (f.sameHost ? "a peer on its host" : "another host") +
+                                          "); set TERN_TRANSPORT the same on every rank");
   bool ucxVsTcp = (!strcmp(theirs, "tcp") && !strcmp((*mine)->name(), "ucx")) ||
                   (!strcmp(theirs, "ucx") && !strcmp((*mine)->name(), "tcp"));
   if (cfg.transport == "auto" && ucxVsTcp)

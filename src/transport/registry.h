@@ -41,8 +41,9 @@ bool autoUsesUcx(const std::string& net, bool ucxBuilt, bool rdma);
 ternResult_t makeTransports(const Config& cfg, bool rdma,
                             std::vector<std::unique_ptr<Transport>>* out);
 
-// The first transport that can connect to the peer, or an error saying why
-// none can.
+// The first transport that can connect to the peer (null: none can).
+Transport* firstThatConnects(const std::vector<std::unique_ptr<Transport>>& ts, const PeerFacts& f);
+// The same, or an error saying why none can.
 ternResult_t pickTransport(const std::vector<std::unique_ptr<Transport>>& ts, const PeerFacts& f,
                            const Config& cfg, Transport** out);
 
