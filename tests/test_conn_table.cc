@@ -141,6 +141,88 @@ TEST_P(ConnTableT, ControlSocketsOnlyToPeersARankTalksTo) {
   expectAllRanksOk(runRanks(4, transportEnv(GetParam()), [&](RankCtx& c) { return ringBody(c, tcp); }, 1, 60));
 }
 
+// A message passed once around the ring of 4 ranks: afterwards each rank
+// has control sockets to its two neighbours only.
+int passAround(RankCtx& ctx, ternComm_t comm) {
+  const int n = ctx.nranks, next = (ctx.rank + 1) % n, prev = (ctx.rank + n - 1) % n;
+  std::vector<float> out(64, 1.0f), in(64, 0.0f);
+  ternGroupStart();
+  ternSend(out.data(), out.size(), ternFloat32, next, comm, nullptr);
+  ternRecv(in.data(), in.size(), ternFloat32, prev, comm, nullptr);
+  if (ternGroupEnd() != ternSuccess || in[63] != 1.0f) return failf(ctx, "ring: %s", ternGetLastError(comm));
+  return comm->table->controlCount() == 2 ? 0 : failf(ctx, "%d control sockets", comm->table->controlCount());
+}
+
+// Waits up to `secs` for the communicator's asynchronous error.
+ternResult_t asyncErrorWithin(ternComm_t comm, double secs) {
+  ternResult_t e = ternSuccess;
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(secs);
+  while (ternCommGetAsyncError(comm, &e) == ternSuccess && e == ternSuccess &&
+         std::chrono::steady_clock::now() < until)
+    usleep(2000);
+  return e;
+}
+
+// Rank 0 sends 16 floats where rank 1 receives 32: rank 1 sees the
+// mismatch and tells its control peers, 0 and 2.  Rank 3 has no control
+// socket to rank 1: it hears only because 0 and 2 pass the notice on.
+// Every rank, idle ones included, reports ternInvalidUsage with the sentence.
+int noticeBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  if (passAround(ctx, comm)) return 1;
+  if (comm->table->controlFd((ctx.rank + 2) % 4) >= 0)
+    return failf(ctx, "a control socket to the rank across the ring");
+  std::vector<float> x(32, 2.0f);
+  ternResult_t r = ternSuccess;
+  if (ctx.rank == 0) r = ternSend(x.data(), 16, ternFloat32, 1, comm, nullptr);
+  if (ctx.rank == 1) r = ternRecv(x.data(), 32, ternFloat32, 0, comm, nullptr);
+  if (r == ternSuccess) r = asyncErrorWithin(comm, 10);
+  const std::string err = ternGetLastError(comm);
+  int fails = 0;
+  if (r != ternInvalidUsage || err.find("called") == std::string::npos)
+    fails += failf(ctx, "got %s: %s", ternGetErrorString(r), err.c_str());
+  ternCommAbort(comm);
+  return fails;
+}
+
+TEST_P(ConnTableT, MismatchNoticeReachesRanksThroughTheirControlPeers) {
+  expectAllRanksOk(runRanks(4, transportEnv(GetParam(), {{"TERN_TIMEOUT", "30"}}), noticeBody, 1, 60));
+}
+
+// Rank 3 exits after the ring pass; rank 1 never talked to it.  Its send to
+// rank 3 fails at once (nothing listens there any more, or the dying
+// listener resets the dial: an error, not a wait of TERN_TIMEOUT).
+Signal exited;
+int exitedPeerBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  if (passAround(ctx, comm)) return 1;
+  if (ctx.rank == 3) {
+    exited.post();
+    _exit(0);  // no destroy: the process is gone, its listener with it
+  }
+  if (ctx.rank != 1) {
+    ternCommAbort(comm);
+    return 0;
+  }
+  if (!exited.await()) return failf(ctx, "no word from rank 3");
+  std::vector<float> x(16, 1.0f);
+  auto t0 = std::chrono::steady_clock::now();
+  ternResult_t r = ternSend(x.data(), x.size(), ternFloat32, 3, comm, nullptr);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string err = ternGetLastError(comm);
+  int fails = 0;
+  if (r != ternRemoteError || err.find("rank 3") == std::string::npos || secs > 5)
+    fails += failf(ctx, "send to an exited rank: %s after %.2f s: %s", ternGetErrorString(r), secs, err.c_str());
+  ternCommAbort(comm);
+  return fails;
+}
+
+TEST_P(ConnTableT, OpeningWithAnExitedRankFailsAtOnce) {
+  expectAllRanksOk(runRanks(4, transportEnv(GetParam(), {{"TERN_TIMEOUT", "30"}}), exitedPeerBody, 1, 60));
+}
+
 // Both ranks open every level at the same moment, in opposite orders (an
 // allreduce per level, all in flight at once): one connection per level,
 // right results, and over tcp one socket per level, not two.
