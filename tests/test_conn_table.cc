@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -190,6 +191,23 @@ TEST_P(ConnTableT, MismatchNoticeReachesRanksThroughTheirControlPeers) {
   expectAllRanksOk(runRanks(4, transportEnv(GetParam(), {{"TERN_TIMEOUT", "30"}}), noticeBody, 1, 60));
 }
 
+// Whether process `pid` has exited (a zombie, or reaped) within `secs`.
+bool goneWithin(pid_t pid, double secs) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(secs);
+  do {
+    char path[64], stat[256] = {};
+    snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+    FILE* f = fopen(path, "r");
+    if (!f) return true;
+    const size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    const char* state = strrchr(stat, ')');  // the state follows the command's closing parenthesis
+    if (n > 0 && state && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X')) return true;
+    usleep(2000);
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
 // Rank 3 exits after the ring pass; rank 1 never talked to it.  Its send to
 // rank 3 fails at once (nothing listens there any more, or the dying
 // listener resets the dial: an error, not a wait of TERN_TIMEOUT).
@@ -199,14 +217,17 @@ int exitedPeerBody(RankCtx& ctx) {
   if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
   if (passAround(ctx, comm)) return 1;
   if (ctx.rank == 3) {
-    exited.post();
+    const pid_t me = getpid();
+    (void)!write(exited.fd[1], &me, sizeof me);
     _exit(0);  // no destroy: the process is gone, its listener with it
   }
   if (ctx.rank != 1) {
     ternCommAbort(comm);
     return 0;
   }
-  if (!exited.await()) return failf(ctx, "no word from rank 3");
+  pid_t three = 0;
+  if (read(exited.fd[0], &three, sizeof three) != sizeof three) return failf(ctx, "no word from rank 3");
+  if (!goneWithin(three, 10)) return failf(ctx, "rank 3 (pid %d) did not exit", static_cast<int>(three));
   std::vector<float> x(16, 1.0f);
   auto t0 = std::chrono::steady_clock::now();
   ternResult_t r = ternSend(x.data(), x.size(), ternFloat32, 3, comm, nullptr);
