@@ -142,6 +142,17 @@ TEST_P(ConnTableT, ControlSocketsOnlyToPeersARankTalksTo) {
   expectAllRanksOk(runRanks(4, transportEnv(GetParam()), [&](RankCtx& c) { return ringBody(c, tcp); }, 1, 60));
 }
 
+// One pipe per rank of the 4: each rank says it is through its ring pass
+// (outside tern, which would open other connections), then waits for the
+// other three, so no rank fails or exits while a neighbour's pass still
+// opens its connections.
+Signal passed[4];
+void allPassed(int rank) {
+  for (int i = 0; i < 3; ++i) passed[rank].post();
+  for (int r = 0; r < 4; ++r)
+    if (r != rank) passed[r].await();
+}
+
 // A message passed once around the ring of 4 ranks: afterwards each rank
 // has control sockets to its two neighbours only.
 int passAround(RankCtx& ctx, ternComm_t comm) {
@@ -150,7 +161,9 @@ int passAround(RankCtx& ctx, ternComm_t comm) {
   ternGroupStart();
   ternSend(out.data(), out.size(), ternFloat32, next, comm, nullptr);
   ternRecv(in.data(), in.size(), ternFloat32, prev, comm, nullptr);
-  if (ternGroupEnd() != ternSuccess || in[63] != 1.0f) return failf(ctx, "ring: %s", ternGetLastError(comm));
+  const bool ok = ternGroupEnd() == ternSuccess && in[63] == 1.0f;
+  allPassed(ctx.rank);
+  if (!ok) return failf(ctx, "ring: %s", ternGetLastError(comm));
   return comm->table->controlCount() == 2 ? 0 : failf(ctx, "%d control sockets", comm->table->controlCount());
 }
 

@@ -12,12 +12,19 @@ Each round runs every variant once, in turn (interleaved: the shared host's
 load drifts), each from the same initial weights on the same batches of
 Fashion-MNIST: `warmup` iterations, then `iters` timed ones (from a barrier
 to the last update applied).  Rank 0 writes {"cfg", "runs": [{"variant",
-"round", "iter_ms": [...], "seconds"}], "spans": one tac iteration's
+"round", "iter_ms": [...], "seconds", "host_busy", "cpu_ms"}], "spans": one tac iteration's
 allreduce and update spans, "spans_by_variant": the same for every variant
 of tac ("tac@..." included), "levels": {variant: {param: level}}}.
+host_busy: the share of the host's cores busy during the timed part (/proc/stat:
+every rank, the kernel's network work and anything else); cpu_ms: the CPU time
+of all ranks' processes (every thread) per timed iteration.  With ranks that
+oversubscribe the cores (4 hosts on 2 here), a host_busy near 1 says the
+iteration is bound by the CPU, where overlapping communication with compute
+cannot shorten it.
 """
 import json
 import os
+import resource
 import sys
 import time
 
@@ -42,6 +49,19 @@ def batches(rank, n, batch, count):
     xt = (torch.from_numpy(x[idx].astype(np.float32)) / 255.0 - MEAN) / STD
     yt = torch.from_numpy(y[idx])
     return [(xt[i:i + batch].unsqueeze(1), yt[i:i + batch]) for i in range(0, need, batch)]
+
+
+def host_jiffies():
+    """(busy, total) jiffies of every core since boot."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return sum(v) - v[3] - v[4], sum(v)  # idle and iowait are not busy
+
+
+def own_cpu_s():
+    """This process's CPU seconds (every thread: compute, tern's, torch's)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def step_plain(model, opt, x, y):
@@ -96,6 +116,8 @@ def run_variant(variant, cfg, data, record):
     if sched:
         sched.synchronize()
     dist.barrier()
+    busy0, total0 = host_jiffies()
+    cpu0 = own_cpu_s()
     marks = [time.perf_counter()]
     for x, y in data[cfg["warmup"]:cfg["warmup"] + cfg["iters"]]:
         step(x, y)
@@ -104,6 +126,10 @@ def run_variant(variant, cfg, data, record):
         sched.synchronize()  # the last iteration's updates belong to it
         marks[-1] = time.perf_counter()
     seconds = marks[-1] - marks[0]
+    busy1, total1 = host_jiffies()
+    cpu = torch.tensor([own_cpu_s() - cpu0], dtype=torch.float64)
+    dist.all_reduce(cpu)  # outside the timed part: every rank's CPU time
+    usage = dict(host_busy=(busy1 - busy0) / max(1, total1 - total0), cpu_ms=cpu.item() * 1e3 / cfg["iters"])
     spans, levels = [], {}
     if sched:
         mid = cfg["warmup"] + cfg["iters"] // 2
@@ -112,7 +138,7 @@ def run_variant(variant, cfg, data, record):
         spans += [dict(kind="iteration", start=m - sched.t0) for m in marks[mid - cfg["warmup"]:][:3]]
         levels = sched.levels()
         sched.close()
-    return list(np.diff(marks) * 1e3), seconds, spans, levels
+    return list(np.diff(marks) * 1e3), seconds, spans, levels, usage
 
 
 def main():
@@ -125,9 +151,9 @@ def main():
     for rnd in range(cfg["rounds"]):
         for v in cfg["variants"]:
             record = v.partition("@")[0] == "tac" and rnd == cfg["rounds"] - 1
-            iter_ms, seconds, spans, levels = run_variant(v, cfg, data, record)
+            iter_ms, seconds, spans, levels, usage = run_variant(v, cfg, data, record)
             out["runs"].append(dict(variant=v, round=rnd, iter_ms=iter_ms, seconds=seconds,
-                                    load=os.getloadavg()[0]))
+                                    load=os.getloadavg()[0], **usage))
             if record:
                 out["spans_by_variant"][v] = spans
                 if v == "tac":
@@ -135,7 +161,8 @@ def main():
             if levels:
                 out["levels"][v] = levels
             if rank == 0:
-                print("round %d %-5s %.1f ms/iteration" % (rnd, v, seconds * 1e3 / cfg["iters"]), flush=True)
+                print("round %d %-5s %.1f ms/iteration, host %.0f%% busy, %.1f ms of CPU per iteration" % (
+                    rnd, v, seconds * 1e3 / cfg["iters"], usage["host_busy"] * 100, usage["cpu_ms"]), flush=True)
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:

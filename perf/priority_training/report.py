@@ -5,7 +5,9 @@ The table (markdown) of perf/priority_training/run's results: per rank
 count and variant, the median over rounds of the mean iteration time, the
 spread (min-max over rounds), and the speed-up against plain DDP (the
 median over rounds of DDP's time / the variant's in the same round, so a
-round's load drift hits both).  Plots: iteration time per policy
+round's load drift hits both), and where the run recorded them, the share
+of the host's cores busy and the CPU time of all ranks per iteration
+(medians over rounds).  Plots: iteration time per policy
 (priority_iter_<N>h.png), and one PriorityScheduler(tac) iteration, each
 allreduce partition and update a span on its level's row
 (priority_timeline_<N>h.png).
@@ -32,9 +34,19 @@ def pooled_median(doc, variant):
     return statistics.median(ms for run in doc["runs"] if run["variant"] == variant for ms in run["iter_ms"])
 
 
+def usage(doc, variant):
+    """' | host busy | CPU ms per iteration' cells (medians over rounds), '' if not recorded."""
+    runs = [r for r in doc["runs"] if r["variant"] == variant and "host_busy" in r]
+    if not runs:
+        return " | - | -"
+    return " | %.0f%% | %.0f" % (statistics.median(r["host_busy"] for r in runs) * 100,
+                                 statistics.median(r["cpu_ms"] for r in runs))
+
+
 def table(docs):
     rows = ["| hosts | batch/rank | variant | ms/iteration (median of rounds) | min-max over rounds "
-            "| median single iteration | speed-up vs DDP (median of rounds) |", "|---|---|---|---|---|---|---|"]
+            "| median single iteration | speed-up vs DDP (median of rounds) | host cores busy "
+            "| CPU ms (all ranks) per iteration |", "|---|---|---|---|---|---|---|---|---|"]
     for doc in docs:
         n, times = doc["cfg"]["nranks"], per_round(doc)
         hosts = "%d (%s)" % (n, doc["cfg"]["condition"]) if doc["cfg"].get("condition") else str(n)
@@ -43,8 +55,9 @@ def table(docs):
             ms = list(by_round.values())
             ratios = [base[r] / t for r, t in by_round.items() if r in base]
             gain = "%.2fx" % statistics.median(ratios) if ratios and v != "ddp" else "-"
-            rows.append("| %s | %d | %s | %.1f | %.1f-%.1f | %.1f | %s |" % (
-                hosts, doc["cfg"]["batch"], v, statistics.median(ms), min(ms), max(ms), pooled_median(doc, v), gain))
+            rows.append("| %s | %d | %s | %.1f | %.1f-%.1f | %.1f | %s%s |" % (
+                hosts, doc["cfg"]["batch"], v, statistics.median(ms), min(ms), max(ms), pooled_median(doc, v), gain,
+                usage(doc, v)))
     return "\n".join(rows)
 
 

@@ -135,7 +135,7 @@ bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
           calls[j].level == calls[i].level)
         return false;  // one message per stream: it goes whole, in issue order
   OpDesc descs[kMaxTransfers];
-  bool send[kMaxTransfers];
+  bool send[kMaxTransfers] = {};
   for (size_t i = 0; i < n; ++i) {
     descs[i] = callDesc(c, calls[i].a, calls[i].level);
     send[i] = calls[i].a.kind == OpKind::Send;
