@@ -414,6 +414,39 @@ TEST(FlowFailure, DeadPeerFailsOperationsOfEveryClassWithinTheTimeout) {
 
 class OpeningFailure : public ::testing::TestWithParam<std::string> {};
 
+// Rank 0's receive from a stalled rank 1 is still making the pair's control
+// socket (rank 1's listener takes the dial, nothing answers it) when a
+// watchdog thread aborts: the abort and the receive return at once, not
+// when the dial would time out (TERN_TIMEOUT 30).
+int abortWhileDiallingBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  if (ctx.rank == 1) meetFate(Fate::Stalls);
+  double abortSecs = 0;
+  std::thread watchdog([&] {
+    usleep(300 * 1000);
+    auto t0 = std::chrono::steady_clock::now();
+    ternCommAbort(comm);
+    abortSecs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  std::vector<char> a(1 << 16);
+  auto t0 = std::chrono::steady_clock::now();
+  ternResult_t r = ternRecv(a.data(), a.size(), ternInt8, 1, comm, nullptr);
+  const double recvSecs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  watchdog.join();
+  int pid = 0;
+  std::ifstream(stallPidFile()) >> pid;
+  if (pid > 0) kill(pid, SIGKILL);
+  unlink(stallPidFile().c_str());
+  if (r == ternSuccess || recvSecs > 3 || abortSecs > 2)
+    return failf(ctx, "receive %s after %.1f s, abort took %.1f s", ternGetErrorString(r), recvSecs, abortSecs);
+  return 0;
+}
+
+TEST_P(OpeningFailure, AbortEndsADialToAStalledPeerAtOnce) {
+  expectRank1Killed(runRanks(2, transportEnv(GetParam(), {{"TERN_TIMEOUT", "30"}}), abortWhileDiallingBody, 1, 60));
+}
+
 TEST_P(OpeningFailure, DeadPeerFailsOpeningsOfEveryClassWithinTheTimeout) {
   expectRank1Killed(runRanks(2, transportEnv(GetParam(), {{"TERN_TIMEOUT", "2"}}),
                              [](RankCtx& c) { return deadPeerBody(c, Fate::DiesAtOnce); }, 1, 60));

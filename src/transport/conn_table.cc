@@ -115,6 +115,7 @@ ConnTable::ConnTable(TableSetup s)
   std::copy(std::begin(s.marks), std::end(s.marks), marks_);
   for (int p = 0; p < nranks_; ++p) ctlFd_[p] = -1;
   dialing_.assign(nranks_, false);
+  dialFd_.assign(nranks_, -1);
   for (int p = 0; p < nranks_; ++p) sendMu_.push_back(std::make_unique<std::mutex>());
   ctlIn_.assign(nranks_, std::string());
   ctlClosed_.assign(nranks_, false);
@@ -138,11 +139,7 @@ ConnTable::ConnTable(TableSetup s)
 void ConnTable::start() { ctl_ = std::thread(&ConnTable::controlLoop, this); }
 
 void ConnTable::quiesce() {
-  {
-    std::lock_guard<std::mutex> lk(ctlMu_);
-    down_ = true;
-  }
-  ctlCv_.notify_all();
+  goDown();
   stop_ = true;
   wake();
   if (ctl_.joinable()) ctl_.join();
@@ -269,11 +266,20 @@ void ConnTable::notifyAll(ternResult_t code, const std::string& why) {
 
 void ConnTable::shutDown() {
   for (auto& s : slots_) s->conn->gone = true;  // nothing more goes out: no graceful close
+  goDown();
+  for (int p = 0; p < nranks_; ++p)
+    if (ctlFd_[p] >= 0) shutdown(ctlFd_[p], SHUT_RDWR);
+}
+
+// No control socket is made from now on; dials under way end now (a peer
+// that stalls mid-handshake would hold them until their deadline), so a
+// failing or closing communicator never waits on them.
+void ConnTable::goDown() {
   {
     std::lock_guard<std::mutex> lk(ctlMu_);
     down_ = true;
-    for (int p = 0; p < nranks_; ++p)
-      if (ctlFd_[p] >= 0) shutdown(ctlFd_[p], SHUT_RDWR);
+    for (int fd : dialFd_)
+      if (fd >= 0) shutdown(fd, SHUT_RDWR);
   }
   ctlCv_.notify_all();
 }
@@ -434,9 +440,21 @@ void ConnTable::admitControl(Admitted& a) {
 ternResult_t ConnTable::dialControl(int peer, Deadline d, int* fd, char* verdict) {
   const char slot = 0;  // slot 0: the control socket; a level's tcp socket names level + 1
   TERN_CHECK(connectBefore(addrs_[peer], d, fd, /*retryRefused=*/false));
+  {
+    std::lock_guard<std::mutex> lk(ctlMu_);
+    if (down_) {  // went down while connecting: goDown could not reach this socket
+      closeFd(*fd);
+      return setError(ternRemoteError, "this communicator failed or is closing");
+    }
+    dialFd_[peer] = *fd;
+  }
   ternResult_t r = authConnect(*fd, secret_, ConnKind::Mesh, rank_, d);
   if (r == ternSuccess) r = sendAll(*fd, &slot, 1, d);
   if (r == ternSuccess) r = recvAll(*fd, verdict, 1, d);
+  {
+    std::lock_guard<std::mutex> lk(ctlMu_);
+    dialFd_[peer] = -1;
+  }
   if (r != ternSuccess) closeFd(*fd);
   return r;
 }

@@ -109,6 +109,7 @@ class ConnTable : public ConnOpener {
   void admitSockets();
   void takeLevelSocket(Admitted& a);
   void sendToControls(const std::string& frame, int except);
+  void goDown();
   void peerClosed(int peer);
 
   int rank_, nranks_;
@@ -126,6 +127,7 @@ class ConnTable : public ConnOpener {
   // sendMu_[peer]: whole frames; ctlMu_: making them (dialing_, down_).
   std::unique_ptr<std::atomic<int>[]> ctlFd_;
   std::vector<bool> dialing_;  // this rank is dialling the peer
+  std::vector<int> dialFd_;    // the socket of that dial once connected (shutDown wakes it)
   bool down_ = false;          // failed or closing: no control socket is made any more
   std::mutex ctlMu_;
   std::condition_variable ctlCv_;
