@@ -476,10 +476,14 @@ ternResult_t Executor::bindSource(const std::vector<OpPtr>& list, size_t i, bool
 // slices, so a peer blocked in our bulk operation still gets it done.
 bool Executor::round() {
   admit();
+  heldFrom_ = kLevels;
   bool urgentWaiting = false;  // a more urgent level has work
   for (auto& list : active_) {
     if (list.empty()) continue;
-    if (urgentWaiting && Clock::now() < heldUntil_) return false;
+    if (urgentWaiting && Clock::now() < heldUntil_) {
+      heldFrom_ = static_cast<int>(&list - active_);
+      return false;
+    }
     const size_t budget = urgentWaiting ? kBudgetYielding : kBudgetAlone;
     bool moved = false, pumped = false;
     for (size_t i = 0; i < list.size(); ++i) {
@@ -783,12 +787,17 @@ void Executor::idleWait(unsigned& idle, const Operation* op) {
   int n = 0;
   if (bell_ >= 0) fds[n++] = {bell_, POLLIN, 0};
   bool pollable = true, any = false, heldBack = false;
-  for (auto& list : active_)
-    for (OpPtr& o : list)
+  // Levels the hold keeps back are not polled: their sockets stay writable
+  // while they wait, and a poll that returned at once for them spun the
+  // driver through the whole hold (a 4-host training step on 2 cores spent
+  // ~20% more CPU per iteration, measured in perf/RESULTS.md, session 37).
+  // The hold's end wakes the poll instead.
+  for (int level = 0; level < heldFrom_; ++level)
+    for (OpPtr& o : active_[level])
       for (Conn* c : o->pumps) {
         any = true;
         const bool writable = c->wantsWritable();
-        heldBack |= !writable && !c->flushed();
+        heldBack |= c->capped();
         if (c->pollFd() < 0) pollable = false;
         else if (n < 65)
           fds[n++] = {c->pollFd(), static_cast<short>(POLLIN | (writable ? POLLOUT : 0)), 0};
@@ -800,8 +809,14 @@ void Executor::idleWait(unsigned& idle, const Operation* op) {
   // A connection holding bytes back at its kernel-queue bound gets no event
   // when the queue drains: look again soon (at 10 Gbit/s the 256 KiB bound
   // drains in 0.2 ms; a millisecond's sleep left the link idle, measured:
-  // a 4-rank bulk allreduce 1.4x slower).
-  const timespec wait{0, heldBack ? 100000 : 1000000};
+  // a 4-rank bulk allreduce 1.4x slower).  Unstaged sends too (the test
+  // once asked whether staged bytes waited, and a capped unstaged step has
+  // none).
+  timespec wait{0, heldBack ? 100000 : 1000000};
+  if (heldFrom_ < kLevels) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(heldUntil_ - Clock::now()).count();
+    wait.tv_nsec = std::max<long>(0, std::min<long>(wait.tv_nsec, left));
+  }
   polling_.store(true);
   if (!anyPending_.load() && !shouldHandOver(op)) ppoll(fds, n, &wait, nullptr);
   polling_.store(false);

@@ -217,6 +217,9 @@ class Executor {
   uint64_t busyRounds_ = 0;      // rounds that moved something (round())
   uint64_t busyRoundsSeen_ = 0;  // busyRounds_ at checkIdle's last look
   Clock::time_point heldUntil_{};  // less urgent levels wait until then (round())
+  // The first level the last round held back (kLevels: none held); idleWait
+  // leaves that level and the ones below it out of its poll until heldUntil_.
+  int heldFrom_ = kLevels;
   int64_t lastAdmitMs_[kLevels] = {};  // when each level last admitted work (coarse ms; urgentInUse)
   Clock::time_point lastListenMove_{};  // listen(): when a standing operation last moved
   std::thread thread_;

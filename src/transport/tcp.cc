@@ -48,6 +48,7 @@ class TcpConn : public Conn {
   void recvConsume(size_t n) override { st_.recv().consume(n); }
   bool flushed() const override { return !st_.ready() || send_().empty(); }
   bool wantsWritable() const override { return (!flushed() || sendBlocked_) && !capped_; }
+  bool capped() const override { return capped_; }
   int pollFd() const override { return fd_; }
   bool inputEnded() const override { return eof_ || (fd_ < 0 && peerGone()); }
   size_t kernelQueued() const override {

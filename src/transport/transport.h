@@ -81,6 +81,10 @@ class Conn {
   // (poll's POLLOUT): committed bytes wait, and nothing but the kernel's
   // room holds them back (tcp: not the bulk bound, which poll cannot see).
   virtual bool wantsWritable() const { return !flushed(); }
+  // Whether the bulk bound held bytes back on the last push (staged ones or
+  // an unstaged step's): poll cannot see the kernel's queue drain, so an
+  // idle wait looks again soon.
+  virtual bool capped() const { return false; }
   // A socket to poll while idle, or -1 when the transport cannot be polled.
   virtual int pollFd() const { return -1; }
   // Whether progress() must be called to move bytes (tcp, ucx; not shm).
