@@ -75,13 +75,26 @@ int transfer(ternComm_t comm, bool send, int peer, int level) {
 // level each: exactly those two connections open, nothing at init.  Over
 // tcp a rank then holds its listener, a control socket per peer it talks
 // to, and a socket per connection.
+// One pipe per rank (up to 4): each rank says it has reached a point
+// (outside tern, which would open other connections), then waits for the
+// others: no rank opens a connection while another still checks that none
+// is open, or fails or exits while a neighbour still opens its connections.
+Signal passed[4];
+void allPassed(int rank, int nranks = 4) {
+  for (int i = 0; i < nranks - 1; ++i) passed[rank].post();
+  for (int r = 0; r < nranks; ++r)
+    if (r != rank) passed[r].await();
+}
+
 int chainBody(RankCtx& ctx, bool countSockets) {
   const std::set<std::string> before = sockets();
   ternComm_t comm = ctx.comm(0);
   if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
   int fails = 0;
-  if (comm->table->openedCount() != 0 || !openConns(comm).empty())
-    fails += failf(ctx, "%d connections open after init", comm->table->openedCount());
+  if (comm->table->openedCount() != 0 || !openConns(comm).empty() || comm->table->controlCount() != 0)
+    fails += failf(ctx, "%d connections and %d control sockets open after init", comm->table->openedCount(),
+                   comm->table->controlCount());
+  allPassed(ctx.rank, ctx.nranks);  // init makes no socket between ranks; nobody has opened one yet
   const int r = ctx.rank;
   if (r == 0) fails += transfer(comm, true, 1, 2) + transfer(comm, false, 2, 7);
   if (r == 1) fails += transfer(comm, false, 0, 2) + transfer(comm, true, 2, 2);
@@ -140,17 +153,6 @@ int ringBody(RankCtx& ctx, bool countSockets) {
 TEST_P(ConnTableT, ControlSocketsOnlyToPeersARankTalksTo) {
   const bool tcp = GetParam() == "tcp";
   expectAllRanksOk(runRanks(4, transportEnv(GetParam()), [&](RankCtx& c) { return ringBody(c, tcp); }, 1, 60));
-}
-
-// One pipe per rank of the 4: each rank says it is through its ring pass
-// (outside tern, which would open other connections), then waits for the
-// other three, so no rank fails or exits while a neighbour's pass still
-// opens its connections.
-Signal passed[4];
-void allPassed(int rank) {
-  for (int i = 0; i < 3; ++i) passed[rank].post();
-  for (int r = 0; r < 4; ++r)
-    if (r != rank) passed[r].await();
 }
 
 // A message passed once around the ring of 4 ranks: afterwards each rank

@@ -643,9 +643,11 @@ ternResult_t Executor::step(Operation& op, size_t budget, bool* moved, bool* pum
   // decides.  Measured (perf/RESULTS.md, 2026-11-27): an urgent allreduce of
   // a few KB waited 77 ms behind 9.6 MB of bulk in a shaper's queue.
   const bool bulk = !op.pumps.empty() && urgentInUse(op.level);
+  const bool mixed = bulk || (!op.pumps.empty() && anyActiveBelow(&active_[op.level]));
   for (Conn* k : op.pumps) {
     bool m = false;
     k->bulk = bulk;
+    k->mixed = mixed;
     TERN_CHECK(k->progress(&m));
     *pumped |= m;
   }

@@ -77,6 +77,12 @@ class Conn {
   // connection's level is less urgent than one in use (Executor::urgentInUse), so
   // a transport with a kernel queue keeps it short (tcp: TERN_BULK_QUEUED).
   bool bulk = false;
+  // Set with `bulk`: another level has work on this rank (more or less
+  // urgent).  A send-only step then stages its payload rather than handing
+  // the kernel the caller's buffer (engine/program.cc, unstagedPayload):
+  // the step would hold its program until the kernel took every byte, and a
+  // ring's next receive waits behind it.
+  bool mixed = false;
   // Whether an idle wait should wake when the endpoint can take more bytes
   // (poll's POLLOUT): committed bytes wait, and nothing but the kernel's
   // room holds them back (tcp: not the bulk bound, which poll cannot see).
