@@ -502,7 +502,6 @@ void ConnTable::controlLoop() {
   while (!stop_.load()) {
     std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {lfd_, POLLIN, 0}};
     const bool handshaking = gate_->addPollFds(&fds);
-    const size_t gateEnd = fds.size();
     {
       std::lock_guard<std::mutex> lk(serveMu_);  // ctlClosed_ changes under it
       for (int p = 0; p < nranks_; ++p) {
@@ -517,9 +516,9 @@ void ConnTable::controlLoop() {
     char drain[64];
     if (fds[0].revents) (void)!read(wake_[0], drain, sizeof drain);
     serviceControl();
-    bool gateEvent = false;
-    for (size_t i = 1; i < gateEnd; ++i) gateEvent |= fds[i].revents != 0;
-    if (gateEvent || opening || handshaking) admitSockets();
+    // A handshake's bytes need no test of their own: while any is under way
+    // the gate is served on every wake-up.
+    if (fds[1].revents || opening || handshaking) admitSockets();
   }
 }
 
