@@ -253,8 +253,10 @@ TEST_P(EngineCase, StatsReadWhileTrafficRuns) { run(statsBody); }
 // per-level waiters do) while the other ranks join 0.8 s late.  A waiter may
 // spin for the drive token once, briefly; one that span after every 1 ms
 // nap used about a core per two waiters (the session-32 fix: executor.cc,
-// Executor::wait).  One waiter may end up driving, which backs off to
-// sleeping as the progress thread does.
+// Executor::wait).  With other requests in flight, a waiter leaves the
+// driving to the progress thread and sleeps until its operation is done:
+// waiters that woke every millisecond to try for the drive token made
+// ~1,000 context switches a second each (the session-38 fix).
 int lateWaitersBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm();
   constexpr int kWaiters = 4;
@@ -266,13 +268,21 @@ int lateWaitersBody(RankCtx& ctx) {
   for (int k = 0; k < kWaiters; ++k)
     if (!(req[k] = asyncAllReduce(x[k], k + 1, comm))) return failf(ctx, "no request: %s", ternGetLastError(comm));
   std::vector<double> cpu(kWaiters), wall(kWaiters);
+  std::vector<long> switches(kWaiters);
   std::atomic<int> failed{0};
   std::vector<std::thread> waiters;
+  auto voluntarySwitches = [] {
+    rusage u{};
+    getrusage(RUSAGE_THREAD, &u);
+    return u.ru_nvcsw;
+  };
   for (int k = 0; k < kWaiters; ++k)
     waiters.emplace_back([&, k] {
       auto t0 = Clock::now();
       const double c0 = cpuSeconds(RUSAGE_THREAD);
+      const long s0 = voluntarySwitches();
       if (ternRequestWait(req[k]) != ternSuccess) ++failed;
+      switches[k] = voluntarySwitches() - s0;
       cpu[k] = cpuSeconds(RUSAGE_THREAD) - c0;
       wall[k] = std::chrono::duration<double>(Clock::now() - t0).count();
     });
@@ -294,6 +304,11 @@ int lateWaitersBody(RankCtx& ctx) {
   if (ctx.rank == 0 && waited > 0.5 && (others > 0.1 * kSlack * waited || sorted[3] > 0.5 * kSlack * waited))
     return failf(ctx, "waiters used %.3f %.3f %.3f %.3f s of CPU in %.2f s of waiting", cpu[0], cpu[1], cpu[2],
                  cpu[3], waited);
+  // Woken by their naps (20 ms) and by completions, not every millisecond.
+  const long most = *std::max_element(switches.begin(), switches.end());
+  if (ctx.rank == 0 && waited > 0.5 && most > 250 * waited)
+    return failf(ctx, "a waiter switched %ld times in %.2f s of waiting (%ld %ld %ld %ld)", most, waited,
+                 switches[0], switches[1], switches[2], switches[3]);
   return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
 }
 

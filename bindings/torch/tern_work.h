@@ -11,6 +11,8 @@
 #pragma once
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -245,6 +247,7 @@ class Completer {
     }
 
     void loop(const std::shared_ptr<State>& self) {
+      pthread_setname_np(pthread_self(), "tern-completer");  // as libtern names its own threads
       std::unique_lock<std::mutex> lk(mu_);
       for (;;) {
         ++idle_;

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/gate.h"
 #include "base/log.h"
+#include "base/thread_name.h"
 
 namespace tern {
 
@@ -56,6 +57,7 @@ std::string badHello(const RankHello& h, int claimed, int nranks, const std::vec
 // The gate handshakes every connection concurrently, so strangers (idle,
 // slow or wrong) cost the ranks nothing.
 void rootLoop(int lfd, Secret secret, double timeoutSec, double handshakeSec) {
+  nameThisThread("tern-bootroot");
   Deadline d = deadlineAfter(timeoutSec);
   int nranks = -1, arrived = 0;
   std::vector<int> fds;

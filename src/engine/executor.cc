@@ -14,6 +14,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/thread_name.h"
 
 namespace tern {
 
@@ -26,6 +27,8 @@ namespace {
 // after a small slice, which bounds how long an urgent operation waits for it.
 constexpr size_t kBudgetAlone = 512 << 10;
 constexpr size_t kBudgetYielding = 16 << 10;
+// An async request's waiter drives it only up to this size, and only alone (wait()).
+constexpr size_t kWaiterDrivesBytes = 64 << 10;
 
 // Payload bytes that decide whether an operation is small: the same on
 // every rank that issued it (descriptor fields only).
@@ -78,6 +81,7 @@ void Executor::ring() {
 OpPtr Executor::newOperation() { return pool_->get(); }
 
 void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
+  for (const OpPtr& op : ops) op->callerDrives = !wake;
   if (admitForCaller(ops, wake)) return;
   int standing = 0;
   {
@@ -156,12 +160,12 @@ void Executor::releaseHeld() {
   }
 }
 
-// Sleeps until `ready` (or a millisecond: the token may have come free).
+// Sleeps until `ready` (or `nap`: the token may have come free).
 template <class Pred>
-void Executor::sleepUntil(Pred ready) {
+void Executor::sleepUntil(Pred ready, std::chrono::milliseconds nap) {
   std::unique_lock<std::mutex> lk(m_);
   ++doneWaiters_;
-  doneCv_.wait_for(lk, std::chrono::milliseconds(1), ready);
+  doneCv_.wait_for(lk, nap, ready);
   --doneWaiters_;
 }
 
@@ -172,6 +176,25 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
   if (heldFor_.load(std::memory_order_relaxed) == &op) {
     heldFor_.store(nullptr, std::memory_order_relaxed);
     if (!driveHeld(&op)) std::this_thread::yield();  // handed over: let the urgent caller in
+  }
+  // While other work is in flight, an async request's waiter leaves the
+  // driving to the progress thread, whose rounds serve the most urgent level
+  // first anyway: waiters that took the token, or asked for it, moved the
+  // drive from thread to thread at every completion.  A training step's
+  // dozen waiting threads per rank (a PriorityScheduler's per-parameter
+  // allreduces) made ~10,000 switches a second per rank that way, and at
+  // 4 ranks on 2 cores their CPU and cache churn slowed the compute they
+  // shared the cores with (perf/RESULTS.md, session 38).  A small lone
+  // operation (torch's blocking all_reduce is an async request waited at
+  // once) is still driven by its waiter, whose latency a wake-up chain
+  // through the progress thread would add to; a large one waits on the
+  // network, beside which a wake-up is nothing.  Every completion wakes the
+  // sleepers (complete()), so a waiter finds out when its operation is done
+  // or has become the only one; the nap only bounds a missed notification.
+  if (!op.callerDrives) {
+    auto leftToOthers = [&] { return outstanding_.load() > 1 || opBytes(op) > kWaiterDrivesBytes; };
+    while (!done() && leftToOthers()) sleepUntil(done, std::chrono::milliseconds(20));
+    if (done()) return finishWait(op, error);
   }
   // Someone else may drive: unless the operation is bulk, stay awake for a
   // while to take the token, since a wake-up on a busy CPU costs more than a
@@ -200,6 +223,10 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
       sleepUntil(done);
     }
   }
+  return finishWait(op, error);
+}
+
+ternResult_t Executor::finishWait(const Operation& op, std::string* error) {
   if (error) {  // (usually empty: no string copy then)
     if (op.error.empty()) error->clear();
     else *error = op.error;
@@ -275,6 +302,7 @@ bool Executor::idle() { return outstanding_.load() == 0; }
 
 void Executor::loop() {
   setLogRank(rank_);
+  nameThisThread("tern-progress");
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(m_);

@@ -174,7 +174,8 @@ class Executor {
   void ring();
   bool driveHeld(const Operation* op);
   template <class Pred>
-  void sleepUntil(Pred ready);
+  void sleepUntil(Pred ready, std::chrono::milliseconds nap = std::chrono::milliseconds(1));
+  static ternResult_t finishWait(const Operation& op, std::string* error);
 
   EngineHost& host_;
   const int rank_;

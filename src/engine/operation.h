@@ -109,6 +109,11 @@ struct Operation {
   // not wait for it), never timed out while it listens, and driven by the
   // progress thread while admitted.
   bool standing = false;
+  // Issued by a caller that waits for it at once and may drive it (a
+  // blocking call: Executor::submit's `wake` false).  Otherwise (an async
+  // request, a nonblocking communicator's call) the progress thread drives
+  // it and its waiter only sleeps until it is done (Executor::wait).
+  bool callerDrives = false;
   uint64_t stamp = 0;  // issue order across levels (Executor::submit; see Phase::postedAt)
   // Device buffers on a caller's stream: this operation's own memory
   // operations (memory.h, "Async contract"; ctx.mem points here), made and

@@ -17,6 +17,7 @@
 
 #include "codec/ternary_cpu.h"
 #include "memory/host_reduce.h"
+#include "base/thread_name.h"
 
 namespace tern {
 namespace sim {
@@ -85,7 +86,7 @@ static_assert(sizeof(SimHandle) <= sizeof(IpcHandle::data), "fits the handle");
 
 class Stream {
  public:
-  Stream() : t_([this] { loop(); }) { t_.detach(); }  // lives as long as the process
+  Stream() : t_([this] { nameThisThread("tern-simstream"); loop(); }) { t_.detach(); }  // lives as long as the process
 
   uint64_t enqueue(std::function<void()> w) {
     std::lock_guard<std::mutex> lk(m_);

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/thread_name.h"
 
 namespace tern {
 
@@ -207,6 +208,7 @@ void ConnTable::begin(Slot& s, bool announce) {
 
 void ConnTable::runOpen(Slot& s, bool announce) {
   setLogRank(rank_);
+  nameThisThread("tern-open");
   ConnSetup cs = setupFor(s.peer, s.level);
   cs.deadline = deadlineAfter(cfg_->timeoutSec);
   cs.ch = &s;
@@ -499,6 +501,7 @@ ternResult_t ConnTable::ensureControl(int peer, Deadline d) {
 // event, holding one socket, at most the gate's 256).
 void ConnTable::controlLoop() {
   setLogRank(rank_);
+  nameThisThread("tern-control");
   while (!stop_.load()) {
     std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {lfd_, POLLIN, 0}};
     const bool handshaking = gate_->addPollFds(&fds);
