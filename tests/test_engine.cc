@@ -257,10 +257,10 @@ TEST_P(EngineCase, StatsReadWhileTrafficRuns) { run(statsBody); }
 // driving to the progress thread and sleeps until its operation is done:
 // waiters that woke every millisecond to try for the drive token made
 // ~1,000 context switches a second each (the session-38 fix).
-int lateWaitersBody(RankCtx& ctx) {
+int lateWaiters(RankCtx& ctx, size_t count) {
   ternComm_t comm = ctx.comm();
   constexpr int kWaiters = 4;
-  std::vector<std::vector<float>> x(kWaiters, std::vector<float>(1024));
+  std::vector<std::vector<float>> x(kWaiters, std::vector<float>(count));
   for (int k = 0; k < kWaiters; ++k) fill(x[k], ctx.rank, k + 1.0f);
   ternBarrier(comm);
   if (ctx.rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(800));
@@ -312,7 +312,12 @@ int lateWaitersBody(RankCtx& ctx) {
   return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
 }
 
-TEST_P(EngineCase, WaitersOnALatePeerSleep) { run(lateWaitersBody); }
+// 4 KiB operations sleep on the executor's shared condition (a small one
+// alone in flight is driven by its waiter); 512 KiB ones on their own word.
+int lateSmallWaitersBody(RankCtx& ctx) { return lateWaiters(ctx, 1024); }
+int lateLargeWaitersBody(RankCtx& ctx) { return lateWaiters(ctx, 128 << 10); }
+TEST_P(EngineCase, WaitersOnALatePeerSleep) { run(lateSmallWaitersBody); }
+TEST_P(EngineCase, WaitersOnLargeOperationsOfALatePeerSleep) { run(lateLargeWaitersBody); }
 
 INSTANTIATE_TEST_SUITE_P(Transports, EngineCase,
                          ::testing::Combine(::testing::ValuesIn(testTransports()),

@@ -13,6 +13,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "base/futex.h"
 #include "base/log.h"
 #include "base/thread_name.h"
 
@@ -81,7 +82,10 @@ void Executor::ring() {
 OpPtr Executor::newOperation() { return pool_->get(); }
 
 void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
-  for (const OpPtr& op : ops) op->callerDrives = !wake;
+  for (const OpPtr& op : ops) {
+    op->callerDrives = !wake;
+    op->waiterSleeps = wake && opBytes(*op) > kWaiterDrivesBytes;
+  }
   if (admitForCaller(ops, wake)) return;
   int standing = 0;
   {
@@ -188,12 +192,16 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
   // operation (torch's blocking all_reduce is an async request waited at
   // once) is still driven by its waiter, whose latency a wake-up chain
   // through the progress thread would add to; a large one waits on the
-  // network, beside which a wake-up is nothing.  Every completion wakes the
-  // sleepers (complete()), so a waiter finds out when its operation is done
-  // or has become the only one; the nap only bounds a missed notification.
+  // network, beside which a wake-up is nothing, and sleeps on its own word.
+  // A small one sleeps on the shared condition, which every completion
+  // notifies, so it finds out when it has become the only one; the nap only
+  // bounds a missed notification.
+  if (op.waiterSleeps) {
+    sleepOnDone(op);
+    return finishWait(op, error);
+  }
   if (!op.callerDrives) {
-    auto leftToOthers = [&] { return outstanding_.load() > 1 || opBytes(op) > kWaiterDrivesBytes; };
-    while (!done() && leftToOthers()) sleepUntil(done, std::chrono::milliseconds(20));
+    while (!done() && outstanding_.load() > 1) sleepUntil(done, std::chrono::milliseconds(20));
     if (done()) return finishWait(op, error);
   }
   // Someone else may drive: unless the operation is bulk, stay awake for a
@@ -224,6 +232,16 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
     }
   }
   return finishWait(op, error);
+}
+
+// Sleeps on the operation's own word until complete() sets it: other
+// completions do not wake this thread (a shared condition variable woke
+// every waiting thread at each one; ~150 switches a second per waiter in a
+// PriorityScheduler step, session 38).  The nap bounds a missed wake-up.
+void Executor::sleepOnDone(Operation& op) {
+  op.sleepers.fetch_add(1);
+  while (op.doneWord.load() == 0) futexWait(&op.doneWord, 0, 20 * 1000 * 1000);
+  op.sleepers.fetch_sub(1);
 }
 
 ternResult_t Executor::finishWait(const Operation& op, std::string* error) {
@@ -728,6 +746,8 @@ void Executor::complete(Operation& op, ternResult_t r, const std::string& err) {
   // No lock unless someone sleeps (the blocking caller usually drives its
   // own operation): a lock pair less per call (see wakeWaiters()).
   op.done.store(true);
+  op.doneWord.store(1);  // seq_cst: sleepOnDone() either sees it or is counted in sleepers
+  if (op.sleepers.load() > 0) futexWakeAll(&op.doneWord);
   (op.standing ? standing_ : outstanding_).fetch_sub(1);
   wakeWaiters();
 }

@@ -176,6 +176,7 @@ class Executor {
   template <class Pred>
   void sleepUntil(Pred ready, std::chrono::milliseconds nap = std::chrono::milliseconds(1));
   static ternResult_t finishWait(const Operation& op, std::string* error);
+  static void sleepOnDone(Operation& op);
 
   EngineHost& host_;
   const int rank_;

@@ -130,6 +130,7 @@ void Operation::reset() {
   unordered = false;
   standing = false;
   callerDrives = false;
+  waiterSleeps = false;
   stamp = 0;
   streamMem.reset();  // releases the caller's stream if a failure left it held
   premul = PreMul();
@@ -148,6 +149,8 @@ void Operation::reset() {
   movesSeen = ~uint64_t(0);
   idleSince = Clock::time_point{};
   done.store(false, std::memory_order_relaxed);
+  doneWord.store(0, std::memory_order_relaxed);
+  sleepers.store(0, std::memory_order_relaxed);
   result = ternSuccess;
   error.clear();
 }

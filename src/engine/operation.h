@@ -109,11 +109,14 @@ struct Operation {
   // not wait for it), never timed out while it listens, and driven by the
   // progress thread while admitted.
   bool standing = false;
-  // Issued by a caller that waits for it at once and may drive it (a
-  // blocking call: Executor::submit's `wake` false).  Otherwise (an async
-  // request, a nonblocking communicator's call) the progress thread drives
-  // it and its waiter only sleeps until it is done (Executor::wait).
+  // How its waiter waits (Executor::wait), decided by the submitting thread
+  // before the executor sees the operation (a stream's task rewrites desc
+  // while it runs).  callerDrives: issued by a caller that waits for it at
+  // once and may drive it (a blocking call: Executor::submit's `wake`
+  // false).  waiterSleeps: an async request too large for its waiter to
+  // drive, which sleeps on doneWord until it is done.
   bool callerDrives = false;
+  bool waiterSleeps = false;
   uint64_t stamp = 0;  // issue order across levels (Executor::submit; see Phase::postedAt)
   // Device buffers on a caller's stream: this operation's own memory
   // operations (memory.h, "Async contract"; ctx.mem points here), made and
@@ -155,6 +158,11 @@ struct Operation {
 
   // Completion, read by any thread.
   std::atomic<bool> done{false};
+  // Set after `done`: the word an async request's waiter sleeps on
+  // (base/futex.h), so a completion wakes that waiter only; `sleepers`
+  // tells complete() whether anyone sleeps on it.
+  std::atomic<uint32_t> doneWord{0};
+  std::atomic<int> sleepers{0};
   ternResult_t result = ternSuccess;
   std::string error;
 
