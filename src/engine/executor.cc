@@ -83,8 +83,8 @@ OpPtr Executor::newOperation() { return pool_->get(); }
 
 void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
   for (const OpPtr& op : ops) {
-    op->callerDrives = !wake;
-    op->waiterSleeps = wake && opBytes(*op) > kWaiterDrivesBytes;
+    using W = Operation::Waiter;
+    op->waiter = !wake ? W::kDrives : opBytes(*op) > kWaiterDrivesBytes ? W::kSleeps : W::kAsync;
   }
   if (admitForCaller(ops, wake)) return;
   int standing = 0;
@@ -196,11 +196,11 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
   // A small one sleeps on the shared condition, which every completion
   // notifies, so it finds out when it has become the only one; the nap only
   // bounds a missed notification.
-  if (op.waiterSleeps) {
+  if (op.waiter == Operation::Waiter::kSleeps) {
     sleepOnDone(op);
     return finishWait(op, error);
   }
-  if (!op.callerDrives) {
+  if (op.waiter == Operation::Waiter::kAsync) {
     while (!done() && outstanding_.load() > 1) sleepUntil(done, std::chrono::milliseconds(20));
     if (done()) return finishWait(op, error);
   }

@@ -129,8 +129,7 @@ void Operation::reset() {
   source = nullptr;
   unordered = false;
   standing = false;
-  callerDrives = false;
-  waiterSleeps = false;
+  waiter = Waiter::kAsync;
   stamp = 0;
   streamMem.reset();  // releases the caller's stream if a failure left it held
   premul = PreMul();

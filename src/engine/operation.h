@@ -111,12 +111,13 @@ struct Operation {
   bool standing = false;
   // How its waiter waits (Executor::wait), decided by the submitting thread
   // before the executor sees the operation (a stream's task rewrites desc
-  // while it runs).  callerDrives: issued by a caller that waits for it at
-  // once and may drive it (a blocking call: Executor::submit's `wake`
-  // false).  waiterSleeps: an async request too large for its waiter to
-  // drive, which sleeps on doneWord until it is done.
-  bool callerDrives = false;
-  bool waiterSleeps = false;
+  // while it runs).  kAsync: an async request small enough for its waiter
+  // to drive once it is alone in flight.  kDrives: a blocking call, whose
+  // caller waits at once and may drive it (Executor::submit's `wake` false,
+  // or the small path's hand-over).  kSleeps: an async request too large
+  // for its waiter to drive; it sleeps on doneWord until it is done.
+  enum class Waiter : uint8_t { kAsync, kDrives, kSleeps };
+  Waiter waiter = Waiter::kAsync;
   uint64_t stamp = 0;  // issue order across levels (Executor::submit; see Phase::postedAt)
   // Device buffers on a caller's stream: this operation's own memory
   // operations (memory.h, "Async contract"; ctx.mem points here), made and

@@ -437,7 +437,7 @@ void Executor::handOver(const OpPtr& op, const char* why) {
   TERN_LOG(Trace, "small path: %s goes to the engine (%s)", describe(op->desc).c_str(), why);
   aloneHanded_.store(aloneHanded_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   outstanding_.fetch_sub(1);  // admitHeld counts it again
-  op->callerDrives = true;    // the blocking caller waits for it now (wait())
+  op->waiter = Operation::Waiter::kDrives;  // the blocking caller waits for it now (wait())
   admitHeld(op);
   ternResult_t r = adoptPhase(*op);
   if (r != ternSuccess) failAll(r, lastThreadError());

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/thread_name.h"
 #include "codec/ternary_cpu.h"
 #include "memory/host_reduce.h"
-#include "base/thread_name.h"
 
 namespace tern {
 namespace sim {
