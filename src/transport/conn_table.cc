@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/error.h"
@@ -89,6 +90,10 @@ struct ConnTable::Slot : Channel {
   // A peer may dial, send and exit before its socket is through our gate:
   // once its control socket has closed, what it dialled before still gets
   // the gate's handshake time to arrive.
+  ternResult_t dial(Deadline d, int* out) override {
+    return table->dialPeer(peer, static_cast<char>(1 + level), d, out, nullptr);
+  }
+
   ternResult_t accepted(Deadline d, int* out) override {
     std::unique_lock<std::mutex> lk(mu);
     auto have = [&] { return fd >= 0; };
@@ -116,7 +121,6 @@ ConnTable::ConnTable(TableSetup s)
   std::copy(std::begin(s.marks), std::end(s.marks), marks_);
   for (int p = 0; p < nranks_; ++p) ctlFd_[p] = -1;
   dialing_.assign(nranks_, false);
-  dialFd_.assign(nranks_, -1);
   for (int p = 0; p < nranks_; ++p) sendMu_.push_back(std::make_unique<std::mutex>());
   ctlIn_.assign(nranks_, std::string());
   ctlClosed_.assign(nranks_, false);
@@ -162,9 +166,7 @@ ConnTable::~ConnTable() {
 }
 
 ConnSetup ConnTable::setupFor(int peer, int level) const {
-  ConnSetup cs{rank_, peer, level, cfg_, Deadline{}, marks_[level], nullptr, addrs_[peer], nullptr};
-  cs.secret = &secret_;
-  return cs;
+  return ConnSetup{rank_, peer, level, cfg_, Deadline{}, marks_[level], nullptr};
 }
 
 ternResult_t ConnTable::connect(int peer, int level) {
@@ -280,8 +282,7 @@ void ConnTable::goDown() {
   {
     std::lock_guard<std::mutex> lk(ctlMu_);
     down_ = true;
-    for (int fd : dialFd_)
-      if (fd >= 0) shutdown(fd, SHUT_RDWR);
+    for (int fd : dialFds_) shutdown(fd, SHUT_RDWR);
   }
   ctlCv_.notify_all();
 }
@@ -439,26 +440,36 @@ void ConnTable::admitControl(Admitted& a) {
   ctlCv_.notify_all();
 }
 
-ternResult_t ConnTable::dialControl(int peer, Deadline d, int* fd, char* verdict) {
-  const char slot = 0;  // slot 0: the control socket; a level's tcp socket names level + 1
-  TERN_CHECK(connectBefore(addrs_[peer], d, fd, /*retryRefused=*/false));
+// Every socket this rank dials to a peer's listener goes through here:
+// connect, prove the job secret, name the slot (0: the control socket; a
+// level's tcp socket: 1 + level), then `more` (the control socket's
+// verdict).  Until it returns, the socket is in dialFds_, so that goDown
+// ends the dial at once: a peer that stalls after its kernel accepted the
+// connection would otherwise hold it, and a closing communicator, until d.
+ternResult_t ConnTable::dialPeer(int peer, char slot, Deadline d, int* fd,
+                                 const std::function<ternResult_t(int)>& more) {
+  TERN_CHECK(connectBefore(addrs_[peer], d, fd, /*retryRefused=*/slot != 0));
   {
     std::lock_guard<std::mutex> lk(ctlMu_);
     if (down_) {  // went down while connecting: goDown could not reach this socket
       closeFd(*fd);
       return setError(ternRemoteError, "this communicator failed or is closing");
     }
-    dialFd_[peer] = *fd;
+    dialFds_.push_back(*fd);
   }
   ternResult_t r = authConnect(*fd, secret_, ConnKind::Mesh, rank_, d);
   if (r == ternSuccess) r = sendAll(*fd, &slot, 1, d);
-  if (r == ternSuccess) r = recvAll(*fd, verdict, 1, d);
+  if (r == ternSuccess && more) r = more(*fd);
   {
     std::lock_guard<std::mutex> lk(ctlMu_);
-    dialFd_[peer] = -1;
+    dialFds_.erase(std::find(dialFds_.begin(), dialFds_.end(), *fd));
   }
   if (r != ternSuccess) closeFd(*fd);
   return r;
+}
+
+ternResult_t ConnTable::dialControl(int peer, Deadline d, int* fd, char* verdict) {
+  return dialPeer(peer, 0, d, fd, [&](int s) { return recvAll(s, verdict, 1, d); });
 }
 
 ternResult_t ConnTable::ensureControl(int peer, Deadline d) {

@@ -103,6 +103,8 @@ class ConnTable : public ConnOpener {
   void controlLoop();
   void readControl(int peer);
   void dispatch(int peer, int type, int level, const std::string& payload);
+  ternResult_t dialPeer(int peer, char slot, Deadline d, int* fd,
+                       const std::function<ternResult_t(int)>& more);
   ternResult_t dialControl(int peer, Deadline d, int* fd, char* verdict);
   void admitControl(Admitted& a);
   void adoptControl(int peer, int fd);
@@ -127,7 +129,7 @@ class ConnTable : public ConnOpener {
   // sendMu_[peer]: whole frames; ctlMu_: making them (dialing_, down_).
   std::unique_ptr<std::atomic<int>[]> ctlFd_;
   std::vector<bool> dialing_;  // this rank is dialling the peer
-  std::vector<int> dialFd_;    // the socket of that dial once connected (shutDown wakes it)
+  std::vector<int> dialFds_;   // sockets being dialled, once connected (goDown ends them)
   bool down_ = false;          // failed or closing: no control socket is made any more
   std::mutex ctlMu_;
   std::condition_variable ctlCv_;

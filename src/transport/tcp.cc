@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "base/auth.h"
+#include "base/socket.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "transport/fifo.h"
@@ -236,22 +236,13 @@ class TcpConn : public Conn {
 
 }  // namespace
 
-// The lower rank dials: connect, prove the job secret, name the level (the
-// gate's trailer: 1 + level, slot 0 being the control socket).
-ternResult_t dialLevel(const ConnSetup& s, int* fd) {
-  TERN_CHECK(connectBefore(s.peerAddr, s.deadline, fd));
-  char slot = static_cast<char>(1 + s.level);
-  TERN_CHECK(authConnect(*fd, *s.secret, ConnKind::Mesh, s.rank, s.deadline));
-  return sendAll(*fd, &slot, 1, s.deadline);
-}
-
 // The higher rank first says it is there (its table admits the socket): the
 // lower one dials only then, so a peer that died is seen on the control
 // channel at once instead of by dialling a dead listener until the deadline.
 ternResult_t TcpConn::open(const ConnSetup& s) {
   char here = 'r';
   ternResult_t r = s.rank < s.peer ? s.ch->recv(&here, 1, s.deadline) : s.ch->send(&here, 1, s.deadline);
-  if (r == ternSuccess) r = s.rank < s.peer ? dialLevel(s, &fd_) : s.ch->accepted(s.deadline, &fd_);
+  if (r == ternSuccess) r = s.rank < s.peer ? s.ch->dial(s.deadline, &fd_) : s.ch->accepted(s.deadline, &fd_);
   if (r == ternSuccess) r = markSocket(fd_, s.mark.dscp, s.mark.soPriority);
   if (r != ternSuccess) return r;  // the destructor closes what was made
   setNonBlocking(fd_, true);

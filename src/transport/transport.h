@@ -9,7 +9,6 @@
 #include <memory>
 #include <string>
 
-#include "base/auth.h"
 #include "base/env.h"
 #include "base/op_desc.h"
 #include "base/socket.h"
@@ -272,6 +271,10 @@ class Channel {
   virtual ~Channel() = default;
   virtual ternResult_t send(const void* p, size_t n, Deadline d) = 0;
   virtual ternResult_t recv(void* p, size_t n, Deadline d) = 0;
+  // tcp, lower rank: a socket for this level dialled to the peer's
+  // listener and authenticated; a communicator that fails or closes ends
+  // the dial at once (the table owns every dial).
+  virtual ternResult_t dial(Deadline d, int* fd) = 0;
   // tcp, higher rank: the socket the peer dialled to our listener for this
   // level, once the table's gate has authenticated it.
   virtual ternResult_t accepted(Deadline d, int* fd) = 0;
@@ -285,9 +288,7 @@ struct ConnSetup {
   const Config* cfg;
   Deadline deadline;   // open(): the whole opening
   FlowMark mark{};     // tcp marks its socket with it
-  Channel* ch = nullptr;            // open(): the control channel's share for (peer, level)
-  SockAddr peerAddr;                // tcp: the peer's listener
-  const Secret* secret = nullptr;   // tcp: authenticates the sockets it dials
+  Channel* ch = nullptr;  // open(): the control channel's share for (peer, level)
 };
 
 // Unopened connections (Conn::open makes the endpoint).
