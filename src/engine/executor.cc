@@ -841,7 +841,8 @@ void Executor::idleWait(unsigned& idle, const Operation* op) {
   pollfd fds[65];
   int n = 0;
   if (bell_ >= 0) fds[n++] = {bell_, POLLIN, 0};
-  bool pollable = true, any = false, heldBack = false;
+  bool pollable = true, any = false;
+  long recheckNs = 1000000;  // a connection capped at its bulk bound looks again sooner
   // Levels the hold keeps back are not polled: their sockets stay writable
   // while they wait, and a poll that returned at once for them spun the
   // driver through the whole hold (a 4-host training step on 2 cores spent
@@ -852,7 +853,7 @@ void Executor::idleWait(unsigned& idle, const Operation* op) {
       for (Conn* c : o->pumps) {
         any = true;
         const bool writable = c->wantsWritable();
-        heldBack |= c->capped();
+        if (long ns = c->cappedRecheckNs(); ns > 0) recheckNs = std::min(recheckNs, ns);
         if (c->pollFd() < 0) pollable = false;
         else if (n < 65)
           fds[n++] = {c->pollFd(), static_cast<short>(POLLIN | (writable ? POLLOUT : 0)), 0};
@@ -862,12 +863,12 @@ void Executor::idleWait(unsigned& idle, const Operation* op) {
     return;
   }
   // A connection holding bytes back at its kernel-queue bound gets no event
-  // when the queue drains: look again soon (at 10 Gbit/s the 256 KiB bound
-  // drains in 0.2 ms; a millisecond's sleep left the link idle, measured:
-  // a 4-rank bulk allreduce 1.4x slower).  Unstaged sends too (the test
-  // once asked whether staged bytes waited, and a capped unstaged step has
-  // none).
-  timespec wait{0, heldBack ? 100000 : 1000000};
+  // when the queue drains: look again when it says (at 10 Gbit/s the 256 KiB
+  // bound drains in 0.2 ms; a millisecond's sleep left the link idle,
+  // measured: a 4-rank bulk allreduce 1.4x slower).  Unstaged sends too (the
+  // test once asked whether staged bytes waited, and a capped unstaged step
+  // has none).
+  timespec wait{0, recheckNs};
   if (heldFrom_ < kLevels) {
     const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(heldUntil_ - Clock::now()).count();
     wait.tv_nsec = std::max<long>(0, std::min<long>(wait.tv_nsec, left));

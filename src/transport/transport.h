@@ -88,8 +88,8 @@ class Conn {
   virtual bool wantsWritable() const { return !flushed(); }
   // Whether the bulk bound held bytes back on the last push (staged ones or
   // an unstaged step's): poll cannot see the kernel's queue drain, so an
-  // idle wait looks again soon.
-  virtual bool capped() const { return false; }
+  // idle wait looks again after this many nanoseconds (0: not capped).
+  virtual long cappedRecheckNs() const { return 0; }
   // A socket to poll while idle, or -1 when the transport cannot be polled.
   virtual int pollFd() const { return -1; }
   // Whether progress() must be called to move bytes (tcp, ucx; not shm).
