@@ -7,7 +7,9 @@ cfg: nranks, store (a file:// rendezvous path), variants (["ddp", "tac", ...]), 
 rank), width, hidden, lr, partition_bytes, credit_bytes, bandwidth_gbps.
 A variant may carry tern settings after "@" ("tac@TERN_BULK_QUEUED=0+TERN_X=1"):
 it then runs on a process group of its own, whose communicator was made with
-them (an A/B of an engine setting interleaved in one job).
+them (an A/B of an engine setting interleaved in one job).  The settings
+partition_kb and credit_kb are the scheduler's instead, for this variant
+("tac@partition_kb=4096+credit_kb=8192").
 Each round runs every variant once, in turn (interleaved: the shared host's
 load drifts), each from the same initial weights on the same batches of
 Fashion-MNIST: `warmup` iterations, then `iters` timed ones (from a barrier
@@ -73,8 +75,18 @@ def step_plain(model, opt, x, y):
 _groups = {}
 
 
+SCHEDULER_SETTINGS = {"partition_kb": "partition_bytes", "credit_kb": "credit_bytes"}
+
+
+def split_settings(settings):
+    """A variant's "@" settings: (tern's, as "K=V+K=V"; the scheduler's {cfg key: bytes})."""
+    pairs = [kv.split("=", 1) for kv in settings.split("+")] if settings else []
+    sched = {SCHEDULER_SETTINGS[k]: int(v) << 10 for k, v in pairs if k in SCHEDULER_SETTINGS}
+    return "+".join("=".join(p) for p in pairs if p[0] not in SCHEDULER_SETTINGS), sched
+
+
 def group_for(settings):
-    """The process group for a variant's "@" settings (None: the default
+    """The process group for a variant's tern settings (None: the default
     group), made once: tern reads its settings when a communicator is made."""
     if not settings:
         return None
@@ -94,6 +106,8 @@ def group_for(settings):
 def run_variant(variant, cfg, data, record):
     """(per-iteration ms, seconds of the timed part, spans, levels)."""
     variant, _, settings = variant.partition("@")
+    settings, sched_cfg = split_settings(settings)
+    sched_cfg = dict(cfg, **sched_cfg)
     # ddp: DDP's default 25 MB buckets; ddp-1mb: small buckets, so the first
     # ones travel during the backward
     model = DDP(skewed_mlp(cfg["width"], cfg["hidden"]), bucket_cap_mb=1 if variant == "ddp-1mb" else 25,
@@ -102,8 +116,8 @@ def run_variant(variant, cfg, data, record):
     sched = None
     if not variant.startswith("ddp"):
         sched = tern.torch.PriorityScheduler(
-            model, opt, policy=variant, sample_batch=data[0][0], partition_bytes=cfg["partition_bytes"],
-            credit_bytes=cfg["credit_bytes"], bandwidth_gbps=cfg["bandwidth_gbps"], record=record)
+            model, opt, policy=variant, sample_batch=data[0][0], partition_bytes=sched_cfg["partition_bytes"],
+            credit_bytes=sched_cfg["credit_bytes"], bandwidth_gbps=cfg["bandwidth_gbps"], record=record)
 
     def step(x, y):
         if sched is None:
