@@ -2,6 +2,7 @@
 // matching across ranks, asynchronous requests, several threads on one
 // communicator, operation mismatches reported on every rank, dead peers while
 // requests are in flight.  Real processes over shm and tcp (and UCX when built).
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -318,6 +319,51 @@ int lateSmallWaitersBody(RankCtx& ctx) { return lateWaiters(ctx, 1024); }
 int lateLargeWaitersBody(RankCtx& ctx) { return lateWaiters(ctx, 128 << 10); }
 TEST_P(EngineCase, WaitersOnALatePeerSleep) { run(lateSmallWaitersBody); }
 TEST_P(EngineCase, WaitersOnLargeOperationsOfALatePeerSleep) { run(lateLargeWaitersBody); }
+
+// Whether this process still has a thread named `name` (tern names its own).
+bool hasThread(const char* name) {
+  DIR* d = opendir("/proc/self/task");
+  bool found = false;
+  while (dirent* e = d && !found ? readdir(d) : nullptr) {
+    char comm[64] = {};
+    FILE* f = e->d_name[0] != '.' ? fopen((std::string("/proc/self/task/") + e->d_name + "/comm").c_str(), "r") : nullptr;
+    if (!f) continue;
+    found = fgets(comm, sizeof comm, f) && strncmp(comm, name, strlen(name)) == 0;
+    fclose(f);
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+// Small async requests waited at once: each waiter drives its lone
+// operation, racing the progress thread that the submission woke.  The
+// progress thread once left for good when it woke to an operation a waiter
+// had already completed (it took that for a stop), and async waiters that
+// sleep while others are in flight then waited forever (a DDP training hung
+// in CI).  It must still be there after thousands of such races, and two
+// requests in flight at once must still complete.
+int progressOutlivesRacesBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  std::vector<float> x(16), y(16);
+  for (int i = 0; i < 10000; ++i) {
+    ternRequest_t req = asyncAllReduce(x, TERN_PRIORITY_DEFAULT, comm);
+    if (!req || ternRequestWait(req) != ternSuccess) return failf(ctx, "request %d failed", i);
+  }
+  int fails = 0;
+  if (!hasThread("tern-progress")) fails += failf(ctx, "the progress thread is gone");
+  for (int i = 0; i < 200; ++i) {  // two in flight: their waiters leave the driving to it
+    fill(x, ctx.rank, 1.0f);
+    fill(y, ctx.rank, 2.0f);
+    ternRequest_t a = asyncAllReduce(x, TERN_PRIORITY_DEFAULT, comm), b = asyncAllReduce(y, TERN_PRIORITY_DEFAULT, comm);
+    if (!a || !b || ternRequestWait(b) != ternSuccess || ternRequestWait(a) != ternSuccess)
+      return failf(ctx, "pair %d failed: %s", i, ternGetLastError(comm));
+    if (!sumIsRight(x, ctx.nranks, 1.0f) || !sumIsRight(y, ctx.nranks, 2.0f)) return failf(ctx, "pair %d wrong", i);
+  }
+  ternCommDestroy(comm);
+  return fails;
+}
+TEST_P(EngineCase, ProgressThreadOutlivesWaitersThatFinishItsWork) { run(progressOutlivesRacesBody); }
 
 INSTANTIATE_TEST_SUITE_P(Transports, EngineCase,
                          ::testing::Combine(::testing::ValuesIn(testTransports()),

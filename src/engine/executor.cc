@@ -325,7 +325,11 @@ void Executor::loop() {
     {
       std::unique_lock<std::mutex> lk(m_);
       workCv_.wait(lk, [&] { return stopping_ || outstanding_.load() > 0 || standing_.load() > 0; });
-      if (outstanding_.load() == 0 && (stopping_ || standing_.load() == 0)) return;  // stopping
+      // Only a stop ends the thread.  Woken for work that a waiter drove to
+      // completion meanwhile, it once took "nothing outstanding, nothing
+      // standing" for a stop and left for good; async waiters, which leave
+      // the driving to it while others are in flight, then waited forever.
+      if (stopping_ && outstanding_.load() == 0) return;
     }
     if (outstanding_.load() == 0) {
       listen();
