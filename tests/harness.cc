@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 namespace terntest {
@@ -114,6 +116,22 @@ RunResult runRanks(int nranks, const std::map<std::string, std::string>& env, co
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return res;
+}
+
+std::vector<std::string> threadDirs(const char* name) {
+  std::vector<std::string> out;
+  DIR* d = opendir("/proc/self/task");
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    if (e->d_name[0] == '.') continue;
+    const std::string dir = std::string("/proc/self/task/") + e->d_name;
+    char comm[64] = {};
+    FILE* f = name ? fopen((dir + "/comm").c_str(), "r") : nullptr;
+    const bool named = !name || (f && fgets(comm, sizeof comm, f) && strncmp(comm, name, strlen(name)) == 0);
+    if (f) fclose(f);
+    if (named) out.push_back(dir);
+  }
+  if (d) closedir(d);
+  return out;
 }
 
 std::vector<std::string> testTransports() {

@@ -72,6 +72,11 @@ inline double cpuSeconds(int who = RUSAGE_SELF) {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
+// This process's threads as /proc/self/task/<tid> folders; with `name`,
+// only those whose name starts with it (tern names its threads:
+// "tern-progress", "tern-completer", ...).
+std::vector<std::string> threadDirs(const char* name = nullptr);
+
 // A pipe made before the ranks fork (make it in the test, or as a global):
 // one rank tells another when to go on, outside tern (when a tern call
 // would itself be the thing under test, or would time out meanwhile).

@@ -2,7 +2,6 @@
 // matching across ranks, asynchronous requests, several threads on one
 // communicator, operation mismatches reported on every rank, dead peers while
 // requests are in flight.  Real processes over shm and tcp (and UCX when built).
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -320,21 +319,6 @@ int lateLargeWaitersBody(RankCtx& ctx) { return lateWaiters(ctx, 128 << 10); }
 TEST_P(EngineCase, WaitersOnALatePeerSleep) { run(lateSmallWaitersBody); }
 TEST_P(EngineCase, WaitersOnLargeOperationsOfALatePeerSleep) { run(lateLargeWaitersBody); }
 
-// Whether this process still has a thread named `name` (tern names its own).
-bool hasThread(const char* name) {
-  DIR* d = opendir("/proc/self/task");
-  bool found = false;
-  while (dirent* e = d && !found ? readdir(d) : nullptr) {
-    char comm[64] = {};
-    FILE* f = e->d_name[0] != '.' ? fopen((std::string("/proc/self/task/") + e->d_name + "/comm").c_str(), "r") : nullptr;
-    if (!f) continue;
-    found = fgets(comm, sizeof comm, f) && strncmp(comm, name, strlen(name)) == 0;
-    fclose(f);
-  }
-  if (d) closedir(d);
-  return found;
-}
-
 // Small async requests waited at once: each waiter drives its lone
 // operation, racing the progress thread that the submission woke.  The
 // progress thread once left for good when it woke to an operation a waiter
@@ -351,7 +335,7 @@ int progressOutlivesRacesBody(RankCtx& ctx) {
     if (!req || ternRequestWait(req) != ternSuccess) return failf(ctx, "request %d failed", i);
   }
   int fails = 0;
-  if (!hasThread("tern-progress")) fails += failf(ctx, "the progress thread is gone");
+  if (threadDirs("tern-progress").empty()) fails += failf(ctx, "the progress thread is gone");
   for (int i = 0; i < 200; ++i) {  // two in flight: their waiters leave the driving to it
     fill(x, ctx.rank, 1.0f);
     fill(y, ctx.rank, 2.0f);

@@ -6,7 +6,6 @@
 // hosts, and correct results from every collective; and, with the switch's
 // port to a host shaped, that a less urgent level leaves a short queue in
 // it once priorities are in use (TERN_BULK_QUEUED).  Needs root (CI is).
-#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -208,21 +207,13 @@ long wakeUps(const char* name) {
   rusage u{};
   getrusage(RUSAGE_THREAD, &u);
   long n = u.ru_nvcsw;
-  DIR* d = opendir("/proc/self/task");
-  while (dirent* e = d ? readdir(d) : nullptr) {
-    const std::string task = std::string("/proc/self/task/") + e->d_name;
-    char comm[64] = {};
-    FILE* f = e->d_name[0] != '.' ? fopen((task + "/comm").c_str(), "r") : nullptr;
-    if (!f) continue;
-    const bool named = fgets(comm, sizeof comm, f) && strncmp(comm, name, strlen(name)) == 0;
-    fclose(f);
-    if (!named || !(f = fopen((task + "/status").c_str(), "r"))) continue;
+  for (const std::string& dir : threadDirs(name)) {
+    FILE* f = fopen((dir + "/status").c_str(), "r");
     char line[128];
-    while (fgets(line, sizeof line, f))
+    while (f && fgets(line, sizeof line, f))
       if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0) n += atol(line + 24);
-    fclose(f);
+    if (f) fclose(f);
   }
-  if (d) closedir(d);
   return n;
 }
 

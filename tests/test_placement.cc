@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <dirent.h>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -26,16 +25,13 @@ std::string slurp(const std::string& path) {
 // Cpus_allowed_list of every thread of this process but the calling one.
 std::vector<std::string> otherThreadsCpus() {
   std::vector<std::string> out;
-  DIR* d = opendir("/proc/self/task");
-  if (!d) return out;
-  std::string self = std::to_string(gettid());
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.' || self == e->d_name) continue;
-    std::istringstream st(slurp(std::string("/proc/self/task/") + e->d_name + "/status"));
+  const std::string self = "/proc/self/task/" + std::to_string(gettid());
+  for (const std::string& dir : threadDirs()) {
+    if (dir == self) continue;
+    std::istringstream st(slurp(dir + "/status"));
     for (std::string line; std::getline(st, line);)
       if (line.rfind("Cpus_allowed_list:", 0) == 0) out.push_back(line.substr(line.find_last_of("\t ") + 1));
   }
-  closedir(d);
   return out;
 }
 

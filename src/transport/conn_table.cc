@@ -87,13 +87,13 @@ struct ConnTable::Slot : Channel {
     return ternSuccess;
   }
 
-  // A peer may dial, send and exit before its socket is through our gate:
-  // once its control socket has closed, what it dialled before still gets
-  // the gate's handshake time to arrive.
   ternResult_t dial(Deadline d, int* out) override {
     return table->dialPeer(peer, static_cast<char>(1 + level), d, out, nullptr);
   }
 
+  // A peer may dial, send and exit before its socket is through our gate:
+  // once its control socket has closed, what it dialled before still gets
+  // the gate's handshake time to arrive.
   ternResult_t accepted(Deadline d, int* out) override {
     std::unique_lock<std::mutex> lk(mu);
     auto have = [&] { return fd >= 0; };

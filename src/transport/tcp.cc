@@ -20,9 +20,9 @@
 #include <cstddef>
 #include <cstring>
 
-#include "base/socket.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/socket.h"
 #include "transport/fifo.h"
 #include "transport/transport.h"
 
