@@ -69,7 +69,7 @@ Config readConfig() {
   // 0.45-0.96x (perf/RESULTS.md, 2026-11-28; off until then, when it
   // measured the same as the fifo's two pipelined copies).  Smaller
   // transfers stay in the fifo: at 32-64 KiB it went either way (0.45-1.38x).
-  c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 128 << 10, bad), 0));
+  c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 0, bad), 0));
   // Device buffers: staging costs two PCIe crossings a side, IPC one
   // device copy; below this the posting round trip is not worth it.
   c.shmIpcBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_IPC", 64 << 10, bad), 0));

@@ -1,6 +1,9 @@
 // Ring allgather: each rank's block travels N-1 hops; chunked so blocks flow
-// on while they arrive.  Two ranks with large blocks: one hop each way, the
-// send and the receive programs of their own that may go single copy.
+// on while they arrive.  At every size and rank count: the 2-rank pair form
+// (a send and a receive as programs of their own, for single copy) and a
+// pair form at more ranks on one host measured 1.09-1.18x and 0.99-1.18x the
+// ring's time through the fifo, and twice it single copy (perf/RESULTS.md,
+// 2026-12-01).
 #include <algorithm>
 
 #include "collectives/collectives.h"
@@ -17,21 +20,6 @@ void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPer
   auto block = [&](int k) { return d + static_cast<size_t>(x.rankAt(k)) * bytesPerRank; };
   if (n == 1) {
     if (s != d) x.mem->copy(d, s, bytesPerRank);
-    return;
-  }
-  // Two ranks, blocks of 256 KiB and more: where single copy paid for
-  // allgather (perf/RESULTS.md, 2026-11-28).  Below it the ring's one program costs less
-  // per call (8 KiB-128 KiB: 1.04-1.30x the time as programs of their own).
-  // A constant, not this rank's TERN_SHM_DIRECT: both ranks must make the
-  // same plan (a direct-marked step at or above the connection's agreed
-  // threshold carries a header even where its payload streams), and ranks
-  // may disagree on the setting.
-  constexpr size_t kPairFrom = 256 << 10;
-  if (n == 2 && bytesPerRank >= kPairFrom) {  // one hop each way: plain transfers, as all-to-all's
-    Transfers t(ph, false);
-    t.send(x.next(), s, bytesPerRank);
-    t.local(s, block(r), bytesPerRank);
-    t.recv(x.prev(), block(r + 1), bytesPerRank);
     return;
   }
   Conn* in = x.prev();
