@@ -63,12 +63,10 @@ Config readConfig() {
   c.fifoWindow = static_cast<size_t>(std::max<long long>(envInt("TERN_FIFO_WINDOW", 4096, bad), 0));
   c.smallBytes = static_cast<size_t>(envInt("TERN_SMALL_THRESHOLD", 32 << 10, bad));
   if (c.smallBytes > c.fifoBytes / 4) c.smallBytes = c.fifoBytes / 4;
-  // From 128 KiB: on today's engine single copy moves send/recv, broadcast
-  // at 2 ranks, all-to-all, gather and scatter of 1 MiB and more in
-  // 0.34-0.92x the fifo's time at 2 and 4 ranks, 128 KiB transfers in
-  // 0.45-0.96x (perf/RESULTS.md, 2026-11-28; off until then, when it
-  // measured the same as the fifo's two pipelined copies).  Smaller
-  // transfers stay in the fifo: at 32-64 KiB it went either way (0.45-1.38x).
+  // Off: on this project's host single copy (process_vm_readv) moves
+  // 7-11 GB/s against 17-63 for the fifo's two in-cache copies, and with
+  // 128 KiB (its default from 2026-11-28) plain transfers of 256 KiB-64 MiB
+  // took 1.2-3.2x the fifo's time at 2 ranks (perf/RESULTS.md, 2026-12-01).
   c.shmDirectBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_DIRECT", 0, bad), 0));
   // Device buffers: staging costs two PCIe crossings a side, IPC one
   // device copy; below this the posting round trip is not worth it.

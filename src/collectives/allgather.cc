@@ -1,13 +1,12 @@
 // Ring allgather: each rank's block travels N-1 hops; chunked so blocks flow
-// on while they arrive.  At every size and rank count: the 2-rank pair form
-// (a send and a receive as programs of their own, for single copy) and a
-// pair form at more ranks on one host measured 1.09-1.18x and 0.99-1.18x the
-// ring's time through the fifo, and twice it single copy (perf/RESULTS.md,
-// 2026-12-01).
+// on while they arrive.  The ring at every size and rank count: a pair form
+// (a send to and a receive from each peer, programs of their own that may go
+// single copy) took 1.09-1.18x the ring's time through the fifo at 2 ranks,
+// 0.99-1.18x at 4 on one host, and about twice it single copy
+// (perf/RESULTS.md, 2026-12-01).
 #include <algorithm>
 
 #include "collectives/collectives.h"
-#include "collectives/transfers.h"
 
 namespace tern {
 

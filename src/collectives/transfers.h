@@ -1,5 +1,5 @@
 // Plain transfers between the callers' buffers as a plan's programs: the
-// all-to-all family (alltoall.cc), the two-rank broadcast and allgather, and
+// all-to-all family (alltoall.cc), the two-rank broadcast, and
 // the descriptor a rooted plan would leave unread (greet / hear).
 #pragma once
 #include "engine/program.h"
