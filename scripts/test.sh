@@ -23,7 +23,7 @@ elif [ "${1:-}" = "--tsan" ]; then
   # Without UCX: its memory hooks (libucm) crash under TSan (UCX is covered by
   # the plain and ASan runs).  halt_on_error: a report fails the test.
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
-  (cd build-tsan && ctest -L core -R "Engine|Mismatch|DeadPeer|ConnTable|ConfigStruct|Priority|P2P|RecvAny|Collectives|Stats|FaultsAbort|WeightStream|SmallMessages|SmallPath|RootedChecks|LlStream|DeviceSim|Fifo" \
+  (cd build-tsan && ctest -L core -R "Engine|Mismatch|DeadPeer|ConnTable|ConfigStruct|Priority|P2P|RecvAny|Collectives|Stats|FaultsAbort|WeightStream|SmallMessages|SmallPath|AbortDuring|RootedChecks|LlStream|DeviceSim|Fifo" \
      --output-on-failure)
 else
   ./scripts/build.sh build

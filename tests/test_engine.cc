@@ -492,6 +492,45 @@ INSTANTIATE_TEST_SUITE_P(Transports, DeadPeer,
                          ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3)),
                          [](const auto& info) { return transportRanksName(info); });
 
+// One thread aborts the communicator while another is in the middle of a
+// stream of small blocking allreduces on it (the small path's thread slot,
+// api.cc's InCall): the abort waits for the call to leave before the
+// communicator is freed (ASan sees a use after free otherwise), the calling
+// thread gets an error, not a crash or a hang, and every later call is
+// refused as not live.
+int abortDuringCallsBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  std::atomic<long> calls{0};
+  std::atomic<int> last{ternSuccess};
+  std::thread caller([&] {
+    float x[2] = {1, 2};
+    ternResult_t r;
+    while ((r = ternAllReduce(x, x, 2, ternFloat32, ternSum, comm, nullptr)) == ternSuccess) ++calls;
+    last = r;
+  });
+  while (calls.load() < 2000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto t0 = Clock::now();
+  ternResult_t a = ternCommAbort(comm);
+  caller.join();
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (a != ternSuccess) return failf(ctx, "abort gave %s", ternGetErrorString(a));
+  if (last.load() == ternSuccess) return failf(ctx, "the calls went on after the abort");
+  if (secs > 10) return failf(ctx, "the calling thread took %.1f s to stop", secs);
+  float y = 0;
+  if (ternAllReduce(&y, &y, 1, ternFloat32, ternSum, comm, nullptr) != ternInvalidUsage)
+    return failf(ctx, "a call on the aborted communicator was not refused");
+  return 0;
+}
+
+TEST(AbortDuringCalls, TheCallingThreadGetsAnErrorAndNothingIsFreedUnderIt) {
+  for (const char* transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    RunResult r = runRanks(2, transportEnv(transport, {{"TERN_TIMEOUT", "15"}}), abortDuringCallsBody, 1, 60);
+    EXPECT_FALSE(r.timedOut);
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(r.exitCodes[i], 0) << "rank " << i;
+  }
+}
+
 }  // namespace
 
 // ---- the config struct -------------------------------------------------------

@@ -33,25 +33,109 @@ std::mutex registryMu;
 std::unordered_set<const ternComm*> registry;  // live communicators
 // Bumped (under registryMu) whenever a communicator leaves the registry.
 std::atomic<uint64_t> registryGen{0};
-// The communicator this thread last found live, and the generation then:
-// while no communicator has left since, it still is (a new one at the same
-// address needs the old one gone first, which bumps the generation).  Spares
-// a call's liveness check the registry's lock and hash lookup (~90
-// instructions of an 8-byte allreduce's ~4,200).
-struct LiveCache {
-  const ternComm* comm = nullptr;
-  uint64_t gen = 0;
+// Which communicator each thread is inside a call on, for ternCommDestroy
+// to wait for: a blocking call enters with one store to its thread's slot
+// and leaves with another, where the registry's lock, its hash lookup and
+// the communicator's caller count took four atomic read-modify-writes and
+// ~110 instructions of an 8-byte allreduce's ~1,800 (session 41).  The
+// slot is stored before the liveness check (isLive) and unregister bumps the
+// generation before it reads the slots (deleteWhenUnused), so either the
+// call sees the communicator gone or its destroyer sees the call.  Slots are
+// never freed: a thread's goes back to the list when the thread ends.
+struct CallSlot {
+  std::atomic<const ternComm*> comm{nullptr};
+  std::atomic<bool> taken{true};
+  CallSlot* next = nullptr;
 };
-thread_local LiveCache liveCache;
+std::atomic<CallSlot*> callSlots{nullptr};
 
-bool isLive(const ternComm* c) {
-  LiveCache& k = liveCache;
-  if (c && k.comm == c && k.gen == registryGen.load(std::memory_order_acquire)) return true;
+// What a call looks up per thread, in one trivially built object (in a
+// shared library each thread_local is a __tls_get_addr call, and one with a
+// constructor a guard check besides): the communicator this thread last
+// found live and the generation then (while no communicator has left since,
+// it still is: a new one at the same address needs the old one gone first,
+// which bumps the generation; spares the registry's lock and hash lookup),
+// and the thread's call slot.
+struct ThreadCall {
+  const ternComm* live = nullptr;
+  uint64_t gen = 0;
+  CallSlot* slot = nullptr;
+};
+thread_local ThreadCall threadCall;
+
+CallSlot* newSlot() {
+  for (CallSlot* s = callSlots.load(std::memory_order_acquire); s; s = s->next) {
+    bool expected = false;
+    if (s->taken.compare_exchange_strong(expected, true)) return s;
+  }
+  CallSlot* s = new CallSlot;
+  s->next = callSlots.load(std::memory_order_relaxed);
+  while (!callSlots.compare_exchange_weak(s->next, s, std::memory_order_release)) {
+  }
+  return s;
+}
+
+// The thread's slot, taken on its first call and given back when it ends.
+CallSlot& slotOf(ThreadCall& t) {
+  struct GiveBack {
+    CallSlot* s;
+    ~GiveBack() {
+      threadCall.slot = nullptr;
+      s->taken.store(false, std::memory_order_release);
+    }
+  };
+  if (!t.slot) {
+    t.slot = newSlot();
+    static thread_local GiveBack back{t.slot};
+  }
+  return *t.slot;
+}
+
+bool inCall(const ternComm* c) {
+  for (CallSlot* s = callSlots.load(std::memory_order_acquire); s; s = s->next)
+    if (s->comm.load(std::memory_order_seq_cst) == c) return true;
+  return false;
+}
+
+bool isLive(const ternComm* c, ThreadCall& t) {
+  // seq_cst: a call stores its slot before this load (InCall), and
+  // unregister bumps the generation before it reads the slots.
+  if (c && t.live == c && t.gen == registryGen.load(std::memory_order_seq_cst)) return true;
   std::lock_guard<std::mutex> lk(registryMu);
   if (!registry.count(c)) return false;
-  k = {c, registryGen.load(std::memory_order_relaxed)};
+  t.live = c, t.gen = registryGen.load(std::memory_order_relaxed);
   return true;
 }
+bool isLive(const ternComm* c) { return isLive(c, threadCall); }
+
+// A call on the communicator: through the thread's slot when it is free,
+// else (a call made inside another) through the communicator's caller
+// count.  `entered` is false when the communicator is not live.
+class InCall {
+ public:
+  explicit InCall(ternComm* c) : c_(c) {
+    ThreadCall& t = threadCall;
+    CallSlot& s = slotOf(t);
+    if (s.comm.load(std::memory_order_relaxed) == nullptr) {
+      s.comm.store(c, std::memory_order_seq_cst);
+      slot_ = &s;
+      if (!(entered = isLive(c, t))) leave();
+    } else {
+      entered = enterComm(c);
+    }
+  }
+  ~InCall() { leave(); }
+  void leave() {
+    if (slot_) slot_->comm.store(nullptr, std::memory_order_release);
+    else if (entered) leaveComm(c_);
+    slot_ = nullptr, entered = false;
+  }
+  bool entered = false;
+
+ private:
+  ternComm* c_;
+  CallSlot* slot_ = nullptr;
+};
 
 // Records an API-level failure both for the thread and on the communicator.
 ternResult_t fail(ternComm* c, ternResult_t code, const std::string& msg) {
@@ -211,26 +295,21 @@ ternResult_t launch(ternComm* c, CollArgs args, ternStream_t stream = nullptr,
   const char* what = collectiveKind(args.kind).name;
   std::unique_ptr<MemOps> mem;
   if (stream) TERN_CHECK(streamOps(c, args, stream, what, &mem));
-  if (!enterComm(c))
-    return fail(nullptr, ternInvalidUsage, "comm was destroyed or aborted during the call");
+  InCall call(c);
+  if (!call.entered) return fail(nullptr, ternInvalidUsage, "comm was destroyed or aborted during the call");
   ternResult_t alone;
-  if (!stream && !task && (callAlone(c, args, &alone) || recordInGroup(c, args, &alone))) {
-    leaveComm(c);
-    return alone;
-  }
+  if (!stream && !task && (callAlone(c, args, &alone) || recordInGroup(c, args, &alone))) return alone;
   OpPtr op = c->engine->newOperation();
   op->streamMem = std::move(mem);
   std::string why;
   ternResult_t r = static_cast<int>(args.op) >= ternNumOps ? setUpPreMulSum(c, &args, *op, &why)
                                                             : ternSuccess;
   if (r != ternSuccess) {
-    leaveComm(c);
+    call.leave();
     return fail(c, r, std::string(what) + ": " + why);
   }
   makeOp(c, op, args, std::move(task), currentPriority());
-  r = launchOp(c, std::move(op));
-  leaveComm(c);
-  return r;
+  return launchOp(c, std::move(op));
 }
 
 }  // namespace
@@ -359,7 +438,7 @@ static void finishOutstanding(ternComm_t comm) {
 // Frees a communicator once no other thread is inside a call on it (their
 // operations have completed: they only have to return).
 static void deleteWhenUnused(ternComm_t comm) {
-  while (comm->callers.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (comm->callers.load() > 0 || inCall(comm)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   delete comm;
 }
 
@@ -369,7 +448,7 @@ static ternResult_t unregister(ternComm_t comm) {
   if (!registry.erase(comm))
     return setError(ternInvalidUsage,
                     "comm is not a live communicator (already destroyed or never created)");
-  registryGen.fetch_add(1, std::memory_order_release);  // every thread's liveCache is stale now
+  registryGen.fetch_add(1, std::memory_order_seq_cst);  // every thread's ThreadCall.live is stale now
   return ternSuccess;
 }
 

@@ -181,7 +181,7 @@ void ternComm::startBookkeeping() {
 }
 
 void ternComm::issue(const std::vector<OpPtr>& ops, bool wake) {
-  std::lock_guard<std::mutex> lk(issueMu);
+  std::lock_guard<tern::SpinLock> lk(issueMu);
   for (const OpPtr& op : ops) {
     number(*op);
     if (op->streamMem) op->ctx.mem = op->streamMem.get();  // device buffers: chosen per call
@@ -203,14 +203,14 @@ bool ternComm::mayRunAlone(size_t bytes) const {
 }
 
 bool ternComm::claimAlone(int level, uint64_t* seq) {
-  std::lock_guard<std::mutex> lk(issueMu);  // issue order: nothing numbered later goes first
+  std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
   if (!engine->claimIdle()) return false;
   *seq = collSeq[level]++;
   return true;
 }
 
 bool ternComm::claimTransfers(OpDesc* descs, const bool* send, size_t n) {
-  std::lock_guard<std::mutex> lk(issueMu);  // issue order: nothing numbered later goes first
+  std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
   if (!engine->claimIdle()) return false;
   for (size_t i = 0; i < n; ++i) {
     OpDesc& d = descs[i];
@@ -240,7 +240,7 @@ bool ternComm::takesAlone(const std::vector<OpPtr>& ops) const {
 bool ternComm::issueAlone(const std::vector<OpPtr>& ops) {
   if (!takesAlone(ops)) return false;
   {
-    std::lock_guard<std::mutex> lk(issueMu);  // issue order: nothing numbered later goes first
+    std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
     if (!engine->claimIdle()) return false;
     for (const OpPtr& op : ops) number(*op);
   }

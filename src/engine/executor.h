@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/spin_lock.h"
 #include "engine/operation.h"
 
 namespace tern {
@@ -51,7 +52,7 @@ class EngineHost {
   // An operation failed: the communicator is failed from now on, peers are
   // told (sockets shut), `why` is the sentence every later call repeats.
   virtual void onFailure(ternResult_t r, const std::string& why) = 0;
-  virtual void onComplete() = 0;  // statistics
+  virtual void onComplete() = 0;  // statistics (called by the drive token's holder only)
 };
 
 constexpr int kLevels = TERN_PRIORITY_LEVELS;
@@ -196,7 +197,7 @@ class Executor {
   std::atomic<bool> stopAsked_{false};  // stop(): the listening loop ends
   bool stopping_ = false;
 
-  std::mutex drive_;                  // the drive token
+  SpinLock drive_;                    // the drive token (only ever tried: try_lock)
   // The most urgent level a waiting caller wants to drive for (kLevels: none).
   // The driver hands the token over at the next round when it drives for
   // less urgent work (the progress thread drives for none): the urgent

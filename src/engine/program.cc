@@ -36,11 +36,6 @@ void executeStep(const MemOps& mem, const Step& s, const char* in, char* out, si
   if (dst && dst != src) mem.copy(dst, src, n);
 }
 
-bool directCandidate(const Step& s) {
-  const Conn* c = s.in ? s.in : s.out;
-  return s.direct && c && c->directMin() > 0 && s.bytes >= c->directMin();
-}
-
 namespace {
 
 // Where this step's message starts on a stream at `pos`: the operation's

@@ -179,8 +179,12 @@ void executeStep(const MemOps& mem, const Step& s, const char* in, char* out, si
                  const Reduction& red, int nranks);
 
 // Whether a step carries a direct header: a direct step at least as large as
-// its connection's single-copy threshold (both ends compute the same).
-bool directCandidate(const Step& s);
+// its connection's single-copy threshold (both ends compute the same; the
+// threshold is settled once the connection is open, Conn::settle).
+inline bool directCandidate(const Step& s) {
+  const Conn* c = s.in ? s.in : s.out;
+  return s.direct && c && c->directFrom() > 0 && s.bytes >= c->directFrom();
+}
 
 // Moves a phase's steps onto their connections' low-latency siblings
 // (Conn::small) for an operation of `opBytes` payload bytes (the executor's

@@ -46,13 +46,15 @@ constexpr uint64_t kSpinCycles = 30000;
 // without pumps (shared memory), its stream free, and every step a plain
 // one (no codec framing, no single-copy header, no low-latency sibling).
 bool takesWhole(const Step& s, uint64_t opBytes) {
+  if (s.codec) return false;
   // Open first: what a connection agreed with its peer (its single-copy
-  // threshold, its sibling) is written by the opening thread until then.
+  // threshold, its sibling: Conn::settle) is written by the opening thread
+  // until then.
   for (Conn* k : {s.in, s.out})
-    if (k && (k->openState.load(std::memory_order_acquire) != Conn::kOpen || k->needsProgress() ||
-              k->reader || k->writer || k->small(opBytes)))
+    if (k && (k->openState.load(std::memory_order_acquire) != Conn::kOpen || k->reader || k->writer ||
+              !k->carriesWhole(opBytes)))
       return false;
-  return !s.codec && !directCandidate(s);
+  return !directCandidate(s);
 }
 
 bool runsWhole(const Phase& ph, uint64_t opBytes) {

@@ -240,6 +240,7 @@ void ConnTable::finish(Slot& s, ternResult_t r) {
     TERN_LOG(Info, "opened the %s connection to rank %d at level %d (flow class %d)",
              s.conn->name(), s.peer, s.level, marks_[s.level].flowClass);
   }
+  s.conn->settle();
   s.conn->openState.store(Conn::kOpen, std::memory_order_release);
 }
 

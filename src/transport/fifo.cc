@@ -25,7 +25,7 @@ void Fifo::attach(void* mem, size_t capacity, size_t granule, bool init) {
   granule_ = granule && capacity % granule == 0 ? granule : capacity;
   window_ = granule_;
   head_ = hdr_->head.load();
-  tail_ = seen_ = hdr_->tail.load();
+  tail_ = seen_ = tailSeen_ = hdr_->tail.load();
   base_ = rbase_ = hdr_->base.load();
 }
 
@@ -43,11 +43,23 @@ void Fifo::restart() {
   hdr_->base.store(base_, std::memory_order_relaxed);  // published by the next produce
 }
 
+// The consumer's tail is read again only when the answer may depend on it:
+// once the window is used up (a restart needs the ring empty), or when the
+// space known from the tail last seen is less than the contiguous run (the
+// tail only moves up, so space known is space there).  Between restarts a
+// small message then costs the producer no miss on the consumer's line,
+// which it read on every message before (Fifo::writable was 5.7% of an
+// 8-byte allreduce's samples, session 41).
 size_t Fifo::writable(char** p) {
-  uint64_t tail = hdr_->tail.load(std::memory_order_acquire);
-  if (tail == head_ && head_ - base_ >= window_) restart();
-  uint64_t free = cap_ - (head_ - tail);
   uint64_t off = (head_ - base_) % cap_;
+  if (head_ - base_ >= window_ || cap_ - (head_ - tailSeen_) < cap_ - off) {
+    tailSeen_ = hdr_->tail.load(std::memory_order_acquire);
+    if (tailSeen_ == head_ && head_ - base_ >= window_) {
+      restart();
+      off = (head_ - base_) % cap_;
+    }
+  }
+  uint64_t free = cap_ - (head_ - tailSeen_);
   uint64_t contiguous = cap_ - off;
   *p = data_ + off;
   return static_cast<size_t>(free < contiguous ? free : contiguous);
@@ -114,7 +126,7 @@ size_t Fifo::readable(const char** p) {
 
 void Fifo::pass(size_t n) {
   head_ += n;
-  tail_ = seen_ = head_;
+  tail_ = seen_ = tailSeen_ = head_;
   hdr_->head.store(head_, std::memory_order_release);
   hdr_->tail.store(tail_, std::memory_order_release);
 }

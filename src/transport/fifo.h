@@ -82,6 +82,7 @@ class Fifo {
   // Each side caches its own counter (only it writes that one); base_ is the
   // producer's.
   uint64_t head_ = 0, tail_ = 0, base_ = 0, span_ = 0, restarts_ = 0;
+  uint64_t tailSeen_ = 0;  // producer: the consumer's tail when it last read it (writable)
   // Consumer: the base it last read from the header, the producer's window
   // (none known: no restart foreseen) and the head it last saw.
   uint64_t rbase_ = 0, rwindow_ = UINT64_MAX, seen_ = 0;

@@ -121,6 +121,7 @@ class ShmConn : public Conn {
     if (openState.load(std::memory_order_acquire) != kOpen) return nullptr;
     return ll_.limit() && opBytes <= ll_.limit() ? &ll_ : nullptr;
   }
+  uint64_t smallUpTo() const override { return ll_.limit(); }
   LlConn ll_;
   ternResult_t directRead(void* dst, uint64_t addr, size_t n) override {
     if (readPeer(peerPid_, dst, addr, n)) return ternSuccess;

@@ -116,6 +116,19 @@ class Conn {
   }
   enum OpenState : int { kUnopened, kOpening, kOpen, kFailed };
   std::atomic<int> openState{kUnopened};
+  // What the small path asks of each step's connections, read once when the
+  // connection has opened (ConnTable::finish, before openState turns kOpen)
+  // rather than through three virtual calls per step: whether it moves bytes
+  // without pumps and takes an operation of `opBytes` on this stream (not
+  // its low-latency sibling), and from how many bytes a direct step may skip
+  // the fifo (directMin).
+  void settle() {
+    pumpFree_ = !needsProgress();
+    siblingUpTo_ = smallUpTo();
+    directFrom_ = directMin();
+  }
+  bool carriesWhole(uint64_t opBytes) const { return pumpFree_ && !(siblingUpTo_ && opBytes <= siblingUpTo_); }
+  size_t directFrom() const { return directFrom_; }
   ConnOpener* opener = nullptr;
   int level = 0;
 
@@ -190,8 +203,16 @@ class Conn {
     (void)opBytes;
     return nullptr;
   }
+  virtual uint64_t smallUpTo() const { return 0; }  // the largest opBytes small() takes (0: none)
   // A sibling's connection (nullptr: this is one): its liveness is ours.
   Conn* owner = nullptr;
+
+ private:
+  bool pumpFree_ = false;  // settle()
+  uint64_t siblingUpTo_ = 0;
+  size_t directFrom_ = 0;
+
+ public:
   bool peerGone() const { return gone || (owner && owner->gone); }
   // Nothing more will arrive beyond what recvAvail shows now.  The peer's
   // exit (`gone`, which the connection table sets as soon as the control
