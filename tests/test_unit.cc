@@ -255,6 +255,42 @@ TEST(Fifo, ConsumerFollowsRestartsItDidNotSee) {
   }
 }
 
+// The small path's reader looks where the next bytes will land (ahead) and,
+// finding a message whole there, takes it before the producer has published
+// its head (found, consume): the view must be the producer's write pointer
+// (restarts included), and the head that comes later must not show those
+// bytes again (nor a negative count as a huge one).
+TEST(Fifo, BytesFoundAheadOfTheHeadAreTakenOnce) {
+  const size_t granule = 4096, cap = 4 * granule;
+  FifoPair f(cap, granule);
+  f.prod.setWindow(granule);
+  uint32_t next = 0, expect = 0;
+  ASSERT_EQ(putBytes(f.prod, &next, 5000), 5000u);  // the consumer learns the window from a restart
+  ASSERT_TRUE(takeBytes(f.cons, &expect));
+  ASSERT_EQ(putBytes(f.prod, &next, 64), 64u);
+  ASSERT_TRUE(takeBytes(f.cons, &expect));
+  for (int m = 0; m < 400; ++m) {  // ~6 windows of 64-byte messages
+    const size_t n = 64;
+    const char* a;
+    ASSERT_GE(f.cons.ahead(&a), n);
+    char* w;
+    ASSERT_GE(f.prod.writable(&w), n);
+    ASSERT_EQ(a, w) << "message " << m;
+    for (size_t i = 0; i < n; ++i) w[i] = static_cast<char>(next++);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(a[i], static_cast<char>(expect++));
+    f.cons.found(n);
+    f.cons.consume(n);
+    const char* q;
+    EXPECT_EQ(f.cons.readable(&q), 0u);  // the consumer is past the head now
+    f.prod.produce(n);
+    EXPECT_EQ(f.cons.readable(&q), 0u);  // and the head shows nothing it took
+  }
+  EXPECT_GT(f.prod.restarts(), 3u);  // the views crossed restarts
+  ASSERT_EQ(putBytes(f.prod, &next, 100), 100u);  // the plain path goes on from there
+  ASSERT_TRUE(takeBytes(f.cons, &expect));
+  EXPECT_EQ(expect, next);
+}
+
 // A producer and a consumer on two threads, messages swinging between a few
 // bytes and more than the ring, the consumer sometimes behind and sometimes
 // idle: every restart happens while messages come and go, and the stream

@@ -95,6 +95,7 @@ bool peekRecord(Conn* in, T* v) {
   const char* ip;
   if (in->recvAvail(&ip) < sizeof *v) return false;
   memcpy(v, ip, sizeof *v);
+  fromWire(v);
   return true;
 }
 

@@ -101,7 +101,9 @@ uint64_t Fifo::expectedBase() const {
 
 size_t Fifo::readable(const char** p) {
   uint64_t head = hdr_->head.load(std::memory_order_acquire);
-  uint64_t avail = head - tail_;
+  // A consumer that found bytes whole before they were announced (found())
+  // may be past the head until the producer publishes them.
+  uint64_t avail = head > tail_ ? head - tail_ : 0;
   if (avail == 0) {
     *p = data_;
     return 0;
@@ -129,6 +131,15 @@ void Fifo::pass(size_t n) {
   tail_ = seen_ = tailSeen_ = head_;
   hdr_->head.store(head_, std::memory_order_release);
   hdr_->tail.store(tail_, std::memory_order_release);
+}
+
+// As readable() leaves it had the head shown exactly these bytes (a
+// consumer that then reads them all expects the producer to restart once
+// its window is used, as after an empty ring; readable() corrects a wrong
+// guess from the base it publishes).
+void Fifo::found(size_t n) {
+  rbase_ = expectedBase();
+  seen_ = std::max(seen_, tail_ + n);
 }
 
 void Fifo::consume(size_t n) {

@@ -56,6 +56,12 @@ class Fifo {
   // Consumer: contiguous readable bytes at the tail; then release n.
   size_t readable(const char** p);
   void consume(size_t n);
+  // Consumer: where the next bytes will lie once produced (contiguous room
+  // to the wrap point), without reading the head; found(n): n bytes there
+  // were found whole by other means (Conn::recvAhead), as if readable() had
+  // shown them.
+  size_t ahead(const char** p) const { return readAt(expectedBase(), cap_, p); }
+  void found(size_t n);
 
   // Both ends of a private fifo (one process produces and consumes): n bytes
   // went past it without touching the ring (tcp's unstaged transfers), so the

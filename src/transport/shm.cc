@@ -197,6 +197,8 @@ class ShmConn : public Conn {
     }
     return n;
   }
+  size_t recvAhead(const char** p) override { return recv_.ahead(p); }
+  void recvFound(size_t n) override { recv_.found(n); }
   uint64_t fetched_ = 0;  // stream position up to which recvAvail prefetched
   uint64_t sendPos() const override { return send_.produced(); }
   uint64_t recvPos() const override { return recv_.consumed(); }

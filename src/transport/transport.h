@@ -204,6 +204,17 @@ class Conn {
     return nullptr;
   }
   virtual uint64_t smallUpTo() const { return 0; }  // the largest opBytes small() takes (0: none)
+  // Where the stream's next bytes will lie once they come, and the
+  // contiguous room there (0: not foreseeable), without looking at what has
+  // arrived: a reader that can tell a whole message by its last word (the
+  // small path's descriptors, kSeqWhole) polls that line instead of the
+  // fifo's head.  recvFound(n): the n bytes there were found whole (before
+  // recvConsume, as after a recvAvail that showed them).
+  virtual size_t recvAhead(const char** p) {
+    (void)p;
+    return 0;
+  }
+  virtual void recvFound(size_t n) { (void)n; }
   // A sibling's connection (nullptr: this is one): its liveness is ours.
   Conn* owner = nullptr;
 
