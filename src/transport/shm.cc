@@ -188,17 +188,25 @@ class ShmConn : public Conn {
   // lines then miss together instead of one by one in the reduction loop.
   size_t recvAvail(const char** p) override {
     size_t n = recv_.readable(p);
+    prefetch(*p, n);
+    return n;
+  }
+  void prefetch(const char* p, size_t n) {
     const uint64_t end = recv_.consumed() + n;
     if (end > fetched_) {
       const uint64_t from = std::max(fetched_, recv_.consumed());
-      const char* q = *p + (from - recv_.consumed());
+      const char* q = p + (from - recv_.consumed());
       for (uint64_t k = 0; k < std::min<uint64_t>(end - from, 4096); k += 64) __builtin_prefetch(q + k);
       fetched_ = end;
     }
-    return n;
   }
   size_t recvAhead(const char** p) override { return recv_.ahead(p); }
-  void recvFound(size_t n) override { recv_.found(n); }
+  void recvFound(size_t n) override {  // its lines miss together, as recvAvail's
+    const char* p;
+    recv_.ahead(&p);
+    prefetch(p, n);
+    recv_.found(n);
+  }
   uint64_t fetched_ = 0;  // stream position up to which recvAvail prefetched
   uint64_t sendPos() const override { return send_.produced(); }
   uint64_t recvPos() const override { return recv_.consumed(); }
