@@ -27,6 +27,14 @@
 
 using namespace tern;
 
+namespace tern {
+struct CallSlot {  // one per thread that has made a call (InCall, below)
+  std::atomic<const ternComm*> comm{nullptr};
+  std::atomic<bool> taken{true};
+  CallSlot* next = nullptr;
+};
+}  // namespace tern
+
 namespace {
 
 std::mutex registryMu;
@@ -42,11 +50,6 @@ std::atomic<uint64_t> registryGen{0};
 // generation before it reads the slots (deleteWhenUnused), so either the
 // call sees the communicator gone or its destroyer sees the call.  Slots are
 // never freed: a thread's goes back to the list when the thread ends.
-struct CallSlot {
-  std::atomic<const ternComm*> comm{nullptr};
-  std::atomic<bool> taken{true};
-  CallSlot* next = nullptr;
-};
 std::atomic<CallSlot*> callSlots{nullptr};
 
 // What a call looks up per thread, in one trivially built object (in a
@@ -107,35 +110,6 @@ bool isLive(const ternComm* c, ThreadCall& t) {
   return true;
 }
 bool isLive(const ternComm* c) { return isLive(c, threadCall); }
-
-// A call on the communicator: through the thread's slot when it is free,
-// else (a call made inside another) through the communicator's caller
-// count.  `entered` is false when the communicator is not live.
-class InCall {
- public:
-  explicit InCall(ternComm* c) : c_(c) {
-    ThreadCall& t = threadCall;
-    CallSlot& s = slotOf(t);
-    if (s.comm.load(std::memory_order_relaxed) == nullptr) {
-      s.comm.store(c, std::memory_order_seq_cst);
-      slot_ = &s;
-      if (!(entered = isLive(c, t))) leave();
-    } else {
-      entered = enterComm(c);
-    }
-  }
-  ~InCall() { leave(); }
-  void leave() {
-    if (slot_) slot_->comm.store(nullptr, std::memory_order_release);
-    else if (entered) leaveComm(c_);
-    slot_ = nullptr, entered = false;
-  }
-  bool entered = false;
-
- private:
-  ternComm* c_;
-  CallSlot* slot_ = nullptr;
-};
 
 // Records an API-level failure both for the thread and on the communicator.
 ternResult_t fail(ternComm* c, ternResult_t code, const std::string& msg) {
@@ -338,6 +312,24 @@ void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task
   op->source = args.source;
   op->desc = callDesc(c, args, op->level);
   op->task = task ? std::move(task) : makeTask(args, std::move(op->task));
+}
+
+InCall::InCall(Comm* c) : c_(c) {
+  ThreadCall& t = threadCall;
+  CallSlot& s = slotOf(t);
+  if (s.comm.load(std::memory_order_relaxed) == nullptr) {
+    s.comm.store(c, std::memory_order_seq_cst);
+    slot_ = &s;
+    if (!(entered = isLive(c, t))) leave();
+  } else {
+    entered = enterComm(c);
+  }
+}
+
+void InCall::leave() {
+  if (slot_) slot_->comm.store(nullptr, std::memory_order_release);
+  else if (entered) leaveComm(c_);
+  slot_ = nullptr, entered = false;
 }
 
 bool enterComm(Comm* c) {

@@ -97,13 +97,14 @@ const char* const kGoneBeforeEnd =
 // apply (nothing done).
 bool runRecorded(PerThread& t, ternResult_t* r) {
   Comm* c = t.recordedOn;
-  if (!enterComm(c)) {
+  InCall call(c);
+  if (!call.entered) {
     t.recorded.clear();
     *r = setError(ternInvalidUsage, kGoneBeforeEnd);
     return true;
   }
   const bool ran = transfersAlone(c, t.recorded.data(), t.recorded.size(), r);
-  leaveComm(c);
+  call.leave();
   if (ran) t.recorded.clear();
   return ran;
 }

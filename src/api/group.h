@@ -45,6 +45,25 @@ ternResult_t waitAll(const IssuedOps& ops, bool hostOnly = false);
 // collective still uses.  enterComm is false once the comm is unregistered.
 bool enterComm(Comm* c);
 void leaveComm(Comm* c);
+// The same for a thread's one call at a time (a blocking collective, a
+// group's recorded transfers at its end): through the thread's call slot
+// when it is free, one store in and one out, where enterComm takes the
+// registry's lock and a locked add each way (api.cc, with why it is safe);
+// else through enterComm.  `entered` is false when the comm is not live.
+struct CallSlot;
+class InCall {
+ public:
+  explicit InCall(Comm* c);
+  ~InCall() { leave(); }
+  InCall(const InCall&) = delete;
+  InCall& operator=(const InCall&) = delete;
+  void leave();
+  bool entered = false;
+
+ private:
+  Comm* c_;
+  CallSlot* slot_ = nullptr;
+};
 // api.cc's checks, for the API's other files: a live, healthy communicator
 // (else the code, with the sentence recorded), and a failure recorded on
 // the thread and the communicator.
