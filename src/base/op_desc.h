@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace tern {
 
@@ -39,6 +40,23 @@ static_assert(offsetof(OpDesc, seq) == kSeqOffset, "the seq word is the descript
 template <class T>
 void fromWire(T*) {}
 inline void fromWire(OpDesc* d) { d->seq &= ~kSeqWhole; }
+inline OpDesc descAt(const char* p) {
+  OpDesc d;
+  memcpy(&d, p, sizeof d);
+  fromWire(&d);
+  return d;
+}
+
+// The small path's whole descriptor at `p` on a stream: all but its seq word
+// first (putWholeDesc, before the payload), the seq word with kSeqWhole last
+// (markWhole, after it); wholeSeq reads that word as the reader polls.
+inline void putWholeDesc(char* p, const OpDesc& d) { memcpy(p, &d, kSeqOffset); }
+inline void markWhole(char* p, uint64_t seq) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(p + kSeqOffset), seq | kSeqWhole, __ATOMIC_RELEASE);
+}
+inline uint64_t wholeSeq(const char* p) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(p + kSeqOffset), __ATOMIC_ACQUIRE);
+}
 
 // The peer's descriptors a stream still owes this rank, oldest first: a
 // rooted collective's rank that only sends checks the descriptor its peer

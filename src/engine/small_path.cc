@@ -87,13 +87,8 @@ enum class Try { kDone, kWait, kEngine };
 bool foundAhead(Conn* c, const OpDesc& desc, size_t bytes, size_t skip, const char** ip) {
   if (c->recvAhead(ip) < bytes) return false;
   const char* d = *ip + skip;
-  if (__atomic_load_n(reinterpret_cast<const uint64_t*>(d + kSeqOffset), __ATOMIC_ACQUIRE) != (desc.seq | kSeqWhole))
-    return false;
-  OpDesc theirs;
-  memcpy(&theirs, d, sizeof theirs);
-  fromWire(&theirs);
-  if (!descMatches(desc, theirs)) return false;
-  c->recvFound(bytes);
+  if (wholeSeq(d) != (desc.seq | kSeqWhole) || !descMatches(desc, descAt(d))) return false;
+  c->recvFound(*ip, bytes);
   return true;
 }
 
@@ -116,12 +111,7 @@ Try moveWhole(const Step& s, const OpDesc& desc, bool greetIn, bool greetOut, co
     const char* ip;
     if (!(hi.desc && s.in->owed.empty() && foundAhead(s.in, desc, hi.bytes() + s.bytes, hi.skip, &ip))) {
       if (s.in->recvAvail(&ip) < hi.bytes() + s.bytes) return Try::kWait;
-      if (hi.desc) {
-        OpDesc theirs;
-        memcpy(&theirs, ip + hi.skip, sizeof theirs);
-        fromWire(&theirs);
-        if (!descMatches(desc, theirs)) return Try::kEngine;
-      }
+      if (hi.desc && !descMatches(desc, descAt(ip + hi.skip))) return Try::kEngine;
     }
     in = ip + hi.bytes();
   }
@@ -130,12 +120,11 @@ Try moveWhole(const Step& s, const OpDesc& desc, bool greetIn, bool greetOut, co
     ho = headOf(s.out, s.out->sendPos(), !greetOut);
     char* o;
     if (s.out->sendSpace(&o) < ho.bytes() + s.bytes) return Try::kEngine;
-    if (ho.desc) memcpy(o + ho.skip, &desc, kSeqOffset);  // its seq word last, below
+    if (ho.desc) putWholeDesc(o + ho.skip, desc);  // its seq word last (markWhole, below)
     out = o + ho.bytes();
   }
   if (s.bytes) executeStep(mem, s, in, out, 0, s.bytes, red, nranks);
-  if (ho.desc) __atomic_store_n(reinterpret_cast<uint64_t*>(out - sizeof(OpDesc) + kSeqOffset), desc.seq | kSeqWhole,
-                                __ATOMIC_RELEASE);
+  if (ho.desc) markWhole(out - sizeof(OpDesc), desc.seq);
   if (s.in) s.in->recvConsume(hi.bytes() + s.bytes);
   if (s.out) {
     s.out->sendCommit(ho.bytes() + s.bytes);

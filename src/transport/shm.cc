@@ -119,7 +119,7 @@ class ShmConn : public Conn {
   // once the connection is seen open (acquire).
   Conn* small(uint64_t opBytes) override {
     if (openState.load(std::memory_order_acquire) != kOpen) return nullptr;
-    return ll_.limit() && opBytes <= ll_.limit() ? &ll_ : nullptr;
+    return smallUpTo() && opBytes <= smallUpTo() ? &ll_ : nullptr;
   }
   uint64_t smallUpTo() const override { return ll_.limit(); }
   LlConn ll_;
@@ -201,10 +201,8 @@ class ShmConn : public Conn {
     }
   }
   size_t recvAhead(const char** p) override { return recv_.ahead(p); }
-  void recvFound(size_t n) override {  // its lines miss together, as recvAvail's
-    const char* p;
-    recv_.ahead(&p);
-    prefetch(p, n);
+  void recvFound(const char* at, size_t n) override {  // its lines miss together, as recvAvail's
+    prefetch(at, n);
     recv_.found(n);
   }
   uint64_t fetched_ = 0;  // stream position up to which recvAvail prefetched

@@ -208,22 +208,16 @@ class Conn {
   // contiguous room there (0: not foreseeable), without looking at what has
   // arrived: a reader that can tell a whole message by its last word (the
   // small path's descriptors, kSeqWhole) polls that line instead of the
-  // fifo's head.  recvFound(n): the n bytes there were found whole (before
-  // recvConsume, as after a recvAvail that showed them).
+  // fifo's head.  recvFound(at, n): the n bytes recvAhead showed at `at`
+  // were found whole (before recvConsume, as after a recvAvail that showed
+  // them).
   virtual size_t recvAhead(const char** p) {
     (void)p;
     return 0;
   }
-  virtual void recvFound(size_t n) { (void)n; }
+  virtual void recvFound(const char* at, size_t n) { (void)at, (void)n; }
   // A sibling's connection (nullptr: this is one): its liveness is ours.
   Conn* owner = nullptr;
-
- private:
-  bool pumpFree_ = false;  // settle()
-  uint64_t siblingUpTo_ = 0;
-  size_t directFrom_ = 0;
-
- public:
   bool peerGone() const { return gone || (owner && owner->gone); }
   // Nothing more will arrive beyond what recvAvail shows now.  The peer's
   // exit (`gone`, which the connection table sets as soon as the control
@@ -270,6 +264,11 @@ class Conn {
   // One writer (the driving thread): no locked add needed.
   void countSent(uint64_t n) { bytesSent.store(bytesSent.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
   void countRecv(uint64_t n) { bytesRecv.store(bytesRecv.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+
+ private:
+  bool pumpFree_ = false;  // settle()
+  uint64_t siblingUpTo_ = 0;
+  size_t directFrom_ = 0;
 };
 
 // A connection that moves no bytes: the base of stand-ins that only need a
