@@ -80,42 +80,47 @@ bool allReduceAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
   return true;
 }
 
-// The same call as `planned` (its sequence number aside), on the same buffers.
-bool sameCall(const Comm* c, const OpDesc& d, const CollArgs& a) {
-  const OpDesc& p = c->alonePlannedFor;
-  return p.magic == d.magic && p.kind == d.kind && p.count == d.count && p.dtype == d.dtype &&
-         p.redop == d.redop && p.root == d.root && p.level == d.level && c->alonePlannedSrc == a.src &&
-         c->alonePlannedDst == a.dst;
+// The call the communicator's scratch phase was planned for, again: the
+// same arguments at the same level.  (The plan depends only on the call and
+// the communicator, and does no local work: plansPurely.)
+Comm::AloneKey keyOf(const CollArgs& a, int level) {
+  return {static_cast<int>(a.kind), level, a.dt, a.op, a.root, a.src, a.dst, a.count};
+}
+bool repeatsPlanned(const Comm* c, const CollArgs& a, int level) {
+  const Comm::AloneKey& p = c->alonePlannedKey;
+  return p.level == level && p.kind == static_cast<int>(a.kind) && p.src == a.src && p.dst == a.dst &&
+         p.count == a.count && p.dt == a.dt && p.op == a.op && p.root == a.root;
 }
 
-// The communicator's scratch phase planned for the call: the last plan
-// again, its programs rewound, when the call repeats the last one (the plan
-// depends only on the call and the communicator, and does no local work),
-// else planned anew.  Planning a two-rank broadcast cost ~1,700 of its
+// The communicator's scratch phase planned anew for the call, kept for the
+// calls that repeat it.  Planning a two-rank broadcast cost ~1,700 of its
 // ~5,500 instructions per call (callgrind, session 36).
-Phase& alonePlan(Comm* c, const OpDesc& desc, const CollArgs& a, const PlanCtx& x) {
+Phase& planAnew(Comm* c, const OpDesc& desc, const CollArgs& a, int level, const PlanCtx& x) {
   Phase& ph = c->alonePhase;
-  if (sameCall(c, desc, a)) {
-    for (Program& p : ph.progs) p.cur = 0;
-    return ph;
-  }
   resetPhase(ph);
   planPure(a, x, &ph);
+  c->alonePlannedKey = keyOf(a, level);
+  c->alonePlannedCtx = x;
   c->alonePlannedFor = desc;
-  c->alonePlannedSrc = a.src;
-  c->alonePlannedDst = a.dst;
+  return ph;
+}
+
+Phase& rewound(Phase& ph) {
+  for (Program& p : ph.progs) p.cur = 0;
   return ph;
 }
 
 // Other collectives whose plan does no local work: planned into the
-// communicator's scratch phase and run from it; handed over, the operation
-// plans the same again and starts each program where this one stood.
+// communicator's scratch phase (once for a call that repeats) and run from
+// it; handed over, the operation plans the same again and starts each
+// program where this one stood.
 bool plannedAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
-  const PlanCtx x = c->planCtx(level);
-  if (!plansPurely(a, x)) return false;
-  OpDesc desc = callDesc(c, a, level);
+  const bool again = repeatsPlanned(c, a, level);
+  const PlanCtx x = again ? c->alonePlannedCtx : c->planCtx(level);
+  if (!again && !plansPurely(a, x)) return false;
+  OpDesc desc = again ? c->alonePlannedFor : callDesc(c, a, level);
   if (!c->claimAlone(level, &desc.seq)) return false;
-  Phase& ph = alonePlan(c, desc, a, x);
+  Phase& ph = again ? rewound(c->alonePhase) : planAnew(c, desc, a, level, x);
   AloneGreetings greeted;
   if (c->engine->runPhaseAlone(desc, ph, *x.mem, x.nranks, greeted)) {
     *r = ternSuccess;

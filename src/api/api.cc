@@ -118,19 +118,24 @@ ternResult_t fail(ternComm* c, ternResult_t code, const std::string& msg) {
   return code;
 }
 
-ternResult_t checkComm(ternComm* c) {
+// Why a communicator cannot be used (checkComm found it so).
+[[gnu::noinline, gnu::cold]] ternResult_t commRefused(ternComm* c) {
   if (!c) return fail(nullptr, ternInvalidArgument, "comm is NULL");
   if (!isLive(c))
     return fail(nullptr, ternInvalidUsage,
                 "comm is not a live communicator (already destroyed or never created)");
   int e = c->asyncError.load();
-  if (e != ternSuccess) {
-    std::string why = c->failureReason();  // the cause, not the last sentence (no nesting)
-    return fail(c, static_cast<ternResult_t>(e),
-                "the communicator failed earlier (" + (why.empty() ? "aborted" : why) +
-                    "); call ternCommAbort and make a new one");
-  }
-  return ternSuccess;
+  if (e == ternSuccess) return ternSuccess;  // (live after all: another thread made it)
+  std::string why = c->failureReason();  // the cause, not the last sentence (no nesting)
+  return fail(c, static_cast<ternResult_t>(e),
+              "the communicator failed earlier (" + (why.empty() ? "aborted" : why) +
+                  "); call ternCommAbort and make a new one");
+}
+
+// Every call's first check, inline; the sentences are commRefused's.
+inline ternResult_t checkComm(ternComm* c) {
+  if (__builtin_expect(c && isLive(c) && c->asyncError.load() == ternSuccess, 1)) return ternSuccess;
+  return commRefused(c);
 }
 
 #ifdef TERN_WITH_CUDA
@@ -139,13 +144,14 @@ const char* const kNoDeviceWhy = "no driver or no device";
 const char* const kNoDeviceWhy = "libtern was built without CUDA";
 #endif
 
-ternResult_t checkArgs(ternComm* c, const void* buf, const void* buf2, size_t count,
-                       ternDataType_t dt, ternStream_t stream, const char* what) {
-  TERN_CHECK(checkComm(c));
+[[gnu::noinline, gnu::cold]] ternResult_t argsRefused(ternComm* c, const void* buf, const void* buf2,
+                                                      size_t count, ternDataType_t dt, ternStream_t stream,
+                                                      const char* what) {
   if (static_cast<int>(dt) < 0 || dt >= ternNumTypes)
     return fail(c, ternInvalidArgument,
                 std::string(what) + ": datatype " + std::to_string(dt) + " is not a ternDataType_t");
-  if (count > std::numeric_limits<size_t>::max() / 8 / static_cast<size_t>(c->nranks))
+  size_t all;
+  if (__builtin_mul_overflow(count, 8 * static_cast<size_t>(c->nranks), &all))
     return fail(c, ternInvalidArgument, std::string(what) + ": count is too large");
   if (count > 0 && (!buf || !buf2))
     return fail(c, ternInvalidArgument, std::string(what) + ": a buffer is NULL but count is " +
@@ -157,6 +163,21 @@ ternResult_t checkArgs(ternComm* c, const void* buf, const void* buf2, size_t co
                                     "), so its buffers cannot be device memory: pass host "
                                     "buffers and a NULL stream");
   return ternSuccess;
+}
+
+// The common case inline (a host call with sane arguments: no division,
+// no string); anything else, with its sentence, is argsRefused's.  The count
+// bound: every rank's share of the largest element type fits a size_t.
+ternResult_t checkArgs(ternComm* c, const void* buf, const void* buf2, size_t count,
+                       ternDataType_t dt, ternStream_t stream, const char* what) {
+  TERN_CHECK(checkComm(c));
+  size_t all;
+  if (__builtin_expect(static_cast<unsigned>(dt) < static_cast<unsigned>(ternNumTypes) &&
+                           !__builtin_mul_overflow(count, 8 * static_cast<size_t>(c->nranks), &all) &&
+                           (count == 0 || (buf && buf2)) && !stream,
+                       1))
+    return ternSuccess;
+  return argsRefused(c, buf, buf2, count, dt, stream, what);
 }
 
 ternResult_t checkOp(ternComm* c, ternRedOp_t op, const char* what) {
@@ -182,12 +203,14 @@ ternResult_t checkOpOrPreMulSum(ternComm* c, ternRedOp_t op, ternDataType_t dt, 
   return ternSuccess;
 }
 
-ternResult_t checkRank(ternComm* c, int r, const char* role, const char* what) {
-  if (r < 0 || r >= c->nranks)
-    return fail(c, ternInvalidArgument, std::string(what) + ": " + role + " " +
-                                            std::to_string(r) + " is not in [0, " +
-                                            std::to_string(c->nranks) + ")");
-  return ternSuccess;
+[[gnu::noinline, gnu::cold]] ternResult_t rankRefused(ternComm* c, int r, const char* role, const char* what) {
+  return fail(c, ternInvalidArgument, std::string(what) + ": " + role + " " + std::to_string(r) +
+                                          " is not in [0, " + std::to_string(c->nranks) + ")");
+}
+
+inline ternResult_t checkRank(ternComm* c, int r, const char* role, const char* what) {
+  if (__builtin_expect(static_cast<unsigned>(r) < static_cast<unsigned>(c->nranks), 1)) return ternSuccess;
+  return rankRefused(c, r, role, what);
 }
 
 // The operation the arguments describe, at the calling thread's priority.
@@ -266,9 +289,8 @@ TernaryState& ternaryOf(ternComm* c) { return ternaryState(c->attached, c->cfg.t
 // the communicator's asynchronous error.
 ternResult_t launch(ternComm* c, CollArgs args, ternStream_t stream = nullptr,
                     std::unique_ptr<Task> task = nullptr) {
-  const char* what = collectiveKind(args.kind).name;
   std::unique_ptr<MemOps> mem;
-  if (stream) TERN_CHECK(streamOps(c, args, stream, what, &mem));
+  if (stream) TERN_CHECK(streamOps(c, args, stream, collectiveKind(args.kind).name, &mem));
   InCall call(c);
   if (!call.entered) return fail(nullptr, ternInvalidUsage, "comm was destroyed or aborted during the call");
   ternResult_t alone;
@@ -280,7 +302,7 @@ ternResult_t launch(ternComm* c, CollArgs args, ternStream_t stream = nullptr,
                                                             : ternSuccess;
   if (r != ternSuccess) {
     call.leave();
-    return fail(c, r, std::string(what) + ": " + why);
+    return fail(c, r, std::string(collectiveKind(args.kind).name) + ": " + why);
   }
   makeOp(c, op, args, std::move(task), currentPriority());
   return launchOp(c, std::move(op));

@@ -39,11 +39,17 @@ struct ternComm : public tern::EngineHost {
   // rank has, used only while its caller holds the drive token.
   std::vector<tern::Step> aloneSteps;
   tern::Phase alonePhase;  // the same for other collectives' plans (planPure)
-  // The call alonePhase was planned for (its descriptor and buffers): a loop
-  // that repeats it (training, a benchmark) plans once (api/alone.cc, alonePlan).
+  // The call alonePhase was planned for (its arguments, level, context and
+  // descriptor): a loop that repeats it (training, a benchmark) plans once
+  // and skips the checks and lookups a plan needs (api/alone.cc, planAnew).
+  struct AloneKey {
+    int kind = 0, level = -1, dt = 0, op = 0, root = 0;  // level -1: nothing planned
+    const void* src = nullptr;
+    const void* dst = nullptr;
+    size_t count = 0;
+  } alonePlannedKey;
+  tern::PlanCtx alonePlannedCtx;
   tern::OpDesc alonePlannedFor;
-  const void* alonePlannedSrc = nullptr;
-  const void* alonePlannedDst = nullptr;
 
   std::atomic<int> asyncError{ternSuccess};         // first failure, sticky
   std::atomic<bool> aborted{false};

@@ -170,7 +170,12 @@ struct PlanCtx {
 // (ternaryFifoQuantum), so an element, a descriptor, a header or a group never
 // straddles the wrap point and is always one contiguous read.  The padding
 // from stream position `pos` to the next multiple of `a`:
-inline size_t alignUp(uint64_t pos, size_t a) { return static_cast<size_t>((a - pos % a) % a); }
+// Alignments are powers of two but for codec groups (their unit): a mask
+// then, not two 64-bit divisions (tens of cycles each on the small path).
+inline size_t alignUp(uint64_t pos, size_t a) {
+  if ((a & (a - 1)) == 0) return static_cast<size_t>(-pos & (a - 1));
+  return static_cast<size_t>((a - pos % a) % a);
+}
 
 // One step's work on n payload bytes from offset `off`: `in` (received, or
 // nullptr) reduced with or copied beside the step's local bytes into its

@@ -32,6 +32,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/executor.h"
+#include "transport/shm_streams.h"
 
 namespace tern {
 
@@ -64,6 +65,44 @@ bool runsWhole(const Phase& ph, uint64_t opBytes) {
   return true;
 }
 
+// A step's stream: through its shared-memory fifos where it has them
+// (Conn::shm: inline, no virtual call), else through the connection.
+// Shared memory lays records out on the default alignment (32).
+class Stream {
+ public:
+  explicit Stream(Conn* c) : c_(c), io_(c ? c->shm : nullptr) {}
+  explicit operator bool() const { return c_ != nullptr; }
+  Conn* conn() const { return c_; }
+  size_t recordAlign() const { return io_ ? 32 : c_->recordAlign(); }
+  uint64_t recvPos() const { return io_ ? io_->recvPos() : c_->recvPos(); }
+  uint64_t sendPos() const { return io_ ? io_->sendPos() : c_->sendPos(); }
+  size_t recvAhead(const char** p) const { return io_ ? io_->recvAhead(p) : c_->recvAhead(p); }
+  void recvFound(const char* at, size_t n) const { io_ ? io_->recvFound(at, n) : c_->recvFound(at, n); }
+  size_t recvAvail(const char** p) const { return io_ ? io_->recvAvail(p) : c_->recvAvail(p); }
+  size_t sendSpace(char** p) const { return io_ ? io_->sendSpace(p) : c_->sendSpace(p); }
+  void recvConsume(size_t n) const {
+    if (!io_) return c_->recvConsume(n);
+    io_->recvConsume(n);
+    c_->countRecv(n);
+  }
+  void sendCommit(size_t n) const {  // and flush: shared memory publishes on commit
+    if (!io_) return c_->sendCommit(n), c_->flush();
+    io_->sendCommit(n);
+    c_->countSent(n);
+  }
+
+ private:
+  Conn* c_;
+  ShmStreams* io_;
+};
+
+// Whether AloneGreetings has room for every stream the phase may greet.
+bool fitsGreetings(const Phase& ph) {
+  size_t steps = 0;
+  for (const Program& p : ph.progs) steps += p.steps.size();
+  return steps <= AloneGreetings::kMax;
+}
+
 // What stands on a stream before a step's payload: padding to the record
 // alignment and the operation's descriptor on its first use of the stream,
 // else padding to 8 bytes.
@@ -71,11 +110,22 @@ struct Head {
   size_t skip, desc;
   size_t bytes() const { return skip + desc; }
 };
-Head headOf(const Conn* c, uint64_t pos, bool greeted) {
-  return greeted ? Head{alignUp(pos, 8), 0} : Head{alignUp(pos, c->recordAlign()), sizeof(OpDesc)};
+Head headOf(size_t align, uint64_t pos, bool greeted) {
+  return greeted ? Head{alignUp(pos, 8), 0} : Head{alignUp(pos, align), sizeof(OpDesc)};
 }
 
 enum class Try { kDone, kWait, kEngine };
+
+// A step's work on its whole payload.  The path runs host buffers only
+// (Comm::takesAlone, callAlone), so a plain step's copies are memcpy here,
+// without executeStep's call and MemOps' virtual one (~60 of an 8-byte
+// broadcast's instructions); reductions are executeStep's.
+void runWhole(const MemOps& mem, const Step& s, const char* in, char* out, const Reduction& red, int nranks) {
+  if (s.reduce) return executeStep(mem, s, in, out, 0, s.bytes, red, nranks);
+  const char* src = in ? in : s.local;
+  if (out) memcpy(out, src, s.bytes);
+  if (s.dst && s.dst != src) memcpy(s.dst, src, s.bytes);
+}
 
 // Whether the message a step greets its input stream with is all there,
 // read where the stream's next bytes lie (Conn::recvAhead) by its seq word
@@ -84,12 +134,40 @@ enum class Try { kDone, kWait, kEngine };
 // ours counts; anything else (bytes not come, a message the engine wrote, a
 // stale one, a mismatch) leaves the reading to the head, as before.  *ip:
 // the message's first byte (its padding).
-bool foundAhead(Conn* c, const OpDesc& desc, size_t bytes, size_t skip, const char** ip) {
-  if (c->recvAhead(ip) < bytes) return false;
+[[gnu::always_inline]] inline bool foundAhead(const Stream& c, const OpDesc& desc, size_t bytes, size_t skip,
+                                              const char** ip) {
+  if (c.recvAhead(ip) < bytes) return false;
   const char* d = *ip + skip;
   if (wholeSeq(d) != (desc.seq | kSeqWhole) || !descMatches(desc, descAt(d))) return false;
-  c->recvFound(*ip, bytes);
+  c.recvFound(*ip, bytes);
   return true;
+}
+
+// The descriptors the stream owes (Conn::owed), consumed while each lies
+// whole at the stream's next record (foundAhead): true once none is owed.
+// Anything else (one not come, one the engine wrote, a mismatch) is for
+// peekPast to read.
+bool payOwedWhole(const Stream& st, Conn* in) {
+  while (!in->owed.empty()) {
+    const size_t skip = alignUp(st.recvPos(), st.recordAlign()), n = skip + sizeof(OpDesc);
+    const char* ip;
+    if (!foundAhead(st, in->owed.front(), n, skip, &ip)) return false;
+    st.recvConsume(n);
+    in->owed.pop();
+  }
+  return true;
+}
+
+// hear() for the path: the owed descriptors, then ours, found whole where
+// they lie; whatever is not found so is hear()'s to read.
+Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
+  const Stream st(in);
+  if (!payOwedWhole(st, in)) return hear(in, mine, theirs);
+  const size_t skip = alignUp(st.recvPos(), st.recordAlign()), n = skip + sizeof(OpDesc);
+  const char* ip;
+  if (!foundAhead(st, mine, n, skip, &ip)) return hear(in, mine, theirs);
+  st.recvConsume(n);
+  return Heard::kMatched;
 }
 
 // One step, whole: kWait while the peer's message has not all arrived,
@@ -100,36 +178,34 @@ Try moveWhole(const Step& s, const OpDesc& desc, bool greetIn, bool greetOut, co
               const Reduction& red, int nranks) {
   const char* in = nullptr;
   Head hi{0, 0}, ho{0, 0};
-  if (s.in) {
-    if (greetIn && !s.in->owed.empty()) {  // the descriptors it owes come first
+  const Stream sin(s.in), sout(s.out);
+  if (sin) {
+    if (greetIn && !payOwedWhole(sin, s.in)) {  // the descriptors it owes come first
       OpDesc due;
       bool mismatch;
       if (!peekPast(s.in, &due, &mismatch)) return Try::kWait;
       if (mismatch) return Try::kEngine;
     }
-    hi = headOf(s.in, s.in->recvPos(), !greetIn);
+    hi = headOf(sin.recordAlign(), sin.recvPos(), !greetIn);
     const char* ip;
-    if (!(hi.desc && s.in->owed.empty() && foundAhead(s.in, desc, hi.bytes() + s.bytes, hi.skip, &ip))) {
-      if (s.in->recvAvail(&ip) < hi.bytes() + s.bytes) return Try::kWait;
+    if (!(hi.desc && s.in->owed.empty() && foundAhead(sin, desc, hi.bytes() + s.bytes, hi.skip, &ip))) {
+      if (sin.recvAvail(&ip) < hi.bytes() + s.bytes) return Try::kWait;
       if (hi.desc && !descMatches(desc, descAt(ip + hi.skip))) return Try::kEngine;
     }
     in = ip + hi.bytes();
   }
   char* out = nullptr;
-  if (s.out) {
-    ho = headOf(s.out, s.out->sendPos(), !greetOut);
+  if (sout) {
+    ho = headOf(sout.recordAlign(), sout.sendPos(), !greetOut);
     char* o;
-    if (s.out->sendSpace(&o) < ho.bytes() + s.bytes) return Try::kEngine;
+    if (sout.sendSpace(&o) < ho.bytes() + s.bytes) return Try::kEngine;
     if (ho.desc) putWholeDesc(o + ho.skip, desc);  // its seq word last (markWhole, below)
     out = o + ho.bytes();
   }
-  if (s.bytes) executeStep(mem, s, in, out, 0, s.bytes, red, nranks);
+  if (s.bytes) runWhole(mem, s, in, out, red, nranks);
   if (ho.desc) markWhole(out - sizeof(OpDesc), desc.seq);
-  if (s.in) s.in->recvConsume(hi.bytes() + s.bytes);
-  if (s.out) {
-    s.out->sendCommit(ho.bytes() + s.bytes);
-    s.out->flush();
-  }
+  if (sin) sin.recvConsume(hi.bytes() + s.bytes);
+  if (sout) sout.sendCommit(ho.bytes() + s.bytes);
   return Try::kDone;
 }
 
@@ -170,7 +246,7 @@ Try tryStep(Book& book, Program& p, const OpDesc& desc, const MemOps& mem, const
   const Step& s = p.steps[p.cur];
   if (s.deferrable) {  // the peer's descriptor, if it came (else owed: phaseThrough)
     OpDesc theirs;
-    Heard h = hear(s.in, desc, &theirs);
+    Heard h = hearWhole(s.in, desc, &theirs);
     if (h == Heard::kNotYet) return Try::kWait;
     if (h != Heard::kMatched) return Try::kEngine;
     ++p.cur;
@@ -365,10 +441,8 @@ bool Executor::runTransfersAlone(const OpDesc* descs, const Step* steps, size_t 
 bool Executor::runPhaseAlone(const OpDesc& desc, Phase& ph, const MemOps& mem, int nranks,
                              AloneGreetings& g) {
   noteInUse(desc.level);
-  size_t steps = 0;
-  for (const Program& p : ph.progs) steps += p.steps.size();
-  if (steps > AloneGreetings::kMax) return false;
-  if (!ph.whole && !(ph.whole = runsWhole(ph, desc.count * typeSize(static_cast<ternDataType_t>(desc.dtype)))))
+  if (!ph.whole && !(ph.whole = fitsGreetings(ph) &&
+                                runsWhole(ph, desc.count * typeSize(static_cast<ternDataType_t>(desc.dtype)))))
     return false;
   FreeBook book{g};
   Patience patience(wantLevel_, anyPending_);

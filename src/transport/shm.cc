@@ -33,6 +33,7 @@
 #include "memory/memory.h"
 #include "transport/fifo.h"
 #include "transport/ll.h"
+#include "transport/shm_streams.h"
 #include "transport/transport.h"
 
 namespace tern {
@@ -179,42 +180,24 @@ class ShmConn : public Conn {
   std::map<IpcHandle, char*> imports_;  // peer allocations opened here
   pid_t peerPid_ = 0;
   ternResult_t open(const ConnSetup& s) override;
-  size_t sendSpace(char** p) override { return send_.writable(p); }
+  size_t sendSpace(char** p) override { return io_.sendSpace(p); }
   void sendCommit(size_t n) override {
-    send_.produce(n);
+    io_.sendCommit(n);
     countSent(n);
   }
-  // Bytes that just arrived are fetched all at once: a small message's few
-  // lines then miss together instead of one by one in the reduction loop.
-  size_t recvAvail(const char** p) override {
-    size_t n = recv_.readable(p);
-    prefetch(*p, n);
-    return n;
-  }
-  void prefetch(const char* p, size_t n) {
-    const uint64_t end = recv_.consumed() + n;
-    if (end > fetched_) {
-      const uint64_t from = std::max(fetched_, recv_.consumed());
-      const char* q = p + (from - recv_.consumed());
-      for (uint64_t k = 0; k < std::min<uint64_t>(end - from, 4096); k += 64) __builtin_prefetch(q + k);
-      fetched_ = end;
-    }
-  }
-  size_t recvAhead(const char** p) override { return recv_.ahead(p); }
-  void recvFound(const char* at, size_t n) override {  // its lines miss together, as recvAvail's
-    prefetch(at, n);
-    recv_.found(n);
-  }
-  uint64_t fetched_ = 0;  // stream position up to which recvAvail prefetched
-  uint64_t sendPos() const override { return send_.produced(); }
-  uint64_t recvPos() const override { return recv_.consumed(); }
+  size_t recvAvail(const char** p) override { return io_.recvAvail(p); }
+  size_t recvAhead(const char** p) override { return io_.recvAhead(p); }
+  void recvFound(const char* at, size_t n) override { io_.recvFound(at, n); }
+  uint64_t sendPos() const override { return io_.sendPos(); }
+  uint64_t recvPos() const override { return io_.recvPos(); }
   void recvConsume(size_t n) override {
-    recv_.consume(n);
+    io_.recvConsume(n);
     countRecv(n);
   }
 
   Segment sendSeg, recvSeg;
-  Fifo send_, recv_;
+  ShmStreams io_;
+  ShmConn() { shm = &io_; }
 };
 
 struct NameMsg {
@@ -259,7 +242,7 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
            s.level, (unsigned long long)nonce);
   mine.bytes = bytes;
   TERN_CHECK(mapSegment(mine.name, bytes, true, &recvSeg));
-  recv_.attach(recvSeg.mem, s.cfg->fifoBytes, s.cfg->fifoGranule, true);
+  io_.recv.attach(recvSeg.mem, s.cfg->fifoBytes, s.cfg->fifoGranule, true);
 
   // Exchange names; each side maps the other's segment, then acknowledges.
   NameMsg theirs{};
@@ -283,8 +266,8 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
   }
   if (mine.ipcMin && theirs.ipcMin) ipcMin_ = std::max<size_t>(mine.ipcMin, theirs.ipcMin);
   if (directMin()) peerPidfd_ = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(theirs.pid), 0));
-  send_.attach(sendSeg.mem, s.cfg->fifoBytes, s.cfg->fifoGranule, false);
-  send_.setWindow(s.cfg->fifoWindow);  // the producer's choice alone
+  io_.send.attach(sendSeg.mem, s.cfg->fifoBytes, s.cfg->fifoGranule, false);
+  io_.send.setWindow(s.cfg->fifoWindow);  // the producer's choice alone
   ll_.attach(this, llRing(recvSeg, s.cfg->fifoBytes), llRing(sendSeg, s.cfg->fifoBytes),
              std::min<uint64_t>(mine.llBytes, theirs.llBytes));
   TERN_LOG(Trace, "shm connection to rank %d at level %d (%zu-byte fifos, single copy %s, device IPC %s)",

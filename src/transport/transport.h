@@ -20,6 +20,7 @@ namespace tern {
 struct ConnSetup;
 class Conn;
 class MemOps;
+struct ShmStreams;
 struct IpcHandle;
 
 // What opens connections on first use (transport/conn_table.h).
@@ -216,6 +217,10 @@ class Conn {
     return 0;
   }
   virtual void recvFound(const char* at, size_t n) { (void)at, (void)n; }
+  // A shared-memory connection's fifos (transport/shm_streams.h), which its
+  // stream methods above are; nullptr for other transports.  The small path
+  // calls them directly (engine/small_path.cc).
+  ShmStreams* shm = nullptr;
   // A sibling's connection (nullptr: this is one): its liveness is ours.
   Conn* owner = nullptr;
   bool peerGone() const { return gone || (owner && owner->gone); }
