@@ -114,7 +114,7 @@ Phase& rewound(Phase& ph) {
 // communicator's scratch phase (once for a call that repeats) and run from
 // it; handed over, the operation plans the same again and starts each
 // program where this one stood.
-bool plannedAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
+[[gnu::always_inline]] inline bool plannedAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
   const bool again = repeatsPlanned(c, a, level);
   const PlanCtx x = again ? c->alonePlannedCtx : c->planCtx(level);
   if (!again && !plansPurely(a, x)) return false;

@@ -144,6 +144,9 @@ class Executor {
   ternResult_t replan(Operation& op, bool (*same)(const Phase& planned, const void* ran), const void* ran);
   void settleHandOver(const OpPtr& op, ternResult_t r);
   void finishAlone();
+  // runPhaseAlone's rounds with the way its greetings are kept (small_path.cc).
+  template <class Book>
+  bool runWholePhase(Book& book, const OpDesc& desc, Phase& ph, const MemOps& mem, int nranks);
   enum class Next { kRun, kEngine, kFinished };
   Next nextAlonePhase(Operation& op);
   void loop();

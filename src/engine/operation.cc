@@ -112,6 +112,7 @@ void resetFields(Phase& ph) {
   ph.reframe = kEmptyPhase.reframe;
   ph.holdStreams = kEmptyPhase.holdStreams;
   ph.whole = kEmptyPhase.whole;
+  ph.fixedGreets = kEmptyPhase.fixedGreets;
   ph.postedAt = kEmptyPhase.postedAt;
 }
 }  // namespace

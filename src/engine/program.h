@@ -54,6 +54,10 @@ struct Step {
   // and checked by its next reader.  So a rank that only sends returns when
   // its sends are out, as MPI's eager sends do, instead of a round trip later.
   bool deferrable = false;
+  // The small path's reading of a whole phase whose streams each serve one
+  // program (Phase::fixedGreets): the step is the operation's first use of
+  // its input / output stream, so the operation's descriptor leads it.
+  bool greetsIn = false, greetsOut = false;
 };
 
 // Codec steps travel framed: a 16-byte header (magic, unit, groups) that the
@@ -140,6 +144,9 @@ struct Phase {
   // (what it checks of a connection changes only when it opens, and no
   // operation holds a stream while the path runs).
   bool whole = false;
+  // ... and its steps' greetsIn / greetsOut are set (small_path.cc,
+  // fixGreetings): no stream serves two programs in one direction.
+  bool fixedGreets = false;
   // An unordered operation's phase: when its message was posted (an
   // Executor::stamp).  Ordered operations issued before it go first on a
   // stream they both want; those issued after it wait.

@@ -174,7 +174,7 @@ Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
 // kEngine when the engine must carry it (see the top).  `greetIn` / `greetOut`:
 // the operation's first use of the step's input / output stream, so its
 // descriptor leads the message.
-Try moveWhole(const Step& s, const OpDesc& desc, bool greetIn, bool greetOut, const MemOps& mem,
+[[gnu::always_inline]] inline Try moveWhole(const Step& s, const OpDesc& desc, bool greetIn, bool greetOut, const MemOps& mem,
               const Reduction& red, int nranks) {
   const char* in = nullptr;
   Head hi{0, 0}, ho{0, 0};
@@ -226,23 +226,65 @@ void markOut(Operation& op, Conn* c) {
 // operation's lists, or (OpFree) the small path's own, without an operation.
 struct OpBook {
   Operation& op;
-  bool in(const Conn* c) const { return op.greetedInFrom(c); }
-  bool out(const Conn* c) const { return op.greetedOutTo(c); }
+  bool greetIn(const Step& s) const { return s.in && !op.greetedInFrom(s.in); }
+  bool greetOut(const Step& s) const { return s.out && !op.greetedOutTo(s.out); }
   void noteIn(Conn* c) { markIn(op, c); }
   void noteOut(Conn* c) { markOut(op, c); }
 };
 struct FreeBook {
   AloneGreetings& g;
   static bool has(const Conn* const* v, size_t n, const Conn* c) { return std::find(v, v + n, c) != v + n; }
-  bool in(const Conn* c) const { return has(g.in, g.nIn, c); }
-  bool out(const Conn* c) const { return has(g.out, g.nOut, c); }
+  bool greetIn(const Step& s) const { return s.in && !has(g.in, g.nIn, s.in); }
+  bool greetOut(const Step& s) const { return s.out && !has(g.out, g.nOut, s.out); }
   void noteIn(Conn* c) { g.in[g.nIn++] = c; }
   void noteOut(Conn* c) { g.out[g.nOut++] = c; }
 };
+// ... or (Phase::fixedGreets) the steps' own marks, with nothing to note
+// while it runs: a hand-over reads them back (greetedBefore).
+struct FixedBook {
+  static bool greetIn(const Step& s) { return s.greetsIn; }
+  static bool greetOut(const Step& s) { return s.greetsOut; }
+  static void noteIn(Conn*) {}
+  static void noteOut(Conn*) {}
+};
+
+// Marks each step of a whole phase that is its program's first use of a
+// stream (Step::greetsIn / greetsOut); false when a stream serves two
+// programs in one direction, where which greets first depends on how they
+// run (FreeBook's case).
+bool fixGreetings(Phase& ph) {
+  std::vector<const Conn*> ins, outs;  // planned once per kept plan: not on the call's path
+  for (Program& p : ph.progs) {
+    const size_t in0 = ins.size(), out0 = outs.size();
+    for (Step& s : p.steps) {
+      if (s.deferrable) continue;  // a descriptor heard greets nothing (tryStep)
+      auto first = [&](std::vector<const Conn*>& seen, size_t mine, const Conn* c, bool* greets) {
+        if (!c) return true;
+        auto at = std::find(seen.begin(), seen.end(), c);
+        if (at != seen.end() && static_cast<size_t>(at - seen.begin()) < mine) return false;  // another program's
+        *greets = at == seen.end();
+        if (*greets) seen.push_back(c);
+        return true;
+      };
+      if (!first(ins, in0, s.in, &s.greetsIn) || !first(outs, out0, s.out, &s.greetsOut)) return false;
+    }
+  }
+  return true;
+}
+
+// The streams a whole phase with fixed greetings has greeted so far.
+void greetedBefore(const Phase& ph, AloneGreetings& g) {
+  for (const Program& p : ph.progs)
+    for (size_t i = 0; i < p.cur; ++i) {
+      const Step& s = p.steps[i];
+      if (s.greetsIn) g.in[g.nIn++] = s.in;
+      if (s.greetsOut) g.out[g.nOut++] = s.out;
+    }
+}
 
 // The current step of `p`, whole.
 template <class Book>
-Try tryStep(Book& book, Program& p, const OpDesc& desc, const MemOps& mem, const Reduction& red, int nranks) {
+[[gnu::always_inline]] inline Try tryStep(Book& book, Program& p, const OpDesc& desc, const MemOps& mem, const Reduction& red, int nranks) {
   const Step& s = p.steps[p.cur];
   if (s.deferrable) {  // the peer's descriptor, if it came (else owed: phaseThrough)
     OpDesc theirs;
@@ -252,7 +294,7 @@ Try tryStep(Book& book, Program& p, const OpDesc& desc, const MemOps& mem, const
     ++p.cur;
     return Try::kDone;
   }
-  const bool greetIn = s.in && !book.in(s.in), greetOut = s.out && !book.out(s.out);
+  const bool greetIn = book.greetIn(s), greetOut = book.greetOut(s);
   Try t = moveWhole(s, desc, greetIn, greetOut, mem, red, nranks);
   if (t != Try::kDone) return t;
   if (greetIn) book.noteIn(s.in);
@@ -263,8 +305,8 @@ Try tryStep(Book& book, Program& p, const OpDesc& desc, const MemOps& mem, const
 
 // Every program's steps as far as they go now; *done once all are through.
 template <class Book>
-Try runPhase(Book& book, Phase& ph, const OpDesc& desc, const MemOps& mem, int nranks, bool* done) {
-  bool moved = false;
+[[gnu::always_inline]] inline Try runPhase(Book& book, Phase& ph, const OpDesc& desc, const MemOps& mem, int nranks, bool* done) {
+  bool moved = false, all = true;
   for (Program& p : ph.progs) {
     while (!p.done()) {
       Try t = tryStep(book, p, desc, mem, ph.red, nranks);
@@ -272,8 +314,9 @@ Try runPhase(Book& book, Phase& ph, const OpDesc& desc, const MemOps& mem, int n
       if (t == Try::kWait) break;
       moved = true;
     }
+    all &= p.done();
   }
-  *done = phaseThrough(ph, desc);
+  *done = all || phaseThrough(ph, desc);  // (all done: nothing to owe)
   return moved || *done ? Try::kDone : Try::kWait;
 }
 
@@ -441,10 +484,24 @@ bool Executor::runTransfersAlone(const OpDesc* descs, const Step* steps, size_t 
 bool Executor::runPhaseAlone(const OpDesc& desc, Phase& ph, const MemOps& mem, int nranks,
                              AloneGreetings& g) {
   noteInUse(desc.level);
-  if (!ph.whole && !(ph.whole = fitsGreetings(ph) &&
-                                runsWhole(ph, desc.count * typeSize(static_cast<ternDataType_t>(desc.dtype)))))
+  if (!ph.whole) {
+    if (!(ph.whole = fitsGreetings(ph) &&
+                     runsWhole(ph, desc.count * typeSize(static_cast<ternDataType_t>(desc.dtype)))))
+      return false;
+    ph.fixedGreets = fixGreetings(ph);
+  }
+  if (ph.fixedGreets) {
+    FixedBook book;
+    if (runWholePhase(book, desc, ph, mem, nranks)) return true;
+    greetedBefore(ph, g);
     return false;
+  }
   FreeBook book{g};
+  return runWholePhase(book, desc, ph, mem, nranks);
+}
+
+template <class Book>
+bool Executor::runWholePhase(Book& book, const OpDesc& desc, Phase& ph, const MemOps& mem, int nranks) {
   Patience patience(wantLevel_, anyPending_);
   for (bool done = false; !done;) {
     Try t = runPhase(book, ph, desc, mem, nranks, &done);
