@@ -6,9 +6,6 @@
 // made then and started where the path stood.
 #include "api/alone.h"
 
-#include <new>
-#include <type_traits>
-
 #include "api/group.h"
 #include "base/dtype.h"
 #include "base/error.h"
@@ -16,16 +13,6 @@
 namespace tern {
 
 namespace {
-
-// Room for up to N trivially destructible T, constructed only as used: a
-// group's transfers are one or two, and default-constructing all sixteen
-// descriptors and steps cost ~400 of an 8-byte sendrecv's instructions.
-template <class T, size_t N>
-struct Uninitialised {
-  static_assert(std::is_trivially_destructible<T>::value, "nothing to destroy");
-  alignas(T) unsigned char bytes[N * sizeof(T)];
-  T* get() { return reinterpret_cast<T*>(bytes); }
-};
 
 // Only host buffers and built-in operations (a PreMulSum op scales its input
 // first: the engine's), between ranks, outside a group.
@@ -93,14 +80,13 @@ bool repeatsPlanned(const Comm* c, const CollArgs& a, int level) {
 }
 
 // The communicator's scratch phase planned anew for the call, kept for the
-// calls that repeat it.  Planning a two-rank broadcast cost ~1,700 of its
+// calls that repeat it (the token held: Comm::claimAlone).  Planning a two-rank broadcast cost ~1,700 of its
 // ~5,500 instructions per call (callgrind, session 36).
 Phase& planAnew(Comm* c, const OpDesc& desc, const CollArgs& a, int level, const PlanCtx& x) {
   Phase& ph = c->alonePhase;
   resetPhase(ph);
   planPure(a, x, &ph);
   c->alonePlannedKey = keyOf(a, level);
-  c->alonePlannedCtx = x;
   c->alonePlannedFor = desc;
   return ph;
 }
@@ -115,11 +101,14 @@ Phase& rewound(Phase& ph) {
 // it; handed over, the operation plans the same again and starts each
 // program where this one stood.
 [[gnu::always_inline]] inline bool plannedAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
+  const PlanCtx x = c->planCtx(level);
+  if (!plansPurely(a, x)) return false;
+  uint64_t seq;
+  if (!c->claimAlone(level, &seq)) return false;
+  // The kept plan is read and replaced only while the token is held.
   const bool again = repeatsPlanned(c, a, level);
-  const PlanCtx x = again ? c->alonePlannedCtx : c->planCtx(level);
-  if (!again && !plansPurely(a, x)) return false;
   OpDesc desc = again ? c->alonePlannedFor : callDesc(c, a, level);
-  if (!c->claimAlone(level, &desc.seq)) return false;
+  desc.seq = seq;
   Phase& ph = again ? rewound(c->alonePhase) : planAnew(c, desc, a, level, x);
   AloneGreetings greeted;
   if (c->engine->runPhaseAlone(desc, ph, *x.mem, x.nranks, greeted)) {
@@ -145,36 +134,67 @@ OpPtr recordedOp(Comm* c, const P2pCall& call) {
   return op;
 }
 
-bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
-  if (n > kMaxTransfers) return false;
+namespace {
+
+static_assert(kMaxTransfers <= Comm::AloneTransfers::kMax, "a group's transfers fit what the communicator keeps");
+
+// Whether the group's calls are the ones kept, in the same order.
+bool sameTransfers(const Comm::AloneTransfers& m, const P2pCall* calls, size_t n) {
+  if (m.n != n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    const Comm::AloneKey& k = m.keys[i];
+    const CollArgs& a = calls[i].a;
+    if (k.level != calls[i].level || k.kind != static_cast<int>(a.kind) || k.root != a.root || k.src != a.src ||
+        k.dst != a.dst || k.count != a.count || k.dt != a.dt)
+      return false;
+  }
+  return true;
+}
+
+// Whether two of the calls share a stream: each stream carries one message
+// of the group, so each goes whole, in issue order.
+bool shareStream(const P2pCall* calls, size_t n) {
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < i; ++j)
       if (calls[j].a.root == calls[i].a.root && calls[j].a.kind == calls[i].a.kind &&
           calls[j].level == calls[i].level)
-        return false;  // one message per stream: it goes whole, in issue order
-  Uninitialised<OpDesc, kMaxTransfers> descStore;
-  OpDesc* descs = descStore.get();
-  bool send[kMaxTransfers];
+        return true;
+  return false;
+}
+
+// The calls' descriptors (their sequence numbers aside) and steps, kept for
+// a group that repeats them (the token held: Comm::claimTransfers).
+void keepTransfers(Comm* c, const P2pCall* calls, size_t n) {
+  Comm::AloneTransfers& m = c->aloneTransfers;
   for (size_t i = 0; i < n; ++i) {
-    new (&descs[i]) OpDesc(callDesc(c, calls[i].a, calls[i].level));
-    send[i] = calls[i].a.kind == OpKind::Send;
+    const PlanCtx x = c->planCtx(calls[i].level);
+    m.keys[i] = keyOf(calls[i].a, calls[i].level);
+    m.descs[i] = callDesc(c, calls[i].a, calls[i].level);
+    m.steps[i] = p2pStep(calls[i].a, x.conn(calls[i].a.root));  // each its plan's step
   }
-  if (!c->claimTransfers(descs, send, n)) return false;
-  Uninitialised<Step, kMaxTransfers> stepStore;
-  Step* steps = stepStore.get();
-  PlanCtx x = c->planCtx(calls[0].level);
-  for (size_t i = 0; i < n; ++i) {  // each its plan's step
-    if (i > 0 && calls[i].level != calls[i - 1].level) x = c->planCtx(calls[i].level);
-    new (&steps[i]) Step(p2pStep(calls[i].a, x.conn(calls[i].a.root)));
-  }
+  m.whole = false;
+  m.n = n;
+}
+
+}  // namespace
+
+bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
+  if (n > kMaxTransfers || shareStream(calls, n)) return false;
+  Comm::Transfer t[kMaxTransfers];
+  for (size_t i = 0; i < n; ++i) t[i] = {calls[i].a.root, calls[i].level, calls[i].a.kind == OpKind::Send};
+  uint64_t seqs[kMaxTransfers];
+  if (!c->claimTransfers(t, seqs, n)) return false;
+  Comm::AloneTransfers& m = c->aloneTransfers;
+  if (!sameTransfers(m, calls, n)) keepTransfers(c, calls, n);
+  for (size_t i = 0; i < n; ++i) m.descs[i].seq = seqs[i];
   bool done[kMaxTransfers];
-  if (c->engine->runTransfersAlone(descs, steps, n, c->nranks, *x.mem, done)) {
+  if (c->engine->runTransfersAlone(m.descs, m.steps, n, c->nranks, *memOps(MemType::Host), &m.whole, done)) {
     *r = ternSuccess;
     return true;
   }
   IssuedOps rest;
   for (size_t i = 0; i < n; ++i)
-    if (!done[i]) rest.emplace_back(c, operationFor(c, calls[i].a, c->planCtx(calls[i].level), descs[i].seq,
+    if (!done[i]) rest.emplace_back(c, operationFor(c, calls[i].a, c->planCtx(calls[i].level), m.descs[i].seq,
                                                     calls[i].level));
   for (auto& [k, op] : rest) c->engine->handOverAt(op, 0);
   *r = waitAll(rest);

@@ -291,10 +291,15 @@ ternResult_t launch(ternComm* c, CollArgs args, ternStream_t stream = nullptr,
                     std::unique_ptr<Task> task = nullptr) {
   std::unique_ptr<MemOps> mem;
   if (stream) TERN_CHECK(streamOps(c, args, stream, collectiveKind(args.kind).name, &mem));
+  // A send or receive of an open group is only recorded: nothing of the
+  // communicator is used until the group ends (runRecorded enters it then),
+  // so it needs no call slot (~60 instructions a call).
+  ternResult_t alone;
+  const bool p2p = args.kind == OpKind::Send || args.kind == OpKind::Recv;
+  if (!stream && !task && p2p && recordInGroup(c, args, &alone)) return alone;
   InCall call(c);
   if (!call.entered) return fail(nullptr, ternInvalidUsage, "comm was destroyed or aborted during the call");
-  ternResult_t alone;
-  if (!stream && !task && (callAlone(c, args, &alone) || recordInGroup(c, args, &alone))) return alone;
+  if (!stream && !task && callAlone(c, args, &alone)) return alone;
   OpPtr op = c->engine->newOperation();
   op->streamMem = std::move(mem);
   std::string why;

@@ -202,13 +202,13 @@ bool recordInGroup(Comm* c, const CollArgs& a, ternResult_t* r) {
     *r = ternSuccess;
     return true;
   }
-  if (!t.recorded.empty()) makeRecorded(t, t.pending);
   return false;
 }
 
 ternResult_t launchOp(Comm* c, OpPtr op) {
   PerThread& t = self();
   if (t.depth > 0) {
+    if (!t.recorded.empty()) makeRecorded(t, t.pending);  // what was recorded goes first
     t.pending.emplace_back(c, std::move(op));
     return ternSuccess;
   }

@@ -29,8 +29,8 @@ int currentPriority();
 bool soloCall(int* level);
 // Inside a group, records a small send or receive instead of making its
 // operation (api/alone.h, P2pCall): true when recorded (*r: ternSuccess).
-// A call it does not record first turns the recorded ones into operations,
-// in call order.  Outside a group: false.
+// Outside a group: false.  An operation added to the group after them
+// (launchOp) first turns the recorded ones into operations, in call order.
 bool recordInGroup(Comm* c, const CollArgs& a, ternResult_t* r);
 // Adds the operation to the calling thread's open group, or issues it and
 // waits for it: its result (ternInProgress at once on a nonblocking

@@ -163,18 +163,6 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
 
 using namespace tern;
 
-PlanCtx ternComm::planCtx(int level) const {
-  PlanCtx x;
-  x.rank = rank;
-  x.nranks = nranks;
-  x.ring = &ring;
-  x.ringPos = &ringPos;
-  x.cfg = &cfg;
-  x.mem = memOps(MemType::Host);  // host buffers; a call on a stream brings its own (issue)
-  x.conns = &table->view(level);
-  return x;
-}
-
 void ternComm::startBookkeeping() {
   p2pSeq.assign(static_cast<size_t>(nranks) * kLevels, 0);
   streamsOpened.assign(nranks, 0);
@@ -209,14 +197,12 @@ bool ternComm::claimAlone(int level, uint64_t* seq) {
   return true;
 }
 
-bool ternComm::claimTransfers(OpDesc* descs, const bool* send, size_t n) {
+bool ternComm::claimTransfers(const Transfer* t, uint64_t* seqs, size_t n) {
   std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
   if (!engine->claimIdle()) return false;
-  for (size_t i = 0; i < n; ++i) {
-    OpDesc& d = descs[i];
-    d.seq = send[i] ? p2pSeq[static_cast<size_t>(d.root) * kLevels + d.level]++
-                    : engine->startRecv(d.level, d.root, nranks);
-  }
+  for (size_t i = 0; i < n; ++i)
+    seqs[i] = t[i].send ? p2pSeq[static_cast<size_t>(t[i].peer) * kLevels + t[i].level]++
+                        : engine->startRecv(t[i].level, t[i].peer, nranks);
   return true;
 }
 

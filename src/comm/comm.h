@@ -39,17 +39,28 @@ struct ternComm : public tern::EngineHost {
   // rank has, used only while its caller holds the drive token.
   std::vector<tern::Step> aloneSteps;
   tern::Phase alonePhase;  // the same for other collectives' plans (planPure)
-  // The call alonePhase was planned for (its arguments, level, context and
+  // The call alonePhase was planned for (its arguments, level and
   // descriptor): a loop that repeats it (training, a benchmark) plans once
-  // and skips the checks and lookups a plan needs (api/alone.cc, planAnew).
+  // (api/alone.cc, planAnew).  Read and written only by the drive token's
+  // holder.
   struct AloneKey {
     int kind = 0, level = -1, dt = 0, op = 0, root = 0;  // level -1: nothing planned
     const void* src = nullptr;
     const void* dst = nullptr;
     size_t count = 0;
   } alonePlannedKey;
-  tern::PlanCtx alonePlannedCtx;
   tern::OpDesc alonePlannedFor;
+  // The same for the sends and receives a group last ran alone
+  // (api/alone.cc, transfersAlone): their keys, descriptors and steps, made
+  // once for a group that repeats them.
+  struct AloneTransfers {
+    static constexpr size_t kMax = 16;
+    size_t n = 0;  // 0: none kept
+    AloneKey keys[kMax];
+    tern::OpDesc descs[kMax];
+    tern::Step steps[kMax];
+    bool whole = false;  // every step found to go whole (Executor::runTransfersAlone)
+  } aloneTransfers;
 
   std::atomic<int> asyncError{ternSuccess};         // first failure, sticky
   std::atomic<bool> aborted{false};
@@ -63,7 +74,20 @@ struct ternComm : public tern::EngineHost {
   std::vector<int> streamsOpened;
 
   // The connections and ring a plan at `level` works with.
-  tern::PlanCtx planCtx(int level) const;
+  // Inline: the small path asks for it on every call.  Host buffers; a call
+  // on a stream brings its own memory operations (issue).
+  tern::PlanCtx planCtx(int level) const {
+    tern::PlanCtx x;
+    x.rank = rank;
+    x.nranks = nranks;
+    x.ring = &ring;
+    x.ringPos = &ringPos;
+    x.cfg = &cfg;
+    x.mem = hostMem;
+    x.conns = &table->view(level);
+    return x;
+  }
+  const tern::MemOps* const hostMem = tern::memOps(tern::MemType::Host);
   // Numbers the operations (per level; p2p per peer, direction and level) and
   // hands them to the executor, atomically: issue order is admission order.
   void issue(const std::vector<tern::OpPtr>& ops, bool wake);
@@ -79,9 +103,14 @@ struct ternComm : public tern::EngineHost {
   bool mayRunAlone(size_t bytes) const;
   bool claimAlone(int level, uint64_t* seq);
   // The same for a group's transfers without operations (api/alone.cc):
-  // each descriptor's root is its peer; sends (send[i]) take the next number
-  // of their (peer, level) as issued, receives the engine's next as started.
-  bool claimTransfers(tern::OpDesc* descs, const bool* send, size_t n);
+  // transfer i with peers[i] at levels[i]; sends (send[i]) take the next
+  // number of their (peer, level) as issued, receives the engine's next as
+  // started (into seqs[i]).
+  struct Transfer {
+    int peer, level;
+    bool send;
+  };
+  bool claimTransfers(const Transfer* t, uint64_t* seqs, size_t n);
   // ternCommDestroy: the descriptors its streams still owe (Conn::owed, the
   // checks of the last rooted calls) are heard before they close, so a
   // mismatch there is reported, and no peer's bytes sit unread on a socket

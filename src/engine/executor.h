@@ -126,8 +126,10 @@ class Executor {
   // let go, each counted); false when the engine must take over (token
   // still held): done[i] says which finished, and the caller hands the
   // others over as operations (handOverAt at step 0).
+  // *whole: the steps were found to go whole before (kept by the caller
+  // with them, as Phase::whole); set once they are.
   bool runTransfersAlone(const OpDesc* descs, const Step* steps, size_t n, int nranks, const MemOps& mem,
-                         bool* done);
+                         bool* whole, bool* done);
   // The sequence number of the next receive from `peer` at `level` (they
   // are numbered when they start: the token's holder only).
   uint64_t startRecv(int level, int peer, int nranks);

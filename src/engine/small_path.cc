@@ -452,13 +452,15 @@ size_t Executor::runStepsAlone(const OpDesc& desc, const Step* steps, size_t n, 
 }
 
 bool Executor::runTransfersAlone(const OpDesc* descs, const Step* steps, size_t n, int nranks,
-                                 const MemOps& mem, bool* done) {
+                                 const MemOps& mem, bool* whole, bool* done) {
   std::fill(done, done + n, false);
-  for (size_t i = 0; i < n; ++i) {
-    noteInUse(descs[i].level);
+  for (size_t i = 0; i < n; ++i)
+    if (i == 0 || descs[i].level != descs[i - 1].level) noteInUse(descs[i].level);
+  for (size_t i = 0; !*whole && i < n; ++i) {  // once for steps kept (as Phase::whole)
     const uint64_t bytes = descs[i].count * typeSize(static_cast<ternDataType_t>(descs[i].dtype));
     if (!takesWhole(steps[i], bytes)) return false;  // nothing moved yet: all go to the engine
   }
+  *whole = true;
   size_t left = n;
   Patience patience(wantLevel_, anyPending_);
   while (left > 0) {
