@@ -36,47 +36,58 @@ OpPtr operationFor(Comm* c, const CollArgs& a, const PlanCtx& x, uint64_t seq, i
   return op;
 }
 
+// A kept call's key, and whether a call repeats it (the same arguments at
+// the same level).
+Comm::AloneKey keyOf(const CollArgs& a, int level) {
+  return {static_cast<int>(a.kind), level, a.dt, a.op, a.root, a.src, a.dst, a.count};
+}
+bool sameKey(const Comm::AloneKey& k, const CollArgs& a, int level) {
+  return k.level == level && k.kind == static_cast<int>(a.kind) && k.src == a.src && k.dst == a.dst &&
+         k.count == a.count && k.dt == a.dt && k.op == a.op && k.root == a.root;
+}
+
 // Allreduce and barrier: the recursive-doubling steps; handed over, the
 // operation is planned in place on the result buffer (its input was copied
 // there already, and steps done have reduced into it) from the step reached.
+// An allreduce that repeats the last one keeps its steps and descriptor (a
+// barrier's steps point at its own stack: made anew).  The kept ones are read
+// and replaced only while the token is held.
 bool allReduceAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
-  OpDesc desc = callDesc(c, a, level);
-  if (!c->claimAlone(level, &desc.seq)) return false;
+  uint64_t seq;
+  if (!c->claimAlone(level, &seq)) return false;
+  const bool keep = a.kind == OpKind::AllReduce;
+  const bool again = keep && sameKey(c->aloneStepsKey, a, level);
+  OpDesc desc = again ? c->aloneStepsDesc : callDesc(c, a, level);
+  desc.seq = seq;
   const size_t bytes = a.count * typeSize(a.dt);
   const PlanCtx x = c->planCtx(level);
   int token = 0;  // a barrier is a one-integer allreduce (tasks.cc)
-  char* d = a.kind == OpKind::Barrier ? reinterpret_cast<char*>(&token) : static_cast<char*>(a.dst);
-  if (a.kind == OpKind::AllReduce && a.src != a.dst) x.mem->copy(d, a.src, bytes);
+  char* d = keep ? static_cast<char*>(a.dst) : reinterpret_cast<char*>(&token);
+  if (keep && a.src != a.dst) x.mem->copy(d, a.src, bytes);
   if (c->aloneSteps.empty()) c->aloneSteps.resize(kMaxRecursiveDoublingSteps);
   Step* steps = c->aloneSteps.data();
-  size_t n = 0;
-  recursiveDoublingSteps(x, d, bytes, [&](const Step& s) { steps[n++] = s; });
-  const Reduction red{a.dt, a.kind == OpKind::Barrier ? ternMax : a.op};
-  const size_t done = c->engine->runStepsAlone(desc, steps, n, red, x.nranks, *x.mem);
+  size_t n = again ? c->aloneStepsN : 0, scratchWhole = 0;
+  if (!again) {
+    recursiveDoublingSteps(x, d, bytes, [&](const Step& s) { steps[n++] = s; });
+    c->aloneStepsKey = keep ? keyOf(a, level) : Comm::AloneKey{};
+    c->aloneStepsDesc = desc;
+    c->aloneStepsN = n;
+    c->aloneStepsWhole = 0;
+  }
+  const Reduction red{a.dt, keep ? a.op : ternMax};
+  const size_t done = c->engine->runStepsAlone(desc, steps, n, red, x.nranks, *x.mem,
+                                               keep ? &c->aloneStepsWhole : &scratchWhole);
   if (done < n) {
     CollArgs inPlace = a;
-    if (a.kind == OpKind::AllReduce) inPlace.src = inPlace.dst;
+    if (keep) inPlace.src = inPlace.dst;
     OpPtr op = operationFor(c, inPlace, x, desc.seq, level);
     c->engine->handOverAt(op, done);
     *r = waitFor(c, std::move(op));
     return true;
   }
-  if (a.kind == OpKind::AllReduce && allReduceNeedsDivide(x, a.count, a.dt, a.op))
-    x.mem->divide(a.dst, a.count, a.dt, x.nranks);
+  if (keep && allReduceNeedsDivide(x, a.count, a.dt, a.op)) x.mem->divide(a.dst, a.count, a.dt, x.nranks);
   *r = ternSuccess;
   return true;
-}
-
-// The call the communicator's scratch phase was planned for, again: the
-// same arguments at the same level.  (The plan depends only on the call and
-// the communicator, and does no local work: plansPurely.)
-Comm::AloneKey keyOf(const CollArgs& a, int level) {
-  return {static_cast<int>(a.kind), level, a.dt, a.op, a.root, a.src, a.dst, a.count};
-}
-bool repeatsPlanned(const Comm* c, const CollArgs& a, int level) {
-  const Comm::AloneKey& p = c->alonePlannedKey;
-  return p.level == level && p.kind == static_cast<int>(a.kind) && p.src == a.src && p.dst == a.dst &&
-         p.count == a.count && p.dt == a.dt && p.op == a.op && p.root == a.root;
 }
 
 // The communicator's scratch phase planned anew for the call, kept for the
@@ -106,7 +117,7 @@ Phase& rewound(Phase& ph) {
   uint64_t seq;
   if (!c->claimAlone(level, &seq)) return false;
   // The kept plan is read and replaced only while the token is held.
-  const bool again = repeatsPlanned(c, a, level);
+  const bool again = sameKey(c->alonePlannedKey, a, level);
   OpDesc desc = again ? c->alonePlannedFor : callDesc(c, a, level);
   desc.seq = seq;
   Phase& ph = again ? rewound(c->alonePhase) : planAnew(c, desc, a, level, x);

@@ -38,6 +38,9 @@ struct ternComm : public tern::EngineHost {
   // The small path's schedule (api/alone.cc): room for the most steps a
   // rank has, used only while its caller holds the drive token.
   std::vector<tern::Step> aloneSteps;
+  // The allreduce they were made for (api/alone.cc, allReduceAlone), its
+  // descriptor, their count and how many of them were found to go whole
+  // (Executor::runStepsAlone).  Read and written by the drive token's holder.
   tern::Phase alonePhase;  // the same for other collectives' plans (planPure)
   // The call alonePhase was planned for (its arguments, level and
   // descriptor): a loop that repeats it (training, a benchmark) plans once
@@ -49,6 +52,9 @@ struct ternComm : public tern::EngineHost {
     const void* dst = nullptr;
     size_t count = 0;
   } alonePlannedKey;
+  AloneKey aloneStepsKey;
+  tern::OpDesc aloneStepsDesc;
+  size_t aloneStepsN = 0, aloneStepsWhole = 0;
   tern::OpDesc alonePlannedFor;
   // The same for the sends and receives a group last ran alone
   // (api/alone.cc, transfersAlone): their keys, descriptors and steps, made

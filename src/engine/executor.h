@@ -106,8 +106,10 @@ class Executor {
   // token let go, the operation counted), else the step the engine must
   // take over from (token still held): handOverAt then plans `op` (in
   // place: its plan repeats no local work) and starts it at that step.
+  // *whole: how many of the steps were found to go whole before (kept by the
+  // caller with them); raised as more are.
   size_t runStepsAlone(const OpDesc& desc, const Step* steps, size_t n, const Reduction& red,
-                       int nranks, const MemOps& mem);
+                       int nranks, const MemOps& mem, size_t* whole);
   void handOverAt(const OpPtr& op, size_t done);
   // The same for a planned phase run without an operation (api/alone.cc:
   // a plan that does no local work, planPure): true once it is done (token

@@ -434,13 +434,16 @@ bool Executor::runAlone(const std::vector<OpPtr>& ops) {
 }
 
 size_t Executor::runStepsAlone(const OpDesc& desc, const Step* steps, size_t n, const Reduction& red,
-                               int nranks, const MemOps& mem) {
+                               int nranks, const MemOps& mem, size_t* whole) {
   noteInUse(desc.level);
   const uint64_t bytes = desc.count * typeSize(static_cast<ternDataType_t>(desc.dtype));
   Patience patience(wantLevel_, anyPending_);
   for (size_t i = 0; i < n; ++i, patience.moved()) {
     const Step& s = steps[i];
-    if (!takesWhole(s, bytes)) return i;  // once per step, not on every turn of its wait
+    if (i >= *whole) {  // once per step kept (as Phase::whole), not on every turn of its wait
+      if (!takesWhole(s, bytes)) return i;
+      *whole = i + 1;
+    }
     for (;;) {
       Try t = moveWhole(s, desc, s.in != nullptr, s.out != nullptr, mem, red, nranks);
       if (t == Try::kDone) break;
