@@ -152,13 +152,8 @@ static_assert(kMaxTransfers <= Comm::AloneTransfers::kMax, "a group's transfers 
 // Whether the group's calls are the ones kept, in the same order.
 bool sameTransfers(const Comm::AloneTransfers& m, const P2pCall* calls, size_t n) {
   if (m.n != n) return false;
-  for (size_t i = 0; i < n; ++i) {
-    const Comm::AloneKey& k = m.keys[i];
-    const CollArgs& a = calls[i].a;
-    if (k.level != calls[i].level || k.kind != static_cast<int>(a.kind) || k.root != a.root || k.src != a.src ||
-        k.dst != a.dst || k.count != a.count || k.dt != a.dt)
-      return false;
-  }
+  for (size_t i = 0; i < n; ++i)
+    if (!sameKey(m.keys[i], calls[i].a, calls[i].level)) return false;
   return true;
 }
 
