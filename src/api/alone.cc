@@ -194,7 +194,7 @@ bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
   if (!sameTransfers(m, calls, n)) keepTransfers(c, calls, n);
   for (size_t i = 0; i < n; ++i) m.descs[i].seq = seqs[i];
   bool done[kMaxTransfers];
-  if (c->engine->runTransfersAlone(m.descs, m.steps, n, c->nranks, *memOps(MemType::Host), &m.whole, done)) {
+  if (c->engine->runTransfersAlone(m.descs, m.steps, n, c->nranks, *c->hostMem, &m.whole, done)) {
     *r = ternSuccess;
     return true;
   }

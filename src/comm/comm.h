@@ -35,26 +35,27 @@ struct ternComm : public tern::EngineHost {
   // What layers above keep with the communicator (the ternary allreduce's
   // options, call index and residuals: collectives/ternary.h).
   tern::Attachments attached;
-  // The small path's schedule (api/alone.cc): room for the most steps a
-  // rank has, used only while its caller holds the drive token.
-  std::vector<tern::Step> aloneSteps;
-  // The allreduce they were made for (api/alone.cc, allReduceAlone), its
-  // descriptor, their count and how many of them were found to go whole
-  // (Executor::runStepsAlone).  Read and written by the drive token's holder.
-  tern::Phase alonePhase;  // the same for other collectives' plans (planPure)
-  // The call alonePhase was planned for (its arguments, level and
-  // descriptor): a loop that repeats it (training, a benchmark) plans once
-  // (api/alone.cc, planAnew).  Read and written only by the drive token's
-  // holder.
+  // The call whose plan, steps or transfers the small path keeps
+  // (api/alone.cc): its arguments and level (level -1: none kept).  All of the small path's
+  // kept state is read and written only by the drive token's holder.
   struct AloneKey {
-    int kind = 0, level = -1, dt = 0, op = 0, root = 0;  // level -1: nothing planned
+    int kind = 0, level = -1, dt = 0, op = 0, root = 0;
     const void* src = nullptr;
     const void* dst = nullptr;
     size_t count = 0;
-  } alonePlannedKey;
+  };
+  // The small path's schedule (api/alone.cc): room for the most steps a
+  // rank has; the allreduce they were made for, its descriptor, their count
+  // and how many of them were found to go whole (Executor::runStepsAlone).
+  std::vector<tern::Step> aloneSteps;
   AloneKey aloneStepsKey;
   tern::OpDesc aloneStepsDesc;
   size_t aloneStepsN = 0, aloneStepsWhole = 0;
+  // The same for other collectives' plans (planPure): the phase, the call it
+  // was planned for and its descriptor; a loop that repeats it (training, a
+  // benchmark) plans once (api/alone.cc, planAnew).
+  tern::Phase alonePhase;
+  AloneKey alonePlannedKey;
   tern::OpDesc alonePlannedFor;
   // The same for the sends and receives a group last ran alone
   // (api/alone.cc, transfersAlone): their keys, descriptors and steps, made
@@ -109,9 +110,9 @@ struct ternComm : public tern::EngineHost {
   bool mayRunAlone(size_t bytes) const;
   bool claimAlone(int level, uint64_t* seq);
   // The same for a group's transfers without operations (api/alone.cc):
-  // transfer i with peers[i] at levels[i]; sends (send[i]) take the next
-  // number of their (peer, level) as issued, receives the engine's next as
-  // started (into seqs[i]).
+  // transfer t[i] with its peer at its level; sends take the next number of
+  // their (peer, level) as issued, receives the engine's next as started
+  // (into seqs[i]).
   struct Transfer {
     int peer, level;
     bool send;

@@ -67,13 +67,11 @@ bool runsWhole(const Phase& ph, uint64_t opBytes) {
 
 // A step's stream: through its shared-memory fifos where it has them
 // (Conn::shm: inline, no virtual call), else through the connection.
-// Shared memory lays records out on the default alignment (32).
 class Stream {
  public:
   explicit Stream(Conn* c) : c_(c), io_(c ? c->shm : nullptr) {}
   explicit operator bool() const { return c_ != nullptr; }
-  Conn* conn() const { return c_; }
-  size_t recordAlign() const { return io_ ? 32 : c_->recordAlign(); }
+  size_t recordAlign() const { return io_ ? ShmStreams::kRecordAlign : c_->recordAlign(); }
   uint64_t recvPos() const { return io_ ? io_->recvPos() : c_->recvPos(); }
   uint64_t sendPos() const { return io_ ? io_->sendPos() : c_->sendPos(); }
   size_t recvAhead(const char** p) const { return io_ ? io_->recvAhead(p) : c_->recvAhead(p); }
@@ -175,15 +173,14 @@ bool oursAhead(const Stream& st, const OpDesc& mine, size_t n, size_t skip) {
 // owed queue) is hear()'s.
 Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
   const Stream st(in);
-  const bool room = !in->owed.full();
-  if (!payOwedWhole(st, in)) return room ? Heard::kNotYet : hear(in, mine, theirs);
+  if (!payOwedWhole(st, in)) return in->owed.full() ? hear(in, mine, theirs) : Heard::kNotYet;
   const size_t skip = alignUp(st.recvPos(), st.recordAlign()), n = skip + sizeof(OpDesc);
   const char* ip;
   if (foundAhead(st, mine, n, skip, &ip)) {
     st.recvConsume(n);
     return Heard::kMatched;
   }
-  return room && !oursAhead(st, mine, n, skip) ? Heard::kNotYet : hear(in, mine, theirs);
+  return in->owed.full() || oursAhead(st, mine, n, skip) ? hear(in, mine, theirs) : Heard::kNotYet;
 }
 
 // One step, whole: kWait while the peer's message has not all arrived,

@@ -180,6 +180,7 @@ class ShmConn : public Conn {
   std::map<IpcHandle, char*> imports_;  // peer allocations opened here
   pid_t peerPid_ = 0;
   ternResult_t open(const ConnSetup& s) override;
+  size_t recordAlign() const override { return ShmStreams::kRecordAlign; }
   size_t sendSpace(char** p) override { return io_.sendSpace(p); }
   void sendCommit(size_t n) override {
     io_.sendCommit(n);

@@ -12,6 +12,7 @@
 namespace tern {
 
 struct ShmStreams {
+  static constexpr size_t kRecordAlign = 32;  // where a message's descriptor starts (Conn::recordAlign)
   Fifo send, recv;
   uint64_t fetched = 0;  // stream position up to which the receive side prefetched
 
