@@ -119,23 +119,27 @@ ternResult_t fail(ternComm* c, ternResult_t code, const std::string& msg) {
 }
 
 // Why a communicator cannot be used (checkComm found it so).
-[[gnu::noinline, gnu::cold]] ternResult_t commRefused(ternComm* c) {
+[[gnu::noinline, gnu::cold]] ternResult_t commRefused(const InCall& call, ternComm* c) {
   if (!c) return fail(nullptr, ternInvalidArgument, "comm is NULL");
-  if (!isLive(c))
+  if (!call.entered)
     return fail(nullptr, ternInvalidUsage,
                 "comm is not a live communicator (already destroyed or never created)");
   int e = c->asyncError.load();
-  if (e == ternSuccess) return ternSuccess;  // (live after all: another thread made it)
+  if (e == ternSuccess) return ternSuccess;  // (healthy after all: another thread's failure)
   std::string why = c->failureReason();  // the cause, not the last sentence (no nesting)
   return fail(c, static_cast<ternResult_t>(e),
               "the communicator failed earlier (" + (why.empty() ? "aborted" : why) +
                   "); call ternCommAbort and make a new one");
 }
 
-// Every call's first check, inline; the sentences are commRefused's.
-inline ternResult_t checkComm(ternComm* c) {
-  if (__builtin_expect(c && isLive(c) && c->asyncError.load() == ternSuccess, 1)) return ternSuccess;
-  return commRefused(c);
+// Every call's first check, inline, on a communicator the call has entered
+// (`call`, made first thing in every API function: from then on ternCommAbort
+// on another thread waits for the call to return before it frees anything,
+// so the checks' reads of the communicator cannot meet a freed one); the
+// sentences are commRefused's.
+inline ternResult_t checkComm(const InCall& call, ternComm* c) {
+  if (__builtin_expect(call.entered && c->asyncError.load() == ternSuccess, 1)) return ternSuccess;
+  return commRefused(call, c);
 }
 
 #ifdef TERN_WITH_CUDA
@@ -168,9 +172,9 @@ const char* const kNoDeviceWhy = "libtern was built without CUDA";
 // The common case inline (a host call with sane arguments: no division,
 // no string); anything else, with its sentence, is argsRefused's.  The count
 // bound: every rank's share of the largest element type fits a size_t.
-ternResult_t checkArgs(ternComm* c, const void* buf, const void* buf2, size_t count,
+ternResult_t checkArgs(const InCall& call, ternComm* c, const void* buf, const void* buf2, size_t count,
                        ternDataType_t dt, ternStream_t stream, const char* what) {
-  TERN_CHECK(checkComm(c));
+  TERN_CHECK(checkComm(call, c));
   size_t all;
   if (__builtin_expect(static_cast<unsigned>(dt) < static_cast<unsigned>(ternNumTypes) &&
                            !__builtin_mul_overflow(count, 8 * static_cast<size_t>(c->nranks), &all) &&
@@ -287,28 +291,22 @@ TernaryState& ternaryOf(ternComm* c) { return ternaryState(c->attached, c->cfg.t
 // Runs an operation now, or adds it to the open group.  With a stream (device
 // buffers) it is only enqueued: the call returns, and a failure shows up as
 // the communicator's asynchronous error.
-ternResult_t launch(ternComm* c, CollArgs args, ternStream_t stream = nullptr,
+ternResult_t launch(const InCall& call, ternComm* c, CollArgs args, ternStream_t stream = nullptr,
                     std::unique_ptr<Task> task = nullptr) {
   std::unique_ptr<MemOps> mem;
   if (stream) TERN_CHECK(streamOps(c, args, stream, collectiveKind(args.kind).name, &mem));
-  // A send or receive of an open group is only recorded: nothing of the
-  // communicator is used until the group ends (runRecorded enters it then),
-  // so it needs no call slot (~60 instructions a call).
+  // A send or receive of an open group is only recorded (runRecorded
+  // enters the communicator again at the group's end).
   ternResult_t alone;
   const bool p2p = args.kind == OpKind::Send || args.kind == OpKind::Recv;
   if (!stream && !task && p2p && recordInGroup(c, args, &alone)) return alone;
-  InCall call(c);
-  if (!call.entered) return fail(nullptr, ternInvalidUsage, "comm was destroyed or aborted during the call");
   if (!stream && !task && callAlone(c, args, &alone)) return alone;
   OpPtr op = c->engine->newOperation();
   op->streamMem = std::move(mem);
   std::string why;
   ternResult_t r = static_cast<int>(args.op) >= ternNumOps ? setUpPreMulSum(c, &args, *op, &why)
                                                             : ternSuccess;
-  if (r != ternSuccess) {
-    call.leave();
-    return fail(c, r, std::string(collectiveKind(args.kind).name) + ": " + why);
-  }
+  if (r != ternSuccess) return fail(c, r, std::string(collectiveKind(args.kind).name) + ": " + why);
   makeOp(c, op, args, std::move(task), currentPriority());
   return launchOp(c, std::move(op));
 }
@@ -368,7 +366,7 @@ bool enterComm(Comm* c) {
 
 void leaveComm(Comm* c) { c->callers.fetch_sub(1); }
 
-ternResult_t checkLiveComm(Comm* c) { return checkComm(c); }
+ternResult_t checkLiveComm(const InCall& call, Comm* c) { return checkComm(call, c); }
 ternResult_t failOn(Comm* c, ternResult_t code, const std::string& msg) { return fail(c, code, msg); }
 
 }  // namespace tern
@@ -491,48 +489,54 @@ ternResult_t ternCommAbort(ternComm_t comm) {
 ternResult_t ternCommGetAsyncError(ternComm_t comm, ternResult_t* asyncError) {
   if (!asyncError) return fail(comm, ternInvalidArgument, "asyncError is NULL");
   if (!comm) return fail(nullptr, ternInvalidArgument, "comm is NULL");
-  if (!isLive(comm))
-    return fail(nullptr, ternInvalidUsage, "comm is not a live communicator");
+  InCall call(comm);
+  if (!call.entered) return fail(nullptr, ternInvalidUsage, "comm is not a live communicator");
   ternResult_t e = static_cast<ternResult_t>(comm->asyncError.load());
   *asyncError = e != ternSuccess ? e : comm->engine->idle() ? ternSuccess : ternInProgress;
   return ternSuccess;
 }
 
 // Queries that work on a failed communicator too: only the pointers are checked.
-static ternResult_t checkQuery(const ternComm* comm, const void* out, const char* name) {
+static ternResult_t checkQuery(const InCall& call, const ternComm* comm, const void* out,
+                               const char* name) {
   if (!out) return fail(nullptr, ternInvalidArgument, std::string(name) + " is NULL");
-  if (!comm || !isLive(comm))
+  if (!call.entered)
     return fail(nullptr, comm ? ternInvalidUsage : ternInvalidArgument,
                 "comm is not a live communicator");
   return ternSuccess;
 }
 
 ternResult_t ternCommCount(const ternComm_t comm, int* count) {
-  TERN_CHECK(checkQuery(comm, count, "count"));
+  InCall call(comm);
+  TERN_CHECK(checkQuery(call, comm, count, "count"));
   *count = comm->nranks;
   return ternSuccess;
 }
 
 ternResult_t ternCommUserRank(const ternComm_t comm, int* rank) {
-  TERN_CHECK(checkQuery(comm, rank, "rank"));
+  InCall call(comm);
+  TERN_CHECK(checkQuery(call, comm, rank, "rank"));
   *rank = comm->rank;
   return ternSuccess;
 }
 
 ternResult_t ternCommRingOrder(const ternComm_t comm, int* ranks) {
+  InCall call(comm);
   if (!ranks) return fail(nullptr, ternInvalidArgument, "ranks is NULL");
-  TERN_CHECK(checkComm(comm));
+  TERN_CHECK(checkComm(call, comm));
   std::copy(comm->ring.begin(), comm->ring.end(), ranks);
   return ternSuccess;
 }
 
 const char* ternCommPeerTransport(const ternComm_t comm, int peer) {
-  if (!comm || !isLive(comm) || peer < 0 || peer >= comm->nranks) return nullptr;
+  InCall call(comm);
+  if (!call.entered || peer < 0 || peer >= comm->nranks) return nullptr;
   return comm->transportName(peer);
 }
 
 ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats) {
-  TERN_CHECK(checkQuery(comm, stats, "stats"));
+  InCall call(comm);
+  TERN_CHECK(checkQuery(call, comm, stats, "stats"));
   *stats = {};
   uint64_t sent, recv;
   comm->wireBytes(&sent, &recv);
@@ -543,7 +547,8 @@ ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats) {
 }
 
 ternResult_t ternCommGetFlowStats(const ternComm_t comm, ternFlowStats_t* stats) {
-  TERN_CHECK(checkQuery(comm, stats, "stats"));
+  InCall call(comm);
+  TERN_CHECK(checkQuery(call, comm, stats, "stats"));
   if (stats->size < offsetof(ternFlowStats_t, flowClasses))
     return fail(nullptr, ternInvalidArgument,
                 "stats->size " + std::to_string(stats->size) +
@@ -563,21 +568,23 @@ ternResult_t ternCommGetFlowStats(const ternComm_t comm, ternFlowStats_t* stats)
 ternResult_t ternAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
                            ternStream_t stream) {
-  TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, count, datatype, stream, "ternAllReduce"));
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, count, datatype, stream, "ternAllReduce"));
   TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternAllReduce"));
   if (count == 0) return ternSuccess;
-  return launch(comm, collArgs(OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op), stream);
+  return launch(call, comm, collArgs(OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op), stream);
 }
 
 ternResult_t ternBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            ternDataType_t datatype, int root, ternComm_t comm,
                            ternStream_t stream) {
-  TERN_CHECK(checkArgs(comm, recvbuff, recvbuff, count, datatype, stream, "ternBroadcast"));
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, recvbuff, recvbuff, count, datatype, stream, "ternBroadcast"));
   TERN_CHECK(checkRank(comm, root, "root", "ternBroadcast"));
   if (comm->rank == root && count > 0 && !sendbuff)
     return fail(comm, ternInvalidArgument, "ternBroadcast: sendbuff is NULL on the root");
   if (count == 0) return ternSuccess;
-  return launch(comm,
+  return launch(call, comm,
                 collArgs(OpKind::Broadcast, sendbuff, recvbuff, count, datatype, ternSum, root),
                 stream);
 }
@@ -585,35 +592,38 @@ ternResult_t ternBroadcast(const void* sendbuff, void* recvbuff, size_t count,
 ternResult_t ternReduce(const void* sendbuff, void* recvbuff, size_t count,
                         ternDataType_t datatype, ternRedOp_t op, int root, ternComm_t comm,
                         ternStream_t stream) {
-  TERN_CHECK(checkArgs(comm, sendbuff, sendbuff, count, datatype, stream, "ternReduce"));
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, sendbuff, sendbuff, count, datatype, stream, "ternReduce"));
   TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternReduce"));
   TERN_CHECK(checkRank(comm, root, "root", "ternReduce"));
   if (comm->rank == root && count > 0 && !recvbuff)
     return fail(comm, ternInvalidArgument, "ternReduce: recvbuff is NULL on the root");
   if (count == 0) return ternSuccess;
-  return launch(comm, collArgs(OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root),
+  return launch(call, comm, collArgs(OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root),
                 stream);
 }
 
 ternResult_t ternAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
-  TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, sendcount, datatype, stream, "ternAllGather"));
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, sendcount, datatype, stream, "ternAllGather"));
   if (sendcount == 0) return ternSuccess;
-  return launch(comm, collArgs(OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype), stream);
+  return launch(call, comm, collArgs(OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype), stream);
 }
 
 ternResult_t ternAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
-  TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, count, datatype, stream, "ternAllToAll"));
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, count, datatype, stream, "ternAllToAll"));
   if (count == 0) return ternSuccess;
-  return launch(comm, collArgs(OpKind::AllToAll, sendbuff, recvbuff, count, datatype), stream);
+  return launch(call, comm, collArgs(OpKind::AllToAll, sendbuff, recvbuff, count, datatype), stream);
 }
 
 // Gather and scatter: the root's side holds nranks blocks; the other side one.
-static ternResult_t rootedBlocks(const void* one, const void* many, size_t count,
+static ternResult_t rootedBlocks(const InCall& call, const void* one, const void* many, size_t count,
                                  ternDataType_t datatype, int root, ternComm_t comm,
                                  ternStream_t stream, const char* what, const char* manyName) {
-  TERN_CHECK(checkArgs(comm, one, one, count, datatype, stream, what));
+  TERN_CHECK(checkArgs(call, comm, one, one, count, datatype, stream, what));
   TERN_CHECK(checkRank(comm, root, "root", what));
   if (comm->rank == root && count > 0 && !many)
     return fail(comm, ternInvalidArgument,
@@ -623,37 +633,41 @@ static ternResult_t rootedBlocks(const void* one, const void* many, size_t count
 
 ternResult_t ternGather(const void* sendbuff, void* recvbuff, size_t count,
                         ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream) {
-  TERN_CHECK(rootedBlocks(sendbuff, recvbuff, count, datatype, root, comm, stream, "ternGather",
+  InCall call(comm);
+  TERN_CHECK(rootedBlocks(call, sendbuff, recvbuff, count, datatype, root, comm, stream, "ternGather",
                           "recvbuff"));
   if (count == 0) return ternSuccess;
-  return launch(comm,
+  return launch(call, comm,
                 collArgs(OpKind::Gather, sendbuff, recvbuff, count, datatype, ternSum, root), stream);
 }
 
 ternResult_t ternScatter(const void* sendbuff, void* recvbuff, size_t count,
                          ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream) {
-  TERN_CHECK(rootedBlocks(recvbuff, sendbuff, count, datatype, root, comm, stream, "ternScatter",
+  InCall call(comm);
+  TERN_CHECK(rootedBlocks(call, recvbuff, sendbuff, count, datatype, root, comm, stream, "ternScatter",
                           "sendbuff"));
   if (count == 0) return ternSuccess;
-  return launch(comm,
+  return launch(call, comm,
                 collArgs(OpKind::Scatter, sendbuff, recvbuff, count, datatype, ternSum, root), stream);
 }
 
 ternResult_t ternReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
                                ternStream_t stream) {
-  TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, recvcount, datatype, stream,
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, recvcount, datatype, stream,
                        "ternReduceScatter"));
   TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternReduceScatter"));
   if (recvcount == 0) return ternSuccess;
-  return launch(comm,
+  return launch(call, comm,
                 collArgs(OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op), stream);
 }
 
 static ternResult_t pointToPoint(const void* buf, size_t count, ternDataType_t datatype, int peer,
                                  ternComm_t comm, ternStream_t stream, bool send) {
+  InCall call(comm);
   const char* what = send ? "ternSend" : "ternRecv";
-  TERN_CHECK(checkArgs(comm, buf, buf, count, datatype, stream, what));
+  TERN_CHECK(checkArgs(call, comm, buf, buf, count, datatype, stream, what));
   TERN_CHECK(checkRank(comm, peer, "peer", what));
   if (count == 0) return ternSuccess;
   if (peer == comm->rank && !groupOpen())
@@ -661,7 +675,7 @@ static ternResult_t pointToPoint(const void* buf, size_t count, ternDataType_t d
                 std::string(what) + " to self outside a group would wait forever; "
                                     "pair it with its match inside ternGroupStart/End");
   void* b = const_cast<void*>(buf);
-  return launch(comm, collArgs(send ? OpKind::Send : OpKind::Recv, buf, b, count, datatype,
+  return launch(call, comm, collArgs(send ? OpKind::Send : OpKind::Recv, buf, b, count, datatype,
                                ternSum, peer), stream);
 }
 
@@ -677,8 +691,9 @@ ternResult_t ternRecv(void* recvbuff, size_t count, ternDataType_t datatype, int
 
 ternResult_t ternRecvAnySource(void* recvbuff, size_t count, ternDataType_t datatype, int* source,
                                ternComm_t comm, ternStream_t stream) {
+  InCall call(comm);
   const char* what = "ternRecvAnySource";
-  TERN_CHECK(checkArgs(comm, recvbuff, recvbuff, count, datatype, stream, what));
+  TERN_CHECK(checkArgs(call, comm, recvbuff, recvbuff, count, datatype, stream, what));
   if (!source) return fail(comm, ternInvalidArgument, "ternRecvAnySource: source is NULL");
   if (comm->nranks < 2)
     return fail(comm, ternInvalidUsage,
@@ -691,15 +706,16 @@ ternResult_t ternRecvAnySource(void* recvbuff, size_t count, ternDataType_t data
   *source = -1;
   CollArgs a = collArgs(OpKind::Recv, recvbuff, recvbuff, count, datatype, ternSum, -1);
   a.source = source;
-  return launch(comm, a, stream);
+  return launch(call, comm, a, stream);
 }
 
 ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t count,
                                     ternDataType_t datatype, ternRedOp_t op,
                                     const void* tensorHandle, ternComm_t comm,
                                     ternStream_t stream) {
+  InCall call(comm);
   const char* what = "ternAllReduceTernary";
-  TERN_CHECK(checkArgs(comm, sendbuff, recvbuff, count, datatype, stream, what));
+  TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, count, datatype, stream, what));
   TERN_CHECK(checkOp(comm, op, what));
   if (datatype != ternFloat32 && datatype != ternFloat16 && datatype != ternBfloat16)
     return fail(comm, ternInvalidArgument,
@@ -711,7 +727,7 @@ ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t
                                     "express products, maxima or minima)");
   if (count == 0) return ternSuccess;
   CollArgs args = collArgs(OpKind::Ternary, sendbuff, recvbuff, count, datatype, op);
-  return launch(comm, args, stream,
+  return launch(call, comm, args, stream,
                 makeTernaryTask(ternaryOf(comm), args, tensorHandle, comm->nranks,
                                 currentPriority()));
 }
@@ -723,8 +739,9 @@ ternResult_t ternAllReduceTernary(const void* sendbuff, void* recvbuff, size_t c
 }
 
 ternResult_t ternCommGetTernaryConfig(const ternComm_t comm, ternTernaryConfig_t* config) {
+  InCall call(comm);
   if (!config) return fail(nullptr, ternInvalidArgument, "config is NULL");
-  TERN_CHECK(checkComm(comm));
+  TERN_CHECK(checkComm(call, comm));
   TernaryState& st = ternaryOf(comm);
   std::lock_guard<std::mutex> lk(st.mu);
   *config = st.cfg;
@@ -732,8 +749,9 @@ ternResult_t ternCommGetTernaryConfig(const ternComm_t comm, ternTernaryConfig_t
 }
 
 ternResult_t ternCommSetTernaryConfig(ternComm_t comm, const ternTernaryConfig_t* config) {
+  InCall call(comm);
   if (!config) return fail(nullptr, ternInvalidArgument, "config is NULL");
-  TERN_CHECK(checkComm(comm));
+  TERN_CHECK(checkComm(call, comm));
   if (const char* bad = ternaryConfigProblem(*config))
     return fail(comm, ternInvalidArgument, std::string("ternCommSetTernaryConfig: ") + bad);
   if (groupOpen())
@@ -747,7 +765,8 @@ ternResult_t ternCommSetTernaryConfig(ternComm_t comm, const ternTernaryConfig_t
 }
 
 ternResult_t ternCommReleaseTensor(ternComm_t comm, const void* tensorHandle) {
-  TERN_CHECK(checkComm(comm));
+  InCall call(comm);
+  TERN_CHECK(checkComm(call, comm));
   TernaryState& st = ternaryOf(comm);
   std::lock_guard<std::mutex> lk(st.mu);  // a running call keeps its own reference
   st.residuals.erase(tensorHandle);
@@ -755,8 +774,9 @@ ternResult_t ternCommReleaseTensor(ternComm_t comm, const void* tensorHandle) {
 }
 
 ternResult_t ternCommGetTernaryStats(const ternComm_t comm, ternTernaryStats_t* stats) {
+  InCall call(comm);
   if (!stats) return fail(nullptr, ternInvalidArgument, "stats is NULL");
-  TERN_CHECK(checkComm(comm));
+  TERN_CHECK(checkComm(call, comm));
   TernaryState& st = ternaryOf(comm);
   std::lock_guard<std::mutex> lk(st.mu);
   *stats = st.stats;
@@ -764,10 +784,11 @@ ternResult_t ternCommGetTernaryStats(const ternComm_t comm, ternTernaryStats_t* 
 }
 
 ternResult_t ternBarrier(ternComm_t comm) {
-  TERN_CHECK(checkComm(comm));
+  InCall call(comm);
+  TERN_CHECK(checkComm(call, comm));
   if (groupOpen())
     return fail(comm, ternInvalidUsage, "ternBarrier cannot be called inside a group");
-  return launch(comm, collArgs(OpKind::Barrier, nullptr, nullptr, 1, ternInt32));
+  return launch(call, comm, collArgs(OpKind::Barrier, nullptr, nullptr, 1, ternInt32));
 }
 
 }  // extern "C"

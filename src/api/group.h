@@ -65,9 +65,11 @@ class InCall {
   CallSlot* slot_ = nullptr;
 };
 // api.cc's checks, for the API's other files: a live, healthy communicator
-// (else the code, with the sentence recorded), and a failure recorded on
-// the thread and the communicator.
-ternResult_t checkLiveComm(Comm* c);
+// that `call` has entered (made first, so that nothing the checks read can
+// be freed under them by another thread's ternCommAbort; else the code,
+// with the sentence recorded), and a failure recorded on the thread and the
+// communicator.
+ternResult_t checkLiveComm(const InCall& call, Comm* c);
 ternResult_t failOn(Comm* c, ternResult_t code, const std::string& msg);
 // A request that is never waited on is released by ternCommDestroy of any
 // communicator it has operations on (after they completed).

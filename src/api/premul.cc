@@ -119,7 +119,8 @@ extern "C" {
 ternResult_t ternRedOpCreatePreMulSum(ternRedOp_t* op, void* scalar, ternDataType_t datatype,
                                       ternScalarResidence_t residence, ternComm_t comm) {
   const std::string what = "ternRedOpCreatePreMulSum: ";
-  TERN_CHECK(checkLiveComm(comm));
+  InCall call(comm);
+  TERN_CHECK(checkLiveComm(call, comm));
   if (!op || !scalar)
     return failOn(comm, ternInvalidArgument, what + (op ? "scalar" : "op") + " is NULL");
   if (static_cast<int>(datatype) < 0 || datatype >= ternNumTypes)
@@ -147,7 +148,8 @@ ternResult_t ternRedOpCreatePreMulSum(ternRedOp_t* op, void* scalar, ternDataTyp
 }
 
 ternResult_t ternRedOpDestroy(ternRedOp_t op, ternComm_t comm) {
-  TERN_CHECK(checkLiveComm(comm));
+  InCall call(comm);
+  TERN_CHECK(checkLiveComm(call, comm));
   PreMulSumOps& t = opsOf(comm);
   std::unique_lock<std::mutex> lk(t.mu);
   const size_t erased = t.ops.erase(static_cast<int>(op));

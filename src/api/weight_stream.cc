@@ -51,11 +51,11 @@ ternResult_t bad(ternComm* c, const std::string& msg) {
   return failOn(c, ternInvalidArgument, "ternWeightStreamOpen: " + msg);
 }
 
-ternResult_t checkOpen(ternComm* c, int peer, int sender, int n, const size_t* counts,
+ternResult_t checkOpen(const InCall& call, ternComm* c, int peer, int sender, int n, const size_t* counts,
                        const ternDataType_t* types, int priority, ternWeightStream_t* ws) {
   if (!ws) return bad(c, "ws is NULL");
   *ws = nullptr;
-  TERN_CHECK(checkLiveComm(c));
+  TERN_CHECK(checkLiveComm(call, c));
   if (peer < 0 || peer >= c->nranks)
     return bad(c, "peer " + std::to_string(peer) + " is not in [0, " + std::to_string(c->nranks) + ")");
   if (peer == c->rank)
@@ -111,7 +111,8 @@ ternResult_t handshake(ternComm* c, int peer, const OpenRecord& mine) {
                     "arguments");
 }
 
-// The stream, if it is live (not closed); else the sentence.
+// The stream, if it is live (not closed) and this end may make the call;
+// else the sentence.  Its communicator is the caller's to enter and check.
 ternResult_t liveStream(ternWeightStream_t ws, const char* what, bool sender) {
   {
     std::lock_guard<std::mutex> lk(liveMu);
@@ -125,7 +126,7 @@ ternResult_t liveStream(ternWeightStream_t ws, const char* what, bool sender) {
                       (sender ? "receiver" : "sender") + " of weight stream " +
                       std::to_string(ws->state->id) + "; only the " + (sender ? "sender" : "receiver") +
                       " may call it");
-  return checkLiveComm(ws->comm);
+  return ternSuccess;
 }
 
 ternResult_t checkTensors(ternWeightStream_t ws, const void* const* tensors, const char* what) {
@@ -149,13 +150,8 @@ extern "C" {
 ternResult_t ternWeightStreamOpen(ternComm_t comm, int peer, int sender, int ntensors,
                                   const size_t* counts, const ternDataType_t* types, int priority,
                                   ternWeightStream_t* ws) {
-  TERN_CHECK(checkOpen(comm, peer, sender, ntensors, counts, types, priority, ws));
-  if (!enterComm(comm))
-    return setError(ternInvalidUsage, "ternWeightStreamOpen: comm was destroyed or aborted during the call");
-  struct Leave {
-    ternComm* c;
-    ~Leave() { leaveComm(c); }
-  } leave{comm};
+  InCall call(comm);
+  TERN_CHECK(checkOpen(call, comm, peer, sender, ntensors, counts, types, priority, ws));
   StreamShape shape = streamShape(ntensors, counts, types);
   OpenRecord mine{kOpenMagic, 0, sender, ntensors, priority, 0, shape.total,
                   layoutHash(ntensors, counts, types)};
@@ -176,19 +172,20 @@ ternResult_t ternWeightStreamOpen(ternComm_t comm, int peer, int sender, int nte
 ternResult_t ternWeightStreamPush(ternWeightStream_t ws, const void* const* tensors, long long version) {
   const char* what = "ternWeightStreamPush";
   TERN_CHECK(liveStream(ws, what, true));
+  InCall call(ws->comm);
+  TERN_CHECK(checkLiveComm(call, ws->comm));
   TERN_CHECK(checkTensors(ws, tensors, what));
   if (version < 0)
     return failOn(ws->comm, ternInvalidArgument, std::string(what) + ": version " +
                                                      std::to_string(version) + " is negative");
-  if (!enterComm(ws->comm)) return setError(ternInvalidUsage, std::string(what) + ": comm was destroyed");
-  ternResult_t r = streamPush(*ws->comm, ws->state, tensors, version);
-  leaveComm(ws->comm);
-  return recorded(ws, r);
+  return recorded(ws, streamPush(*ws->comm, ws->state, tensors, version));
 }
 
 ternResult_t ternWeightStreamPoll(ternWeightStream_t ws, void* const* tensors, long long* version) {
   const char* what = "ternWeightStreamPoll";
   TERN_CHECK(liveStream(ws, what, false));
+  InCall call(ws->comm);
+  TERN_CHECK(checkLiveComm(call, ws->comm));
   TERN_CHECK(checkTensors(ws, tensors, what));
   if (!version) return failOn(ws->comm, ternInvalidArgument, std::string(what) + ": version is NULL");
   streamPoll(*ws->state, tensors, version);
@@ -202,6 +199,8 @@ ternResult_t ternWeightStreamWait(ternWeightStream_t ws, void* const* tensors, l
                                   long long* version) {
   const char* what = "ternWeightStreamWait";
   TERN_CHECK(liveStream(ws, what, false));
+  InCall call(ws->comm);
+  TERN_CHECK(checkLiveComm(call, ws->comm));
   TERN_CHECK(checkTensors(ws, tensors, what));
   if (!version) return failOn(ws->comm, ternInvalidArgument, std::string(what) + ": version is NULL");
   return recorded(ws, streamWait(*ws->state, tensors, minVersion, version, ws->comm->cfg.timeoutSec));
@@ -216,12 +215,9 @@ ternResult_t ternWeightStreamClose(ternWeightStream_t ws) {
                           (ws ? "not an open stream (closed already?)" : "NULL"));
   }
   std::unique_ptr<ternWeightStream> owned(ws);  // released whatever Close returns
-  ternResult_t r = checkLiveComm(ws->comm);
-  if (r != ternSuccess) return r;
-  if (!enterComm(ws->comm)) return setError(ternInvalidUsage, "ternWeightStreamClose: comm was destroyed");
-  r = streamClose(*ws->comm, ws->state, ws->comm->cfg.timeoutSec);
-  leaveComm(ws->comm);
-  return recorded(ws, r);
+  InCall call(ws->comm);
+  TERN_CHECK(checkLiveComm(call, ws->comm));
+  return recorded(ws, streamClose(*ws->comm, ws->state, ws->comm->cfg.timeoutSec));
 }
 
 }  // extern "C"
