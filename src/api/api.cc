@@ -52,9 +52,8 @@ std::atomic<uint64_t> registryGen{0};
 // call sees the communicator gone or its destroyer sees the call.  The
 // fences between are asymmetric (base/asymmetric_fence.h): the call's a
 // compiler barrier, the destroyer's a membarrier.  A seq_cst store there
-// (an xchg) drained the caller's store buffer on every call, stores to lines
-// its peer holds included: without it a 2-rank 8-64 B broadcast or sendrecv
-// took 0.86-0.95x the time (session 45, interleaved).  Slots are
+// (an xchg, a full barrier) cost every call 3-5 ns (perf/call_cost,
+// interleaved: 0.69-0.93x without it; session 44).  Slots are
 // never freed: a thread's goes back to the list when the thread ends.
 std::atomic<CallSlot*> callSlots{nullptr};
 
