@@ -329,6 +329,53 @@ TEST_P(ConnTableT, ConnectAfterInitOpensBothEnds) {
   expectAllRanksOk(runRanks(2, transportEnv(GetParam()), connectBody, 1, 60));
 }
 
+// A peer that sent and exited: this end's input has not ended while what it
+// sent is still to be read (Conn::inputEnded), whichever came first, the
+// control socket's close or the bytes.  Rank 0 sends 48 KiB and exits
+// (destroying its communicator first); rank 1, idle until rank 0's process
+// is gone and its table has marked the connection gone, asks before any
+// progress: over UCX the bytes are still inside UCX then, and an input
+// called ended there made a blocked step fail ("rank 1 needs rank 0 ..., but
+// that rank exited or failed") while they waited (CI, session 44, the last
+// call of StatsReadWhileTrafficRuns over ucx-sm).  Then the receive gets them.
+Signal sentAndGone;
+int exitAfterSendBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
+  constexpr size_t kBytes = 48 << 10;
+  std::vector<char> buf(kBytes);
+  if (ternBarrier(comm) != ternSuccess) return failf(ctx, "barrier: %s", ternGetLastError(comm));
+  if (ctx.rank == 0) {
+    for (size_t i = 0; i < kBytes; ++i) buf[i] = static_cast<char>(i * 7 + 1);
+    if (ternSend(buf.data(), kBytes, ternInt8, 1, comm, nullptr) != ternSuccess)
+      return failf(ctx, "send: %s", ternGetLastError(comm));
+    ternCommDestroy(comm);
+    const pid_t me = getpid();
+    (void)!write(sentAndGone.fd[1], &me, sizeof me);
+    return 0;
+  }
+  pid_t zero = 0;
+  if (read(sentAndGone.fd[0], &zero, sizeof zero) != sizeof zero) return failf(ctx, "no word from rank 0");
+  tern::Conn* c = comm->table->conn(0, TERN_PRIORITY_DEFAULT);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((!goneWithin(zero, 0) || !c->peerGone()) && std::chrono::steady_clock::now() < until) usleep(1000);
+  int fails = 0;
+  const char* p;
+  if (!c->peerGone()) fails += failf(ctx, "rank 0 exited 10 s ago and its connection is not marked gone");
+  else if (c->inputEnded() && c->recvAvail(&p) < kBytes)
+    fails += failf(ctx, "%s: input called ended with %zu of %zu bytes readable", c->name(), c->recvAvail(&p), kBytes);
+  if (ternRecv(buf.data(), kBytes, ternInt8, 0, comm, nullptr) != ternSuccess)
+    fails += failf(ctx, "receive after the sender exited: %s", ternGetLastError(comm));
+  for (size_t i = 0; i < kBytes && !fails; ++i)
+    if (buf[i] != static_cast<char>(i * 7 + 1)) fails += failf(ctx, "byte %zu wrong", i);
+  ternCommAbort(comm);
+  return fails ? 1 : 0;
+}
+
+TEST_P(ConnTableT, InputEndsOnlyAfterWhatAnExitedPeerSentIsRead) {
+  expectAllRanksOk(runRanks(2, transportEnv(GetParam(), {{"TERN_TIMEOUT", "30"}}), exitAfterSendBody, 1, 60));
+}
+
 // A value that says who sent it, to whom, in which message, at which index.
 uint32_t word(int from, int to, int msg, size_t i) {
   return static_cast<uint32_t>(from * 1000003u + to * 7919u + msg * 104729u + i);

@@ -222,12 +222,23 @@ class UcxConn : public Conn {
   uint64_t recvPos() const override { return st_.ready() ? cst().recv().consumed() : 0; }
   bool flushed() const override { return !st_.ready() || (cst().send().empty() && sends_.empty()); }
   bool needsProgress() const override { return true; }
+  // Nothing more arrives: our endpoint failed, or the peer had exited
+  // before a progress pass that then found nothing to take.  What it sent
+  // before exiting waits inside UCX (its queues, our shared-memory FIFO, the
+  // kernel under ucx-tcp) until the worker is progressed, and the control
+  // socket's close, which sets `gone`, can come first.  Over UCX's
+  // shared-memory transports, which cannot report a peer's failure, the
+  // stream has no end of its own to wait for.
+  bool inputEnded() const override { return recvEnded_ || drainedAfterGone_; }
 
   ternResult_t progress(bool* moved) override {
+    const bool wasGone = peerGone();  // read first: the peer's bytes were in UCX before
     *moved = ucp_worker_progress(worker_) > 0;
     TERN_CHECK(reapSends(moved));
     TERN_CHECK(postSends(moved));
-    return pumpRecv(moved);
+    TERN_CHECK(pumpRecv(moved));
+    if (wasGone && !*moved && recvRoom()) drainedAfterGone_ = true;
+    return ternSuccess;
   }
 
  private:
@@ -343,6 +354,14 @@ class UcxConn : public Conn {
     }
   }
 
+  // The last pumpRecv could take whatever UCX held: a receive is posted,
+  // or the fifo has room (one posted with room returns at once when UCX
+  // holds nothing).
+  bool recvRoom() {
+    char* p;
+    return recvReq_ != nullptr || !st_.ready() || recv_().writable(&p) > 0;
+  }
+
   Fifo& send_() { return st_.send(); }
   Fifo& recv_() { return st_.recv(); }
   Staging& cst() const { return const_cast<Staging&>(st_); }
@@ -358,6 +377,7 @@ class UcxConn : public Conn {
   size_t posted_ = 0;  // bytes handed to UCX and not yet released
   void* recvReq_ = nullptr;
   bool recvEnded_ = false;  // our endpoint failed: nothing more arrives
+  bool drainedAfterGone_ = false;  // inputEnded()
 };
 
 }  // namespace
