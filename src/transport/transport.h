@@ -228,7 +228,8 @@ class Conn {
   // exit (`gone`, which the connection table sets as soon as the control
   // socket closes) is enough where its bytes land in our memory directly
   // (shm); tcp overrides it: what the peer sent before it exited may still
-  // wait in the kernel until this end reads to its own end of stream.
+  // wait in the kernel until this end reads to its own end of stream; so
+  // does UCX, whose worker holds it until progressed (ucx.cc).
   virtual bool inputEnded() const { return peerGone(); }
 
   // Sender: this rank failed, so buffers it posted may change from now on.
