@@ -354,14 +354,15 @@ int exitAfterSendBody(RankCtx& ctx) {
     (void)!write(sentAndGone.fd[1], &me, sizeof me);
     return 0;
   }
-  pid_t zero = 0;
-  if (read(sentAndGone.fd[0], &zero, sizeof zero) != sizeof zero) return failf(ctx, "no word from rank 0");
+  pid_t sender = 0;
+  if (read(sentAndGone.fd[0], &sender, sizeof sender) != sizeof sender) return failf(ctx, "no word from rank 0");
   tern::Conn* c = comm->table->conn(0, TERN_PRIORITY_DEFAULT);
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while ((!goneWithin(zero, 0) || !c->peerGone()) && std::chrono::steady_clock::now() < until) usleep(1000);
+  while ((!goneWithin(sender, 0) || !c->peerGone()) && std::chrono::steady_clock::now() < until) usleep(1000);
   int fails = 0;
   const char* p;
-  if (!c->peerGone()) fails += failf(ctx, "rank 0 exited 10 s ago and its connection is not marked gone");
+  if (!c->peerGone()) fails += failf(ctx, "10 s after rank 0 destroyed its communicator: its process %s, its connection not marked gone",
+                          goneWithin(sender, 0) ? "gone" : "still there");
   else if (c->inputEnded() && c->recvAvail(&p) < kBytes)
     fails += failf(ctx, "%s: input called ended with %zu of %zu bytes readable", c->name(), c->recvAvail(&p), kBytes);
   if (ternRecv(buf.data(), kBytes, ternInt8, 0, comm, nullptr) != ternSuccess)

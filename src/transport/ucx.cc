@@ -356,10 +356,11 @@ class UcxConn : public Conn {
 
   // The last pumpRecv could take whatever UCX held: a receive is posted,
   // or the fifo has room (one posted with room returns at once when UCX
-  // holds nothing).
+  // holds nothing).  Progress runs on activated connections only, as
+  // pumpRecv assumes.
   bool recvRoom() {
     char* p;
-    return recvReq_ != nullptr || !st_.ready() || recv_().writable(&p) > 0;
+    return recvReq_ != nullptr || recv_().writable(&p) > 0;
   }
 
   Fifo& send_() { return st_.send(); }
