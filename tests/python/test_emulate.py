@@ -1,0 +1,169 @@
+"""tern.emulate: device times honoured, no core held, overruns counted, the
+math unchanged, gradients handed on only after the device time."""
+import copy
+import json
+import threading
+import time
+
+import pytest
+import torch
+
+from tern import emulate
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                               torch.nn.Linear(64, 10))
+
+
+def batch(seed=1, n=8):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 32, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def timed_step(model, x, y):
+    """(forward s, backward s, process CPU s) of one training step."""
+    cpu, t0 = time.process_time(), time.monotonic()
+    out = model(x)
+    t1 = time.monotonic()
+    torch.nn.functional.cross_entropy(out, y).backward()
+    t2 = time.monotonic()
+    return t1 - t0, t2 - t1, time.process_time() - cpu
+
+
+def test_device_time_is_honoured_without_holding_a_core():
+    model = emulate.wrap(mlp(), emulate.uniform(15, 30))  # 3 layers: 45 ms forward, 90 ms backward
+    x, y = batch()
+    timed_step(model, x, y)  # warm-up (the first call allocates)
+    steps = [timed_step(model, x, y) for _ in range(4)]
+    fwd = sorted(s[0] for s in steps)[1]
+    bwd = sorted(s[1] for s in steps)[1]
+    assert 0.045 <= fwd < 0.045 + 0.008, f"forward took {fwd * 1e3:.1f} ms for 45 ms of device time"
+    assert 0.090 <= bwd < 0.090 + 0.008, f"backward took {bwd * 1e3:.1f} ms for 90 ms of device time"
+    cpu = sum(s[2] for s in steps)
+    wall = sum(s[0] + s[1] for s in steps)
+    assert cpu < 0.25 * wall, f"the emulated device held a core: {cpu:.3f} s CPU in {wall:.3f} s"
+    rep = emulate.report(model)
+    assert rep["overruns"] == 0 and rep["ops"] == 5 * 6
+    assert [r["calls"] for r in rep["layers"]] == [5, 5, 5] and [r["backwards"] for r in rep["layers"]] == [5, 5, 5]
+
+
+def test_gradients_and_weights_equal_the_unwrapped_module():
+    plain, wrapped = mlp(), emulate.wrap(mlp(), emulate.uniform(1, 2))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (plain, wrapped)]
+    for step in range(3):
+        x, y = batch(seed=step)
+        for m, opt in zip((plain, wrapped), opts):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+        for a, b in zip(plain.parameters(), wrapped.parameters()):
+            assert torch.equal(a.grad, b.grad)
+        for opt in opts:
+            opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), wrapped.parameters()))
+    emulate.unwrap(wrapped)
+    assert all(type(m).forward is not None and "forward" not in vars(m) for m in wrapped.modules())
+
+
+def test_overruns_are_counted_not_hidden():
+    model = emulate.wrap(mlp(), emulate.uniform(0, 0))  # any real math outlasts 0 ms
+    x, y = batch()
+    timed_step(model, x, y)
+    rep = emulate.report(model)
+    assert rep["ops"] == 6 and rep["overruns"] == 6
+    slow = emulate.wrap(mlp(), emulate.uniform(50, 50))
+    timed_step(slow, x, y)
+    assert emulate.report(slow)["overruns"] == 0
+
+
+def test_a_gradient_leaves_the_layer_only_after_its_device_time():
+    """DDP's and PriorityScheduler's hooks sit on the parameters' gradient
+    accumulators: they must fire once the backward's device time is over."""
+    layer = torch.nn.Linear(16, 16)
+    model = emulate.wrap(torch.nn.Sequential(layer), emulate.uniform(0, 60))
+    fired = {}
+    acc = layer.weight.expand_as(layer.weight).grad_fn.next_functions[0][0]
+    acc.register_hook(lambda *_: fired.update(weight=time.monotonic()))
+    out = model(torch.randn(4, 16, requires_grad=True))
+    start = time.monotonic()
+    out.sum().backward()
+    assert fired["weight"] - start >= 0.060, f"the weight's gradient left after {(fired['weight'] - start) * 1e3:.1f} ms"
+
+
+def test_the_gil_is_released_while_the_device_computes():
+    model = emulate.wrap(mlp(), emulate.uniform(40, 40))
+    counted, stop = [0], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            counted[0] += 1
+    t = threading.Thread(target=count)
+    t.start()
+    try:
+        x, _ = batch()
+        model(x)
+    finally:
+        stop.set()
+        t.join()
+    assert counted[0] > 10000, f"another thread ran only {counted[0]} loop turns in 120 ms"
+
+
+def test_scale_slows_the_device():
+    model = emulate.wrap(mlp(), emulate.uniform(10, 0))
+    x, _ = batch()
+    model(x)
+    emulate.device_of(model).scale = 2.0
+    t0 = time.monotonic()
+    model(x)
+    assert time.monotonic() - t0 >= 0.060
+
+
+def test_profile_by_name_and_by_position(tmp_path):
+    rows = [{"name": n, "fwd_ms": 5.0 * (i + 1), "bwd_ms": 1.0, "activation_bytes": 256} for i, n in
+            enumerate(["0", "2", "4"])]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"layers": rows}))
+    model = emulate.wrap(mlp(), emulate.profile(str(path)))
+    x, _ = batch()
+    model(x)
+    rep = emulate.report(model)
+    assert [r["fwd_ms"] for r in rep["layers"]] == [5.0, 10.0, 15.0]
+    by_position = [dict(r, name=f"layer{i}") for i, r in enumerate(rows)]
+    model = emulate.wrap(mlp(), emulate.profile({"layers": list(reversed(by_position))}))
+    model(x)
+    assert [r["fwd_ms"] for r in emulate.report(model)["layers"]] == [15.0, 10.0, 5.0]
+    with pytest.raises(ValueError, match="the profile has 2 layers"):
+        emulate.wrap(mlp(), emulate.profile({"layers": rows[:2]}))
+
+
+def test_roofline_counts_flops_from_the_real_shapes_at_the_emulated_batch():
+    conv = torch.nn.Conv2d(8, 16, 3, padding=1)
+    model = emulate.wrap(torch.nn.Sequential(conv), emulate.roofline("v100", batch=64))
+    model(torch.randn(2, 8, 32, 32))
+    fwd_flops = 2.0 * 64 * 16 * 32 * 32 * 8 * 9
+    fwd_bytes = (2 * 8 * 32 * 32 + 2 * 16 * 32 * 32) * 32 * 4 + (16 * 8 * 9 + 16) * 4
+    want = max(fwd_flops / 15.7e12, fwd_bytes / 900e9) * 1e3
+    assert emulate.report(model)["layers"][0]["fwd_ms"] == pytest.approx(want, rel=1e-9)
+    assert emulate.roofline("h100", batch=64).efficiency == 1.0
+
+
+@pytest.mark.parametrize("bad, sentence", [
+    (lambda: emulate.parse_ms("20"), "must look like FWD:BWD"),
+    (lambda: emulate.uniform(-1, 2), "must be >= 0"),
+    (lambda: emulate.roofline("tpu"), "unknown device 'tpu'"),
+    (lambda: emulate.roofline("v100", efficiency=0), "share of the peak"),
+    (lambda: emulate.profile({"layers": [{"name": "x"}]}), "a device profile is"),
+    (lambda: emulate.wrap(torch.nn.ReLU(), emulate.uniform(1, 1)), "no leaf module with parameters"),
+    (lambda: emulate.report(torch.nn.Linear(2, 2)), "not emulated"),
+])
+def test_bad_input_is_a_sentence(bad, sentence):
+    with pytest.raises(ValueError, match=sentence):
+        bad()
+
+
+def test_wrapping_twice_is_refused():
+    model = emulate.wrap(mlp(), emulate.uniform(1, 1))
+    with pytest.raises(ValueError, match="already emulated"):
+        emulate.wrap(model, emulate.uniform(1, 1))
+    copy.deepcopy(emulate.unwrap(model))  # an unwrapped module is an ordinary one again
