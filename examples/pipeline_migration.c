@@ -1,8 +1,8 @@
 /*
  * pipeline_migration: a pipeline-parallel trainer with live layer migration,
  * using tern's C API only (send/recv, priorities, weight streams).  It mirrors
- * the protocol of DESIGN.md ("Weight streaming (card) and live layer
- * migration (seed 000)") for custom trainers without torch.
+ * the protocol of docs/DESIGN.md ("Weight streaming and live layer
+ * migration", seed 000) for custom trainers without torch.
  *
  *   ternrun -n 3 build/examples/pipeline_migration [--iters 12] [--layers 6]
  *       [--migrate ITER:FROM:TO:NLAYERS ...] [--save DIR]

@@ -20,7 +20,7 @@ MODEL = {"batch_size": 512,
 
 
 def largest_fitting_k(m):
-    """DESIGN.md's memory rule at stage 0, the tightest here (8 groups in flight)."""
+    """docs/DESIGN.md's memory rule at stage 0, the tightest here (8 groups in flight)."""
     st, p, batch = MODEL["stages"][0], len(MODEL["stages"]), MODEL["batch_size"]
     fits = [k for k in range(1, m + 1) if st["static_bytes"] + min(m, k * p) * (batch // m)
             * st["activation_bytes_per_sample"] <= st["memory_bytes"]]

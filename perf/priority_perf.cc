@@ -13,7 +13,7 @@
 //              issue to its completion.
 // The bulk one runs either as an async request of the same thread
 // (ternGroupEndAsync; --mode async) or as a blocking call on a second thread
-// (--mode threads).  Prints one table row per mode; the targets (DESIGN.md):
+// (--mode threads).  Prints one table row per mode; the targets (docs/DESIGN.md):
 // urgent contended <= 1.2x its solo time, bulk loses < 10%.
 //
 // Every iteration measures all of them in turn (solo, cold, bulk solo, then

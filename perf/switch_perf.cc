@@ -1,7 +1,7 @@
 // switch_perf: does a packet's DSCP let an urgent transfer through a shared
 // switch port first?  (perf/switch_bed/run puts each rank on its own
-// emulated host behind a DSCP-aware switch; DESIGN.md "Priority in the
-// network".)  Three ranks:
+// emulated host behind a DSCP-aware switch; docs/DESIGN.md, "Priority in
+// the network".)  Three ranks:
 //   p2p        rank 1 sends BULK bytes to rank 0 at level 7; while that runs,
 //              rank 2 sends URGENT bytes to rank 0 at level 0.  Both meet in
 //              the switch's port towards rank 0.  A sender times its transfer

@@ -1,4 +1,4 @@
-// Flow classes in the network (DESIGN.md "Priority in the network"): each
+// Flow classes in the network (docs/DESIGN.md, "Priority in the network"): each
 // level's tcp socket (opened on the level's first use) carries its class's DSCP (read back with getsockopt,
 // white-box: the test reaches the communicator's connections), the control
 // socket the most urgent class's; TERN_FLOW_DSCP and ternConfig_t override

@@ -181,7 +181,7 @@ TEST(Ternary, UnbiasedEndToEnd) {
 
 // Wire accounting: the encoded payload of all ranks together is exactly
 // 4 bytes x groups x (sum_{k<N} w(k) + (N-1) w(N)), and the per-rank figure
-// matches DESIGN.md's bits per element.
+// matches docs/DESIGN.md's bits per element.
 int accountingBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm(0);
   setConfig(comm, 512);

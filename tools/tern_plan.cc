@@ -1,4 +1,4 @@
-// tern-plan: the planners on the command line (DESIGN.md).
+// tern-plan: the planners on the command line (docs/DESIGN.md).
 //
 //   tern-plan schedule model.json [--gantt out.svg|out.png] [--network-now GBPS] [--microbatches M]
 //   tern-plan priorities graph.json [--policy tic|tac]
@@ -161,7 +161,7 @@ int priorities(const Args& a) {
   const std::string policy = it == a.flags.end() ? "tac" : it->second;
   std::fputs(call(a.file, [&](char** out) { return ternPlanPriorities(graph.c_str(), policy.c_str(), out); }).c_str(),
              stdout);
-  // What the order buys, on stderr so stdout stays DESIGN.md's JSON.
+  // What the order buys, on stderr so stdout stays docs/DESIGN.md's JSON.
   const std::string e = call(a.file, [&](char** out) {
     return ternPlanEfficiency(graph.c_str(), policy.c_str(), 32, 1, out);
   });

@@ -195,7 +195,7 @@ ternResult_t ternRedOpCreatePreMulSum(ternRedOp_t* op, void* scalar, ternDataTyp
     ternScalarResidence_t residence, ternComm_t comm);
 ternResult_t ternRedOpDestroy(ternRedOp_t op, ternComm_t comm);
 
-/* ---- Weight streams (DESIGN.md, "Weight streaming") ----
+/* ---- Weight streams (docs/DESIGN.md, "Weight streaming and live layer migration") ----
  * A one-way stream of versions of a set of host tensors from `sender` to
  * the other rank, moved in the background by the communicator's engine at
  * the stream's priority level (7 = bulk is the usual choice), in chunks,

@@ -1,4 +1,4 @@
-// Ternary-compressed ring allreduce (TernGrad-style), see DESIGN.md.
+// Ternary-compressed ring allreduce (TernGrad-style), see docs/DESIGN.md, "Ternary allreduce".
 //
 //   1. scales: per block of B elements, max |g| made global by a small dense
 //      allreduce-max (exact, order-independent); optionally clipped at

@@ -54,7 +54,7 @@ const char* ternaryConfigProblem(const ternTernaryConfig_t& c) {
 }
 
 int flowClassOf(int level, int flowClasses) {
-  if (flowClasses == 3) {  // DESIGN.md: levels 0-1, 2-5, 6-7
+  if (flowClasses == 3) {  // docs/DESIGN.md: levels 0-1, 2-5, 6-7
     static const int three[8] = {0, 0, 1, 1, 1, 1, 2, 2};
     return three[level];
   }
@@ -103,7 +103,7 @@ std::string describeFlows(const Config& cfg) {
 
 namespace {
 
-// Defaults (DESIGN.md): EF for the most urgent class, CS1 for the least
+// Defaults (docs/DESIGN.md, "Priority in the network"): EF for the most urgent class, CS1 for the least
 // urgent, AF21 between; a single class has no one to overtake and stays
 // unmarked.
 void defaultDscp(int n, int* dscp) {

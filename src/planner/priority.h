@@ -1,11 +1,11 @@
-// Parameter priorities from the computation graph (DESIGN.md "Priorities from
-// the computation graph (TicTac / seed 004)").
+// Parameter priorities from the computation graph (docs/DESIGN.md,
+// "Priorities from the computation graph").
 //
 // The next iteration's computation waits for parameters to arrive (recv ops);
 // the order they are sent in decides how soon computation can start.  TIC
 // orders them by how few transfers unblock a computation; TAC by Johnson's
 // rule over transfer time and the compute time each one unblocks.  The order
-// becomes tern's 8 priority levels (0 = most urgent).
+// becomes tern's TERN_PRIORITY_LEVELS priority levels (0 = most urgent).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +30,7 @@ struct Graph {
   std::vector<GraphOp> ops;  // in the file's order; deps refer to earlier or later ops, no cycles
 };
 
-// Reads DESIGN.md's graph.json {"ops": [...]}; throws InputError naming the field.
+// Reads docs/DESIGN.md's graph.json {"ops": [...]}; throws InputError naming the field.
 Graph parseGraph(const Json& doc);
 
 enum class Policy { Tic, Tac };
@@ -40,13 +40,18 @@ const char* policyName(Policy policy);
 struct Priorities {
   std::vector<int> recvNumber;      // per op: TicTac's number for recvs (ties share), -1 for others
   std::vector<std::string> order;   // parameters, most urgent first
-  std::vector<int> level;           // per entry of `order`: 0..7
+  std::vector<int> level;           // per entry of `order`: levelsOf its number
 };
 
-// TicTac's ordering (the rules at the end of DESIGN.md's TicTac section),
-// then the numbers mapped onto the 8 levels.  A parameter with several recvs
+// TicTac's ordering (the rules at the end of docs/DESIGN.md's TicTac section),
+// then the numbers mapped onto the levels (levelsOf).  A parameter with several recvs
 // takes its most urgent number.
 Priorities assignPriorities(const Graph& graph, Policy policy);
+// Numbers (lower: more urgent) onto levels: the distinct numbers spread evenly
+// over 0..TERN_PRIORITY_LEVELS - 1, the smallest at 0.  Also what
+// tern.torch.PriorityScheduler's "layer" policy maps layer order with
+// (ternPlanLevels).
+std::vector<int> levelsOf(const std::vector<int>& numbers);
 std::string prioritiesJson(const Priorities& priorities, Policy policy);
 
 // TicTac's scheduling efficiency of one iteration executed with recvs sent in

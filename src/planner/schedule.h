@@ -1,4 +1,4 @@
-// The kFkB pipeline planner (DESIGN.md "kFkB pipeline planner (seed 001)").
+// The kFkB pipeline planner (docs/DESIGN.md, "kFkB pipeline planner").
 //
 // A pipeline of p stages trains one batch as m micro-batches.  Each stage
 // runs K forwards, then K backwards (groups of K micro-batches in 1F1B order:
@@ -44,7 +44,7 @@ struct PipelineModel {
   int64_t cores = 0;
 };
 
-// Reads DESIGN.md's model.json (already parsed).  Throws InputError naming
+// Reads docs/DESIGN.md's model.json (already parsed).  Throws InputError naming
 // the field.  `network` is one object for every link or a list, one per link.
 // A stage may give `output_bytes_per_sample` (what crosses to the next
 // stage); without it the activation bytes are what is sent.
@@ -59,7 +59,7 @@ inline double transferMs(const PipelineModel& model, size_t link, double samples
   return model.stages[link].outputBytesPerSample * samples * 8e-6 / model.links[link].bandwidthGbps;
 }
 
-// DESIGN.md's memory rule at stage s for m micro-batches, groups of K.
+// docs/DESIGN.md's memory rule at stage s for m micro-batches, groups of K.
 double peakMemoryBytes(const PipelineModel& model, size_t s, int64_t m, int64_t k);
 // The largest K in 1..m that fits every stage, 0 when even K = 1 does not.
 int64_t largestFittingK(const PipelineModel& model, int64_t m);
@@ -110,7 +110,7 @@ struct MicroK {
 };
 std::vector<double> simulateAll(const PipelineModel& model, const std::vector<MicroK>& work, unsigned threads = 0);
 
-// The plan as DESIGN.md's output JSON.
+// The plan as docs/DESIGN.md's output JSON.
 std::string planJson(const Plan& plan);
 
 // The ascending divisors of n.

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-/* DESIGN.md's schedule output for model.json text.  bandwidth_gbps > 0 sets
+/* docs/DESIGN.md's schedule output for model.json text.  bandwidth_gbps > 0 sets
  * every link's bandwidth (re-planning under measured contention); 0 keeps the
  * model's.  microbatches > 0 plans only that split. */
 int ternPlanSchedule(const char* model_json, double bandwidth_gbps, long long microbatches, char** out);

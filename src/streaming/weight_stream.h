@@ -1,4 +1,4 @@
-// Weight streams (DESIGN.md, "Weight streaming"): a one-way stream of
+// Weight streams (docs/DESIGN.md, "Weight streaming and live layer migration"): a one-way stream of
 // versions of a set of tensors from one rank to another, moved in the
 // background by the communicator's executor at the stream's priority level,
 // over that level's connection to the peer (until the lazy per-flow table of

@@ -19,7 +19,7 @@ MODEL = {"batch_size": 16,
                      "static_bytes": 1e8, "memory_bytes": 1e8 + 2e5 * 8} for f in (0.5, 0.7, 0.4)],
          "network": [{"bandwidth_gbps": 2.0, "latency_us": 50}, {"bandwidth_gbps": 0.5, "latency_us": 50}]}
 
-# recv a unblocks 1 ms of compute, recv b 10 ms (DESIGN.md's graph format).
+# recv a unblocks 1 ms of compute, recv b 10 ms (docs/DESIGN.md's graph format).
 FORK = {"ops": [
     {"id": "a", "kind": "recv", "deps": [], "time_ms": 2, "param": "A", "bytes": 1000},
     {"id": "b", "kind": "recv", "deps": [], "time_ms": 2, "param": "B", "bytes": 1000},
@@ -47,7 +47,7 @@ def test_schedule_is_the_cli_plan(tmp_path):
 
 
 def test_max_k_is_the_largest_k_that_fits_memory():
-    # DESIGN.md's rule, evaluated here independently of the library:
+    # docs/DESIGN.md's rule, evaluated here independently of the library:
     # static_s + min(m, K (p - s)) (batch / m) act_s <= memory_s at every stage s.
     p, batch = len(MODEL["stages"]), MODEL["batch_size"]
 

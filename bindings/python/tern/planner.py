@@ -1,4 +1,4 @@
-"""The kFkB pipeline planner (DESIGN.md, seed 001), and inputs measured from torch models.
+"""The kFkB pipeline planner (docs/DESIGN.md, "kFkB pipeline planner"), and inputs measured from torch models.
 
     import tern.planner as planner
     plan = planner.schedule("model.json")              # or a dict; network_now=, microbatches=
@@ -87,7 +87,7 @@ def _bandwidth(network_now):
 
 
 def schedule(model, network_now=None, microbatches=None):
-    """DESIGN.md's plan of `model` (a dict or model.json's path): {"best",
+    """docs/DESIGN.md's plan of `model` (a dict or model.json's path): {"best",
     "candidates"}.  network_now: every link's bandwidth in Gbit/s (re-planning
     under measured contention); microbatches: only that split."""
     return json.loads(_call("ternPlanSchedule", _json_text(model), _bandwidth(network_now), microbatches or 0))
@@ -175,7 +175,7 @@ def profile(model, sample_batch, stages, batch_size=None, memory_bytes=None, net
     weights excluded) and output bytes (what crosses to the next stage).
     static_bytes: parameters, their gradients and buffers.  batch_size: the
     training batch (default: sample_batch's).  memory_bytes: one number or a
-    list per stage (default: this machine's RAM).  network: DESIGN.md's
+    list per stage (default: this machine's RAM).  network: docs/DESIGN.md's
     object or list (default 10 Gbit/s, 50 us)."""
     import torch
     modules = _stage_modules(model, stages)

@@ -1,4 +1,5 @@
-"""Parameter priorities from the computation graph (DESIGN.md, TicTac / seed 004).
+"""Parameter priorities from the computation graph (docs/DESIGN.md,
+"Priorities from the computation graph": TicTac, seed 004).
 
     import tern.priority
     p = tern.priority.assign("graph.json", policy="tac")   # or a dict; policy "tic" | "tac"

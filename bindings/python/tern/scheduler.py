@@ -1,5 +1,5 @@
 """tern.torch.PriorityScheduler: DDP's gradient allreduces issued per
-parameter at priority levels from the computation graph (DESIGN.md,
+parameter at priority levels from the computation graph (docs/DESIGN.md,
 "Priorities from the computation graph"; TicTac / ByteScheduler).
 
     model = DDP(net)                                   # over backend "tern"
