@@ -10,6 +10,8 @@
 #include <random>
 #include <utility>
 
+#include "tern/tern.h"
+
 namespace tern::planner {
 namespace {
 
@@ -177,19 +179,6 @@ std::vector<int> tacNumbers(const Graph& g, const Closure& c) {
   return number;
 }
 
-// Distinct numbers spread evenly over levels 0..7, the smallest at 0.
-std::vector<int> levelsOf(const std::vector<int>& numbers) {
-  std::vector<int> distinct(numbers);
-  std::sort(distinct.begin(), distinct.end());
-  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  std::vector<int> level;
-  for (int n : numbers) {
-    const size_t j = std::lower_bound(distinct.begin(), distinct.end(), n) - distinct.begin();
-    level.push_back(static_cast<int>(j * 8 / distinct.size()));
-  }
-  return level;
-}
-
 }  // namespace
 
 Graph parseGraph(const Json& doc) {
@@ -241,6 +230,18 @@ Priorities assignPriorities(const Graph& graph, Policy policy) {
   out.order = params;
   out.level = levelsOf(numbers);
   return out;
+}
+
+std::vector<int> levelsOf(const std::vector<int>& numbers) {
+  std::vector<int> distinct(numbers);
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  std::vector<int> level;
+  for (int n : numbers) {
+    const size_t j = std::lower_bound(distinct.begin(), distinct.end(), n) - distinct.begin();
+    level.push_back(static_cast<int>(j * TERN_PRIORITY_LEVELS / distinct.size()));
+  }
+  return level;
 }
 
 std::string prioritiesJson(const Priorities& pr, Policy policy) {

@@ -1,5 +1,6 @@
 #include "planner/schedule.h"
 
+#include "planner/kfkb.h"
 #include "planner/shared_cores.h"
 
 #include <algorithm>
@@ -52,16 +53,10 @@ std::vector<Link> parseNetwork(const Json& v, size_t nlinks) {
   return links;
 }
 
-// Where one stage is in its sequence of group operations: `warmup` groups of
-// forwards, then one backward group and one forward group in turn until the
-// forwards run out, then the remaining backward groups.  With K-sized groups
-// at most min(m, K * (p - s)) micro-batches are in flight at stage s: the
-// memory rule.
+// Where one stage is in its kFkB order (kfkb.h).
 struct Cursor {
-  int64_t nextF = 0, nextB = 0;  // next forward / backward group
-  int64_t pos = 0;               // micro-batch within the current group
-  bool inForward = true;
-  int64_t warmup = 0;
+  int64_t op = 0;                // next group operation
+  int64_t pos = 0;               // micro-batch within it
   int64_t freeAt = 0;            // ticks
   // Micro-batches finished each way.  Both run in ascending order, so the
   // neighbour's count says which inputs have arrived.
@@ -112,9 +107,8 @@ class Simulation {
     for (int s = 0; s < p_; ++s) {
       tf_.push_back(ticks(fwdMs[s]));
       tb_.push_back(ticks(bwdMs[s]));
-      Cursor c;
-      c.warmup = std::min<int64_t>(groups_, p_ - s);
-      cursors_.push_back(c);
+      order_.emplace_back(groups_, p_, s);
+      cursors_.emplace_back();
     }
     for (int s = 0; s + 1 < p_; ++s) {
       Wire w;
@@ -149,10 +143,12 @@ class Simulation {
   template <bool kTrace>
   int64_t advance(int s) {
     Cursor c = cursors_[s];
+    const KfkbStage& order = order_[s];
     int64_t ran = 0;
-    while (c.nextB < groups_) {
-      const bool forward = c.inForward;
-      const int64_t first = (forward ? c.nextF : c.nextB) * k_;
+    while (c.op < order.size()) {
+      const GroupOp op = order[c.op];
+      const bool forward = op.forward;
+      const int64_t first = op.group * k_;
       const int64_t end = std::min(first + k_, m_);
       const int64_t from = first + c.pos;
       // The inputs at hand: the data at stage 0, the loss at the last stage,
@@ -170,13 +166,7 @@ class Simulation {
         break;
       }
       c.pos = 0;
-      if (forward) {
-        ++c.nextF;
-        c.inForward = c.nextF < c.warmup;  // warm-up forwards, then a backward
-      } else {
-        ++c.nextB;
-        c.inForward = c.nextF < groups_;  // a forward after each backward while any are left
-      }
+      ++c.op;
     }
     cursors_[s] = c;
     return ran;
@@ -226,6 +216,7 @@ class Simulation {
   std::vector<TraceEvent>* trace_;
   double tickMs_ = 0;
   std::vector<int64_t> tf_, tb_;
+  std::vector<KfkbStage> order_;
   std::vector<Cursor> cursors_;
   std::vector<Wire> down_, up_;        // down_[s]: s -> s+1 activations; up_[s]: s+1 -> s gradients
   // The arrival arrays reuse one thread's memory from candidate to candidate:

@@ -4,23 +4,9 @@
 #include <limits>
 #include <stdexcept>
 
-namespace tern::planner {
+#include "planner/kfkb.h"
 
-std::vector<std::pair<bool, int64_t>> kfkbOrder(int64_t m, int64_t k, int stages, int stage) {
-  const int64_t groups = (m + k - 1) / k;
-  const int64_t warmup = std::min<int64_t>(groups, stages - stage);
-  std::vector<std::pair<bool, int64_t>> order;
-  auto group = [&](bool forward, int64_t g) {
-    for (int64_t i = g * k; i < std::min((g + 1) * k, m); ++i) order.emplace_back(forward, i);
-  };
-  int64_t nextF = 0;
-  for (; nextF < warmup; ++nextF) group(true, nextF);
-  for (int64_t g = 0; g < groups; ++g) {
-    group(false, g);
-    if (nextF < groups) group(true, nextF++);
-  }
-  return order;
-}
+namespace tern::planner {
 
 namespace {
 
@@ -95,7 +81,7 @@ class SharedCores {
   }
 
   void begin(int s) {
-    left_[s] = order_[s][next_[s]].first ? tf_[s] : tb_[s];
+    left_[s] = order_[s][next_[s]].forward ? tf_[s] : tb_[s];
     startedAt_[s] = now_;
   }
 
@@ -120,7 +106,7 @@ class SharedCores {
   const int64_t m_;
   const double cores_;
   std::vector<TraceEvent>* trace_;
-  std::vector<std::vector<std::pair<bool, int64_t>>> order_;
+  std::vector<std::vector<KfkbOp>> order_;
   std::vector<size_t> next_;
   std::vector<double> left_;       // ms of one core's work left in the current operation; < 0: none begun
   std::vector<double> startedAt_;

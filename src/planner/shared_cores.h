@@ -8,16 +8,11 @@
 #pragma once
 
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 #include "planner/schedule.h"
 
 namespace tern::planner {
-
-// One stage's operations in order: (forward?, micro-batch).  The same order
-// as the dedicated simulation's Cursor and tern.pipeline.schedule.kfkb_order.
-std::vector<std::pair<bool, int64_t>> kfkbOrder(int64_t m, int64_t k, int stages, int stage);
 
 // simulate() for model.cores < stages: the stages with an operation whose
 // input has arrived share the cores equally, each at most one core
