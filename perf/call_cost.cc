@@ -1,8 +1,9 @@
 // The fixed cost of entering the API: a loop of ternCommCount on a 1-rank
 // communicator (the call slot, the liveness check, the argument checks; no
 // communication), in ns per call, five repeats.  The floor under every
-// call's latency; session 44 took a full fence off it (0.69-0.93x the
-// time, 3-5 ns a call; perf/RESULTS.md).
+// call's latency; an asymmetric fence took a full fence off it (0.69-0.93x
+// the time, 3-5 ns a call; perf/RESULTS.md, 2026-12-02: small-path latency
+// against the tuned OpenMPI, and why the one-way collectives lose).
 //   build/perf/call_cost [calls=10000000]
 #include <tern/tern.h>
 

@@ -20,7 +20,7 @@ using namespace tern;
 // Variance added by ternarization, E[(s t - g)^2] = s|g| - g^2, relative to
 // sum g^2, for heavy-tailed synthetic gradients, against the bits the block
 // scales cost on the wire (an allreduce of one float per block).
-// The two-pass error feedback (the allreduce's until session 28): v = g + e,
+// The two-pass error feedback (the allreduce's until 2026-11-27): v = g + e,
 // codes of v, then e = v - s t in slices of 64 groups (cache-resident).
 static void twoPassErrorFeedback(const TernaryKernels& k, const TernaryInput& in, float* e,
                                  float* v, uint32_t* codes) {

@@ -4,7 +4,8 @@
 // per page in ns.  On this project's VM it reads ~52 ns or ~220 ns, the same
 // on every page of a moment and flipping every few hundred ms (the host
 // moving the vCPUs): what tern's per-launch slow mode rides on
-// (perf/RESULTS.md, session 43).
+// (perf/RESULTS.md, 2026-12-02: the small path a third cheaper, and the slow
+// mode traced to the VM).
 //   chrt -f 1 build/perf/core_pingpong [pages=16] [round_trips=200000]
 #include <immintrin.h>
 #include <sys/mman.h>

@@ -336,7 +336,7 @@ TEST_P(ConnTableT, ConnectAfterInitOpensBothEnds) {
 // is gone and its table has marked the connection gone, asks before any
 // progress: over UCX the bytes are still inside UCX then, and an input
 // called ended there made a blocked step fail ("rank 1 needs rank 0 ..., but
-// that rank exited or failed") while they waited (CI, session 44, the last
+// that rank exited or failed") while they waited (CI, 2026-12-02, the last
 // call of StatsReadWhileTrafficRuns over ucx-sm).  Then the receive gets them.
 Signal sentAndGone;
 int exitAfterSendBody(RankCtx& ctx) {

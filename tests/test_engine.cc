@@ -252,11 +252,13 @@ TEST_P(EngineCase, StatsReadWhileTrafficRuns) { run(statsBody); }
 // waits on four requests (levels 1-4, a thread each, as a training step's
 // per-level waiters do) while the other ranks join 0.8 s late.  A waiter may
 // spin for the drive token once, briefly; one that span after every 1 ms
-// nap used about a core per two waiters (the session-32 fix: executor.cc,
-// Executor::wait).  With other requests in flight, a waiter leaves the
+// nap used about a core per two waiters (fixed in executor.cc,
+// Executor::wait; perf/RESULTS.md, 2026-11-28: PriorityScheduler, waiters
+// that spun, a benchmark model sized to its compute).  With other requests in flight, a waiter leaves the
 // driving to the progress thread and sleeps until its operation is done:
 // waiters that woke every millisecond to try for the drive token made
-// ~1,000 context switches a second each (the session-38 fix).
+// ~1,000 context switches a second each (perf/RESULTS.md, 2026-11-29:
+// priorities at 4 hosts, which variant is CPU-bound).
 int lateWaiters(RankCtx& ctx, size_t count) {
   ternComm_t comm = ctx.comm();
   constexpr int kWaiters = 4;

@@ -115,7 +115,8 @@ const ternRedOp_t kAllOps[] = {ternSum, ternProd, ternMax, ternMin, ternAvg};
 // nothing is loaded or pooled yet.  On an H200 (driver 580) the progress
 // thread's first pinned allocation waited on the driver for as long as the
 // caller's synchronize did, and the two waited for each other
-// (perf/RESULTS.md, session 29); a watchdog ends the process instead of
+// (perf/RESULTS.md, 2026-11-27: GPU checks on an H200, and a two-rank
+// deadlock on device buffers); a watchdog ends the process instead of
 // hanging the suite.
 TEST(CudaMemOps, ProgressThreadWorksWhileTheCallerSynchronizesItsHeldStream) {
   Stream st;

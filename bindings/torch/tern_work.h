@@ -207,7 +207,8 @@ class Completer {
       // Every thread may be busy (waiting on another level, or in a callback).
       // One work makes at most one level claimable: one idle thread is
       // enough.  Waking them all woke ~9 threads per rank at every work of a
-      // PriorityScheduler step (~180 futex waits a second each, session 38).
+      // PriorityScheduler step (~180 futex waits a second each; perf/RESULTS.md,
+      // 2026-11-29: priorities at 4 hosts, which variant is CPU-bound).
       if (idle_ == 0 && claimable() >= 0) spawn(self);
       else cv_.notify_one();
     }

@@ -53,7 +53,8 @@ build=${BUILD_DIR:-build-gpu}
 py=${PYTHON:-python3}
 failed=0
 # Backtraces of every thread of process group $1 (cuda-gdb, else gdb): what a
-# hung step was waiting on (session 29's deadlock was found this way).
+# hung step was waiting on (the two-rank deadlock of perf/RESULTS.md,
+# 2026-11-27: GPU checks on an H200, was found this way).
 backtraces() {
   local dbg
   dbg=$(command -v cuda-gdb || command -v gdb) || { echo "(no cuda-gdb or gdb for backtraces)"; return; }

@@ -92,7 +92,8 @@ bool allReduceAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
 
 // The communicator's scratch phase planned anew for the call, kept for the
 // calls that repeat it (the token held: Comm::claimAlone).  Planning a two-rank broadcast cost ~1,700 of its
-// ~5,500 instructions per call (callgrind, session 36).
+// ~5,500 instructions per call (callgrind; perf/RESULTS.md, 2026-11-29: rooted
+// collectives stop waiting for their peers' descriptors).
 Phase& planAnew(Comm* c, const OpDesc& desc, const CollArgs& a, int level, const PlanCtx& x) {
   Phase& ph = c->alonePhase;
   resetPhase(ph);

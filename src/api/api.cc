@@ -46,14 +46,16 @@ std::atomic<uint64_t> registryGen{0};
 // to wait for: a blocking call enters with one store to its thread's slot
 // and leaves with another, where the registry's lock, its hash lookup and
 // the communicator's caller count took four atomic read-modify-writes and
-// ~110 instructions of an 8-byte allreduce's ~1,800 (session 41).  The
+// ~110 instructions of an 8-byte allreduce's ~1,800 (perf/RESULTS.md,
+// 2026-12-01: the small path at the cache-line floor).  The
 // slot is stored before the liveness check (isLive) and unregister bumps the
 // generation before it reads the slots (deleteWhenUnused), so either the
 // call sees the communicator gone or its destroyer sees the call.  The
 // fences between are asymmetric (base/asymmetric_fence.h): the call's a
 // compiler barrier, the destroyer's a membarrier.  A seq_cst store there
 // (an xchg, a full barrier) cost every call 3-5 ns (perf/call_cost,
-// interleaved: 0.69-0.93x without it; session 44).  Slots are
+// interleaved: 0.69-0.93x without it; perf/RESULTS.md, 2026-12-02: small-path
+// latency against the tuned OpenMPI, and why the one-way collectives lose).  Slots are
 // never freed: a thread's goes back to the list when the thread ends.
 std::atomic<CallSlot*> callSlots{nullptr};
 

@@ -10,7 +10,8 @@
 // next call on it (or its ternCommDestroy).  The root returns once its data
 // is out, as an MPI root's eager send does: waiting for that descriptor made
 // every small broadcast a round trip (0.16x OpenMPI's rate at 8 bytes,
-// perf/RESULTS.md, session 35).
+// perf/RESULTS.md, 2026-11-28: the small path, small blocking collectives
+// without engine rounds).
 
 // Two ranks: the transfer is a plain one between the callers' buffers, so
 // over a connection that offers it it goes single copy (Step::direct): the

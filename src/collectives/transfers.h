@@ -34,7 +34,8 @@ class Transfers {
   // whole ring, faulting pages in on the first lap.  From 1 KiB messages
   // that showed: peak RSS of a broadcast loop 8.9 -> 10.3-11.4 MB, and a
   // 50-call 64 KiB broadcast at 0.17x OpenMPI's rate (at 4 KiB, runs of
-  // 2,000 calls 1.5x slower, of 20,000 0.66x; perf/RESULTS.md, session 36).
+  // 2,000 calls 1.5x slower, of 20,000 0.66x; perf/RESULTS.md, 2026-11-29:
+  // rooted collectives stop waiting for their peers' descriptors).
   static constexpr size_t kHearAheadMax = 512;
   void greet(Conn* to) { add(nullptr, to, nullptr, nullptr, 0); }
   void hear(Conn* from, size_t bytes) {

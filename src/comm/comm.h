@@ -151,7 +151,8 @@ struct ternComm : public tern::EngineHost {
   ternResult_t checkHealth() override;
   void onFailure(ternResult_t r, const std::string& why) override;
   // Only the drive token's holder completes operations: a load and a store,
-  // not a locked add (2% of an 8-byte allreduce's samples, session 41).
+  // not a locked add (2% of an 8-byte allreduce's samples; perf/RESULTS.md,
+  // 2026-12-01: the small path at the cache-line floor).
   void onComplete() override { opsDone.store(opsDone.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
 
   // Fails the communicator with the sentence that says why (a peer's notice

@@ -188,7 +188,8 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
   // dozen waiting threads per rank (a PriorityScheduler's per-parameter
   // allreduces) made ~10,000 switches a second per rank that way, and at
   // 4 ranks on 2 cores their CPU and cache churn slowed the compute they
-  // shared the cores with (perf/RESULTS.md, session 38).  A small lone
+  // shared the cores with (perf/RESULTS.md, 2026-11-29: priorities at 4
+  // hosts, which variant is CPU-bound).  A small lone
   // operation (torch's blocking all_reduce is an async request waited at
   // once) is still driven by its waiter, whose latency a wake-up chain
   // through the progress thread would add to; a large one waits on the
@@ -210,7 +211,8 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
   // an operation that the network holds for tens of milliseconds (a training
   // step's per-level allreduces, one waiting thread per level) yielded two
   // thirds of the time, and a dozen such threads took a third of the cores
-  // that the training's compute needed (perf/RESULTS.md, session 32).
+  // that the training's compute needed (perf/RESULTS.md, 2026-11-28:
+  // PriorityScheduler, waiters that spun, a benchmark model sized to its compute).
   Clock::time_point spinUntil{};  // read when first needed: a caller that drives reads no clock
   while (!done()) {
     bool got = drive_.try_lock();
@@ -237,7 +239,8 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
 // Sleeps on the operation's own word until complete() sets it: other
 // completions do not wake this thread (a shared condition variable woke
 // every waiting thread at each one; ~150 switches a second per waiter in a
-// PriorityScheduler step, session 38).  The nap bounds a missed wake-up.
+// PriorityScheduler step; perf/RESULTS.md, 2026-11-29: priorities at 4 hosts,
+// which variant is CPU-bound).  The nap bounds a missed wake-up.
 void Executor::sleepOnDone(Operation& op) {
   op.sleepers.fetch_add(1);
   while (op.doneWord.load() == 0) futexWait(&op.doneWord, 0, 20 * 1000 * 1000);
@@ -850,7 +853,8 @@ void Executor::idleWait(unsigned& idle, const Operation* op) {
   // Levels the hold keeps back are not polled: their sockets stay writable
   // while they wait, and a poll that returned at once for them spun the
   // driver through the whole hold (a 4-host training step on 2 cores spent
-  // ~20% more CPU per iteration, measured in perf/RESULTS.md, session 37).
+  // ~20% more CPU per iteration, measured in perf/RESULTS.md, 2026-11-29:
+  // priorities at 4 hosts on 2 cores, where the CPU went).
   // The hold's end wakes the poll instead.
   for (int level = 0; level < heldFrom_; ++level)
     for (OpPtr& o : active_[level])

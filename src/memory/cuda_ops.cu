@@ -224,7 +224,8 @@ class CudaOps : public MemOps {
   // allocate or load: on an H200 (driver 580) its cudaHostAlloc waited on
   // a driver lock that the caller, blocked in cudaStreamSynchronize on its
   // held stream, kept, and two ranks deadlocked (perf/RESULTS.md,
-  // session 29).  cudaFree is worse: it waits for the whole device, held
+  // 2026-11-27: GPU checks on an H200, and a two-rank deadlock on device
+  // buffers).  cudaFree is worse: it waits for the whole device, held
   // streams included.
   void prepare() const;
   // Device scratch: three slots of at least `bytes` each (false: no memory).

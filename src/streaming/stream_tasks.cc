@@ -64,7 +64,8 @@ ternResult_t peekMine(const StreamState& s, Conn* c, OpDesc* d, bool* mine) {
 // alike): the sender's progress thread copies the next chunk in while the
 // receiver copies this one out, two cores at once, where a single-copy read
 // leaves the sender idle: over shm single copy moved a stream at 0.7-0.8x
-// and one-way sends at 0.5-0.65x the fifo's rate (perf/RESULTS.md, session 32).
+// and one-way sends at 0.5-0.65x the fifo's rate (perf/RESULTS.md,
+// 2026-11-28: weight streams keep the fifo on one host).
 Step chunkStep(Conn* in, Conn* out, const char* src, char* dst, size_t bytes) { return Step{in, out, src, dst, bytes}; }
 
 // A zero-byte message (its descriptor alone) in or out on `c`.

@@ -112,7 +112,8 @@ class Fifo {
 // tail only moves up, so space known is space there).  Between restarts a
 // small message then costs the producer no miss on the consumer's line,
 // which it read on every message before (Fifo::writable was 5.7% of an
-// 8-byte allreduce's samples, session 41).
+// 8-byte allreduce's samples; perf/RESULTS.md, 2026-12-01: the small path at
+// the cache-line floor).
 inline size_t Fifo::writable(char** p) {
   uint64_t off = offsetOf(head_ - base_);
   if (head_ - base_ >= window_ || cap_ - (head_ - tailSeen_) < cap_ - off) {
@@ -168,7 +169,8 @@ inline size_t Fifo::readable(const char** p) {
   // almost never taken, so the bytes' address does not wait on it (the line
   // head and base share is also the one the producer keeps storing its head
   // into: a dependent load there cost 0.2-0.3 us per 4 KiB allreduce,
-  // perf/RESULTS.md session 28).  `at` is an opaque copy of the expected
+  // perf/RESULTS.md, 2026-11-27: shm latency at 4-8 KiB after fifo memory
+  // follows use).  `at` is an opaque copy of the expected
   // base: after the test the compiler would otherwise use the loaded
   // register, equal to it by then.
   uint64_t expect = expectedBase(), at = expect;
