@@ -13,10 +13,14 @@
 #include <random>
 #include <string>
 
+#include "planner/gantt.h"
 #include "planner/json.h"
+#include "planner/kfkb.h"
 #include "planner/priority.h"
 #include "planner/schedule.h"
 #include "planner/shared_cores.h"
+#include "planner/tern_plan.h"
+#include "tern/tern.h"
 
 using namespace tern::planner;
 
@@ -304,12 +308,47 @@ TEST(PlannerSharedCores, BackgroundLoadCompetesWhileAStageHasWorkLeft) {
   EXPECT_NEAR(simulate(m, 1, 1), 6, 1e-9);
 }
 
-TEST(PlannerSharedCores, OrderMatchesTheDesignForEveryK) {
-  // Stage 1 of 3, m = 6, K = 2: two warm-up groups, then backward/forward groups in turn.
-  const auto order = kfkbOrder(6, 2, 3, 1);
+// ---- the kFkB order (kfkb.h) ---------------------------------------------------
+
+std::string orderText(int64_t m, int64_t k, int stages, int stage) {
   std::string got;
-  for (auto [forward, i] : order) got += (forward ? "F" : "B") + std::to_string(i) + " ";
-  EXPECT_EQ(got, "F0 F1 F2 F3 B0 B1 F4 F5 B2 B3 B4 B5 ");
+  for (auto [forward, i] : kfkbOrder(m, k, stages, stage)) got += (forward ? "F" : "B") + std::to_string(i) + " ";
+  return got;
+}
+
+TEST(PlannerKfkb, OrdersByHand) {
+  // Stage 1 of 3, m = 6, K = 2: two warm-up groups, then backward/forward groups in turn.
+  EXPECT_EQ(orderText(6, 2, 3, 1), "F0 F1 F2 F3 B0 B1 F4 F5 B2 B3 B4 B5 ");
+  EXPECT_EQ(orderText(3, 1, 2, 1), "F0 B0 F1 B1 F2 B2 ");        // the last stage of 1F1B
+  EXPECT_EQ(orderText(3, 3, 4, 0), "F0 F1 F2 B0 B1 B2 ");        // GPipe
+  EXPECT_EQ(orderText(5, 2, 2, 0), "F0 F1 F2 F3 B0 B1 F4 B2 B3 B4 ");  // a short last group
+  EXPECT_EQ(orderText(4, 1, 6, 5), "F0 B0 F1 B1 F2 B2 F3 B3 ");
+}
+
+TEST(PlannerKfkb, EveryOrderRunsEachMicroBatchOnceEachWayWithinTheMemoryRule) {
+  for (int64_t m = 1; m <= 24; ++m)
+    for (int64_t k = 1; k <= m; ++k)
+      for (int p = 1; p <= 7; ++p)
+        for (int s = 0; s < p; ++s) {
+          int64_t forwards = 0, backwards = 0, peak = 0;
+          for (auto [forward, i] : kfkbOrder(m, k, p, s)) {
+            // Each way in ascending order (the gradient sum's fixed order); a
+            // backward only after its forward.
+            ASSERT_EQ(i, forward ? forwards++ : backwards++) << m << " " << k << " " << p << " " << s;
+            ASSERT_LE(backwards, forwards);
+            peak = std::max(peak, forwards - backwards);
+          }
+          ASSERT_EQ(forwards, m);
+          ASSERT_EQ(backwards, m);
+          EXPECT_EQ(peak, std::min(m, k * (p - s))) << m << " " << k << " " << p << " " << s;  // the memory rule
+        }
+}
+
+TEST(PlannerKfkb, GroupOpsAlternateAfterTheWarmUp) {
+  const KfkbStage stage(5, 4, 1);  // 5 groups, stage 1 of 4: 3 warm-up forward groups
+  std::string got;
+  for (int64_t j = 0; j < stage.size(); ++j) got += (stage[j].forward ? "F" : "B") + std::to_string(stage[j].group);
+  EXPECT_EQ(got, "F0F1F2B0F3B1F4B2B3B4");
 }
 
 TEST(PlannerPlan, SmallerKWinsWhenBottlenecksSitOnDifferentStages) {
@@ -560,6 +599,129 @@ TEST(PlannerPriority, BadGraphsAreNamed) {
     EXPECT_NE(errorOf([&] { graphFrom(c.json); }).find(c.named), std::string::npos)
         << c.named << " <- " << errorOf([&] { graphFrom(c.json); });
   EXPECT_NE(errorOf([] { parsePolicy("fifo"); }).find("tic or tac"), std::string::npos);
+}
+
+TEST(PlannerPriority, LevelsSpreadDistinctNumbersEvenly) {
+  EXPECT_EQ(levelsOf({5, 7, 5, 9}), (std::vector<int>{0, 2, 0, 5}));  // 3 distinct: j * 8 / 3
+  EXPECT_EQ(levelsOf({-4}), (std::vector<int>{0}));
+  std::vector<int> many(20);
+  for (int i = 0; i < 20; ++i) many[i] = 19 - i;
+  const std::vector<int> level = levelsOf(many);
+  EXPECT_EQ(level.front(), TERN_PRIORITY_LEVELS - 1);
+  EXPECT_EQ(level.back(), 0);
+  for (int i = 1; i < 20; ++i) EXPECT_LE(level[i], level[i - 1]);
+}
+
+// ---- the gantt chart (gantt.h) ------------------------------------------------------
+
+struct Drawn {
+  PipelineModel model;
+  Candidate chosen;
+  std::vector<TraceEvent> trace;
+};
+
+Drawn drawn(int64_t m, int64_t k) {
+  Drawn d{pipeline(8, {stage(1, 2), stage(1.5, 2), stage(1, 3)}, 0.5, 20), {}, {}};
+  d.chosen.microbatches = m;
+  d.chosen.microbatchSize = 8 / m;
+  d.chosen.k = k;
+  d.chosen.iterationMs = simulate(d.model, m, k, &d.trace);
+  return d;
+}
+
+TEST(PlannerGantt, ATraceReadBackDrawsThePlannersChart) {
+  // What tern.gantt.draw does with planner.trace()'s JSON: the same picture.
+  const Drawn d = drawn(4, 2);
+  const Gantt back = parseGantt(parseJson(traceJson(d.model, d.chosen, d.trace), "trace"));
+  EXPECT_EQ(back.events.size(), d.trace.size());
+  EXPECT_EQ(ganttSvg(back), ganttSvg(plannedGantt(d.model, d.chosen, d.trace)));
+}
+
+TEST(PlannerGantt, ChartIsOnlyRectsLinesAndTextsWithTheirOwnLook) {
+  // svg_to_png.py paints exactly these, one element at a time.
+  const Drawn d = drawn(8, 8);
+  Gantt g = plannedGantt(d.model, d.chosen, d.trace);
+  g.title = "measured <batch 3> & more";
+  const std::string svg = ganttSvg(g);
+  EXPECT_EQ(svg.find("<style"), std::string::npos);
+  EXPECT_EQ(svg.find("class="), std::string::npos);
+  EXPECT_NE(svg.find("measured &lt;batch 3&gt; &amp; more"), std::string::npos);
+  size_t elements = 0;
+  for (size_t at = svg.find("\n<"); at != std::string::npos; at = svg.find("\n<", at + 1)) {
+    const std::string tag = svg.substr(at + 2, svg.find_first_of(" >", at + 2) - at - 2);
+    if (tag == "/svg") continue;
+    EXPECT_TRUE(tag == "rect" || tag == "line" || tag == "text") << tag;
+    ++elements;
+  }
+  EXPECT_GT(elements, d.trace.size());
+}
+
+TEST(PlannerGantt, BadTracesAreNamed) {
+  const std::string head = R"({"title": "t", "stages": 2, "iteration_ms": 5, "events": [)";
+  struct Case {
+    std::string events, named;
+  };
+  const Case cases[] = {
+      {R"({"kind": "gradient", "stage": 0, "micro": 0, "start_ms": 0, "end_ms": 1})",
+       "events[0].stage must be from 1 to 1"},
+      {R"({"kind": "activation", "stage": 1, "micro": 0, "start_ms": 0, "end_ms": 1})",
+       "events[0].stage must be from 0 to 0"},
+      {R"({"kind": "idle", "stage": 0, "micro": 0, "start_ms": 0, "end_ms": 1})", "events[0].kind must be forward"},
+      {R"({"kind": "forward", "stage": 0, "micro": 0.5, "start_ms": 0, "end_ms": 1})",
+       "events[0].micro must be a whole number"},
+      {R"({"kind": "forward", "stage": 0, "micro": 0, "start_ms": 2, "end_ms": 1})",
+       "events[0].end_ms must not come before start_ms"},
+      {R"({"kind": "forward", "stage": 0, "micro": 0, "start_ms": 0})", "events[0].end_ms is missing"},
+  };
+  for (const Case& c : cases) {
+    const std::string what = errorOf([&] { parseGantt(parseJson(head + c.events + "]}", "trace")); });
+    EXPECT_NE(what.find(c.named), std::string::npos) << c.named << " <- " << what;
+  }
+}
+
+// ---- the C ABI (tern_plan.h) ---------------------------------------------------------
+
+struct AbiResult {
+  int rc;
+  std::string text;
+};
+
+template <typename F>
+AbiResult abi(F f) {
+  char* out = nullptr;
+  const int rc = f(&out);
+  AbiResult r{rc, out ? out : "(nothing)"};
+  ternPlanFree(out);
+  return r;
+}
+
+TEST(PlannerAbi, KfkbOrderAndLevelsAsJson) {
+  AbiResult r = abi([](char** out) { return ternPlanKfkbOrder(3, 2, 2, 0, out); });
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_EQ(r.text, "[[\"F\", 0], [\"F\", 1], [\"F\", 2], [\"B\", 0], [\"B\", 1], [\"B\", 2]]\n");
+  r = abi([](char** out) { return ternPlanLevels("[3, 1, 3]", out); });
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_EQ(r.text, "[4, 0, 4]\n");
+  r = abi([](char** out) { return ternPlanLevels("[]", out); });
+  EXPECT_EQ(r.text, "[]\n");
+}
+
+TEST(PlannerAbi, BadArgumentsReturnTwoWithASentence) {
+  const std::pair<AbiResult, const char*> cases[] = {
+      {abi([](char** out) { return ternPlanKfkbOrder(4, 5, 2, 0, out); }),
+       "K must be between 1 and the micro-batch count 4, not 5."},
+      {abi([](char** out) { return ternPlanKfkbOrder(4, 0, 2, 0, out); }),
+       "K must be between 1 and the micro-batch count 4, not 0."},
+      {abi([](char** out) { return ternPlanKfkbOrder(4, 1, 2, 2, out); }), "stage 2 is not one of 0..1."},
+      {abi([](char** out) { return ternPlanLevels("[1, \"a\"]", out); }), "numbers[1] must be a number"},
+      {abi([](char** out) { return ternPlanLevels("{}", out); }), "the numbers must be"},
+      {abi([](char** out) { return ternPlanTraceSvg("{\"title\": \"t\"}", out); }), "stages is missing"},
+      {abi([](char** out) { return ternPlanTraceSvg(nullptr, out); }), "no trace was given"},
+  };
+  for (const auto& [r, named] : cases) {
+    EXPECT_EQ(r.rc, 2) << named;
+    EXPECT_NE(r.text.find(named), std::string::npos) << named << " <- " << r.text;
+  }
 }
 
 // ---- tern-plan ---------------------------------------------------------------------

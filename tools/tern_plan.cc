@@ -99,8 +99,8 @@ bool endsWith(const std::string& s, const std::string& tail) {
 }
 
 // python3 (TERN_PYTHON, else Debian's /usr/bin/python3, else PATH's) runs
-// the compiled-in tern/gantt.py with the trace on its stdin.
-void drawPng(const std::string& traceJson, const std::string& path) {
+// the compiled-in src/planner/svg_to_png.py with the SVG chart on its stdin.
+void drawPng(const std::string& svg, const std::string& path) {
   const char* python = std::getenv("TERN_PYTHON");
   if (!python) python = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
   int fds[2];
@@ -119,8 +119,8 @@ void drawPng(const std::string& traceJson, const std::string& path) {
     throw Exit{kFailure, std::string("cannot run ") + python + " for the PNG gantt: " + std::strerror(err) +
                              " (an .svg gantt needs no Python)."};
   }
-  for (size_t off = 0; off < traceJson.size();) {  // a dead child closes the pipe: stop writing
-    ssize_t n = write(fds[1], traceJson.data() + off, traceJson.size() - off);
+  for (size_t off = 0; off < svg.size();) {  // a dead child closes the pipe: stop writing
+    ssize_t n = write(fds[1], svg.data() + off, svg.size() - off);
     if (n <= 0) break;
     off += static_cast<size_t>(n);
   }
@@ -135,7 +135,7 @@ void writeGantt(const std::string& model, double bandwidth, long long m, const s
   const bool png = endsWith(path, ".png");
   if (!png && !endsWith(path, ".svg")) throw Exit{kInputError, "--gantt must name an .svg or .png file."};
   const std::string picture = call("the gantt", [&](char** out) {
-    return ternPlanGantt(model.c_str(), bandwidth, m, 0, png ? 0 : 1, out);
+    return ternPlanGantt(model.c_str(), bandwidth, m, 0, 1, out);  // the SVG, also what a PNG paints
   });
   if (png) return drawPng(picture, path);
   std::ofstream f(path, std::ios::binary);

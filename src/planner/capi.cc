@@ -2,13 +2,17 @@
 // return code and a sentence.
 #include "planner/tern_plan.h"
 
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "planner/gantt.h"
+#include "planner/kfkb.h"
 #include "planner/priority.h"
 #include "planner/schedule.h"
 
@@ -51,6 +55,14 @@ PipelineModel readModel(const char* json, double bandwidthGbps) {
   return model;
 }
 
+// "[a, b, ...]\n", each item written by `write`.
+template <typename T, typename Write>
+std::string jsonList(const std::vector<T>& items, Write write) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + write(items[i]);
+  return out + "]\n";
+}
+
 Candidate chosenCandidate(const PipelineModel& model, long long m, long long k) {
   if (k == 0) {
     Plan p = plan(model, m);
@@ -86,7 +98,35 @@ TERN_PLAN_API int ternPlanGantt(const char* model_json, double bandwidth_gbps, l
     Candidate c = chosenCandidate(model, microbatches, k);
     std::vector<TraceEvent> trace;
     simulate(model, c.microbatches, c.k, &trace);
-    return format == 1 ? ganttSvg(model, c, trace) : traceJson(model, c, trace);
+    return format == 1 ? ganttSvg(plannedGantt(model, c, std::move(trace))) : traceJson(model, c, trace);
+  });
+}
+
+TERN_PLAN_API int ternPlanTraceSvg(const char* trace_json, char** out) {
+  return guarded(out, [&] { return ganttSvg(parseGantt(parseJson(need(trace_json, "trace"), "the trace"))); });
+}
+
+TERN_PLAN_API int ternPlanKfkbOrder(long long m, long long k, long long stages, long long stage, char** out) {
+  return guarded(out, [&] {
+    if (k < 1 || k > m)
+      throw InputError("K must be between 1 and the micro-batch count " + std::to_string(m) + ", not " +
+                       std::to_string(k) + ".");
+    if (stage < 0 || stage >= stages || stages > INT_MAX)
+      throw InputError("stage " + std::to_string(stage) + " is not one of 0.." + std::to_string(stages - 1) + ".");
+    return jsonList(kfkbOrder(m, k, static_cast<int>(stages), static_cast<int>(stage)), [](const KfkbOp& op) {
+      return std::string(op.forward ? "[\"F\", " : "[\"B\", ") + std::to_string(op.micro) + "]";
+    });
+  });
+}
+
+TERN_PLAN_API int ternPlanLevels(const char* numbers_json, char** out) {
+  return guarded(out, [&] {
+    const Json doc = parseJson(need(numbers_json, "numbers"), "the numbers");
+    const std::vector<Json>& items = expectArray(doc, "the numbers").array;
+    std::vector<int> numbers;
+    for (size_t i = 0; i < items.size(); ++i)
+      numbers.push_back(static_cast<int>(expectIntegerIn(items[i], indexPath("numbers", i), INT_MIN, INT_MAX)));
+    return jsonList(levelsOf(numbers), [](int level) { return std::to_string(level); });
   });
 }
 

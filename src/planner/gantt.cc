@@ -1,7 +1,9 @@
 #include "planner/gantt.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <utility>
 
 namespace tern::planner {
 namespace {
@@ -17,15 +19,42 @@ struct Style {
 const Style kStyles[] = {{"forward", "#4c78a8"}, {"backward", "#f58518"},
                          {"activation transfer", "#54a24b"}, {"gradient transfer", "#b279a2"}};
 
-const char* kindName(TraceEvent::Kind k) {
-  static const char* names[] = {"forward", "backward", "activation", "gradient"};
-  return names[static_cast<int>(k)];
-}
+const char* const kKindNames[] = {"forward", "backward", "activation", "gradient"};  // by TraceEvent::Kind
+
+const char* kindName(TraceEvent::Kind k) { return kKindNames[static_cast<int>(k)]; }
 
 std::string fmt(const char* format, double a, double b = 0, double c = 0, double d = 0) {
   char buf[160];
   std::snprintf(buf, sizeof buf, format, a, b, c, d);
   return buf;
+}
+
+std::string escaped(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '&') out += "&amp;";
+    else if (ch == '<') out += "&lt;";
+    else if (ch == '>') out += "&gt;";
+    else out += ch;
+  }
+  return out;
+}
+
+// The three elements the chart is made of; `more`: further attributes.
+std::string rect(double x, double y, double w, double h, const std::string& fill, const std::string& more = "") {
+  return fmt("<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"", x, y, w, h) + " fill=\"" + fill + "\"" +
+         more + "/>\n";
+}
+
+std::string line(double x1, double y1, double x2, double y2, const char* stroke) {
+  return fmt("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"", x1, y1, x2, y2) + " stroke=\"" + stroke +
+         "\"/>\n";
+}
+
+std::string text(double x, double y, double size, const char* anchor, const std::string& body,
+                 const std::string& more = " fill=\"#222\"") {
+  return fmt("<text x=\"%.2f\" y=\"%.2f\" font-size=\"%g\"", x, y, size) + " text-anchor=\"" + anchor + "\"" + more +
+         ">" + escaped(body) + "</text>\n";
 }
 
 double stageTop(int s) { return kTop + s * (kStageH + kLinkH); }
@@ -45,45 +74,35 @@ std::string bar(const TraceEvent& e, double scale) {
   if (e.kind == TraceEvent::Kind::GradientSend) y = stageTop(e.stage - 1) + kStageH + kLinkH / 2;
   const double x = kLeft + e.startMs * scale, w = std::max((e.endMs - e.startMs) * scale, 0.5);
   // A white outline separates neighbouring bars; on a sliver it would hide the colour.
-  std::string out = fmt("<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"", x, y, w, h) + " fill=\"" +
-                    kStyles[static_cast<int>(e.kind)].colour +
-                    (w > 3 ? "\" stroke=\"white\" stroke-width=\"0.5\"/>\n" : "\"/>\n");
+  std::string out = rect(x, y, w, h, kStyles[static_cast<int>(e.kind)].colour,
+                         w > 3 ? " stroke=\"white\" stroke-width=\"0.5\"" : "");
   if (compute && w >= 14)  // the micro-batch number, where it fits
-    out += fmt("<text x=\"%.2f\" y=\"%.2f\" class=\"mb\">", x + w / 2, y + h / 2 + 4) + std::to_string(e.micro) +
-           "</text>\n";
+    out += text(x + w / 2, y + h / 2 + 4, 10, "middle", std::to_string(e.micro), " fill=\"white\"");
   return out;
 }
 
 std::string axis(double iterationMs, double scale, double bottom) {
-  std::string out = fmt("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#444\"/>\n", kLeft, bottom,
-                        kLeft + iterationMs * scale, bottom);
+  std::string out = line(kLeft, bottom, kLeft + iterationMs * scale, bottom, "#444");
   const double step = tickStep(iterationMs);
   for (double t = 0; t <= iterationMs * (1 + 1e-9); t += step) {
     const double x = kLeft + t * scale;
-    out += fmt("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#ccc\"/>\n", x, kTop - 4, x, bottom);
-    out += fmt("<text x=\"%.2f\" y=\"%.2f\" class=\"tick\">%g</text>\n", x, bottom + 16, t);
+    out += line(x, kTop - 4, x, bottom, "#ccc");
+    out += text(x, bottom + 16, 11, "middle", fmt("%g", t));
   }
-  out += fmt("<text x=\"%.2f\" y=\"%.2f\" class=\"label\">time (ms)</text>\n", kLeft + iterationMs * scale / 2,
-             bottom + 34);
-  return out;
+  return out + text(kLeft + iterationMs * scale / 2, bottom + 34, 12, "middle", "time (ms)");
 }
 
 std::string legend() {
   std::string out;
   double x = kLeft;
   for (const Style& st : kStyles) {
-    out += fmt("<rect x=\"%.2f\" y=\"44\" width=\"14\" height=\"14\" fill=\"", x) + st.colour + "\"/>\n";
-    out += fmt("<text x=\"%.2f\" y=\"56\" class=\"legend\">", x + 20) + st.name + "</text>\n";
+    out += rect(x, 44, 14, 14, st.colour) + text(x + 20, 56, 13, "start", st.name);
     x += 40 + 8.0 * std::char_traits<char>::length(st.name);
   }
-  out += fmt("<rect x=\"%.2f\" y=\"44\" width=\"14\" height=\"14\" fill=\"#e6e6e6\" stroke=\"#bbb\"/>\n", x);
-  out += fmt("<text x=\"%.2f\" y=\"56\" class=\"legend\">idle (bubble)</text>\n", x + 20);
-  return out;
+  return out + rect(x, 44, 14, 14, "#e6e6e6", " stroke=\"#bbb\"") + text(x + 20, 56, 13, "start", "idle (bubble)");
 }
 
-}  // namespace
-
-std::string ganttTitle(const Candidate& c) {
+std::string plannedTitle(const Candidate& c) {
   char buf[200];
   std::snprintf(buf, sizeof buf, "kFkB schedule: m = %lld micro-batches of %lld, K = %lld, iteration %.3f ms",
                 static_cast<long long>(c.microbatches), static_cast<long long>(c.microbatchSize),
@@ -91,31 +110,54 @@ std::string ganttTitle(const Candidate& c) {
   return buf;
 }
 
-std::string ganttSvg(const PipelineModel& model, const Candidate& chosen, const std::vector<TraceEvent>& trace) {
-  const int p = static_cast<int>(model.stages.size());
-  const double scale = (kWidth - kLeft - kRight) / chosen.iterationMs;
-  const double bottom = stageTop(p - 1) + kStageH + 6, height = bottom + kAxisH + 8;
-  std::string out = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n",
+TraceEvent::Kind parseKind(const Json& v, const std::string& path) {
+  const std::string& name = expectString(v, path);
+  for (int k = 0; k < 4; ++k)
+    if (name == kKindNames[k]) return static_cast<TraceEvent::Kind>(k);
+  throw InputError(path + " must be forward, backward, activation or gradient, not \"" + name + "\".");
+}
+
+// A transfer's "stage" is its sender: activations go down from 0..p-2, gradients up from 1..p-1.
+TraceEvent parseEvent(const Json& v, const std::string& path, int stages) {
+  expectOnlyFields(v, {"kind", "stage", "micro", "start_ms", "end_ms"}, path);
+  TraceEvent e{};
+  e.kind = parseKind(member(v, "kind", path), fieldPath(path, "kind"));
+  const int lowest = e.kind == TraceEvent::Kind::GradientSend ? 1 : 0;
+  const int highest = e.kind == TraceEvent::Kind::ActivationSend ? stages - 2 : stages - 1;
+  e.stage = static_cast<int>(expectIntegerIn(member(v, "stage", path), fieldPath(path, "stage"), lowest, highest));
+  e.micro = expectIntegerIn(member(v, "micro", path), fieldPath(path, "micro"), 0, INT64_MAX);
+  e.startMs = expectNonNegative(member(v, "start_ms", path), fieldPath(path, "start_ms"));
+  e.endMs = expectNonNegative(member(v, "end_ms", path), fieldPath(path, "end_ms"));
+  if (e.endMs < e.startMs) throw InputError(fieldPath(path, "end_ms") + " must not come before start_ms.");
+  return e;
+}
+
+}  // namespace
+
+Gantt plannedGantt(const PipelineModel& model, const Candidate& chosen, std::vector<TraceEvent> trace) {
+  return Gantt{plannedTitle(chosen), static_cast<int>(model.stages.size()), chosen.iterationMs, std::move(trace)};
+}
+
+std::string ganttSvg(const Gantt& g) {
+  const double scale = (kWidth - kLeft - kRight) / g.iterationMs;
+  const double bottom = stageTop(g.stages - 1) + kStageH + 6, height = bottom + kAxisH + 8;
+  std::string out = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                        "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
                         kWidth, height, kWidth, height);
-  out += "<style>text{font-family:sans-serif;fill:#222}.title{font-size:17px;font-weight:bold}"
-         ".legend,.stage{font-size:13px}.tick{font-size:11px;text-anchor:middle}.label{font-size:12px;"
-         "text-anchor:middle}.mb{font-size:10px;fill:white;text-anchor:middle}.stage{text-anchor:end}</style>\n";
-  out += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  out += "<text x=\"" + fmt("%.0f", kLeft) + "\" y=\"26\" class=\"title\">" + ganttTitle(chosen) + "</text>\n";
+  out += rect(0, 0, kWidth, height, "white");
+  out += text(kLeft, 26, 17, "start", g.title, " font-weight=\"bold\" fill=\"#222\"");
   out += legend();
-  out += axis(chosen.iterationMs, scale, bottom);
-  for (int s = 0; s < p; ++s) {
-    out += fmt("<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#e6e6e6\"/>\n", kLeft, stageTop(s),
-               chosen.iterationMs * scale, kStageH);
-    out += fmt("<text x=\"%.2f\" y=\"%.2f\" class=\"stage\">stage ", kLeft - 8, stageTop(s) + kStageH / 2 + 5) +
-           std::to_string(s) + "</text>\n";
+  out += axis(g.iterationMs, scale, bottom);
+  for (int s = 0; s < g.stages; ++s) {
+    out += rect(kLeft, stageTop(s), g.iterationMs * scale, kStageH, "#e6e6e6");
+    out += text(kLeft - 8, stageTop(s) + kStageH / 2 + 5, 13, "end", "stage " + std::to_string(s));
   }
-  for (const TraceEvent& e : trace) out += bar(e, scale);
+  for (const TraceEvent& e : g.events) out += bar(e, scale);
   return out + "</svg>\n";
 }
 
 std::string traceJson(const PipelineModel& model, const Candidate& chosen, const std::vector<TraceEvent>& trace) {
-  std::string out = "{\"title\": " + jsonString(ganttTitle(chosen)) + ", \"microbatches\": " +
+  std::string out = "{\"title\": " + jsonString(plannedTitle(chosen)) + ", \"microbatches\": " +
                     jsonNumber(chosen.microbatches) + ", \"microbatch_size\": " + jsonNumber(chosen.microbatchSize) +
                     ", \"k\": " + jsonNumber(chosen.k) + ", \"iteration_ms\": " + jsonNumber(chosen.iterationMs) +
                     ", \"stages\": " + std::to_string(model.stages.size()) + ", \"events\": [";
@@ -126,6 +168,18 @@ std::string traceJson(const PipelineModel& model, const Candidate& chosen, const
            ", \"start_ms\": " + jsonNumber(e.startMs) + ", \"end_ms\": " + jsonNumber(e.endMs) + "}";
   }
   return out + "\n]}\n";
+}
+
+Gantt parseGantt(const Json& doc) {
+  expectOnlyFields(doc, {"title", "microbatches", "microbatch_size", "k", "iteration_ms", "stages", "events"}, "");
+  Gantt g;
+  g.title = expectString(member(doc, "title", ""), "title");
+  g.stages = static_cast<int>(expectIntegerIn(member(doc, "stages", ""), "stages", 1, INT32_MAX));
+  g.iterationMs = expectPositive(member(doc, "iteration_ms", ""), "iteration_ms");
+  const Json& events = expectArray(member(doc, "events", ""), "events");
+  for (size_t i = 0; i < events.array.size(); ++i)
+    g.events.push_back(parseEvent(events.array[i], indexPath("events", i), g.stages));
+  return g;
 }
 
 }  // namespace tern::planner

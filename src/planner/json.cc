@@ -309,11 +309,26 @@ double expectNonNegative(const Json& value, const std::string& path) {
   return d;
 }
 
-int64_t expectPositiveInteger(const Json& value, const std::string& path) {
-  double d = expectPositive(value, path);
-  if (d != std::floor(d) || d > 9007199254740992.0)  // 2^53: exact in a double
+namespace {
+
+int64_t whole(double d, const std::string& path) {
+  if (d != std::floor(d) || std::fabs(d) > 9007199254740992.0)  // 2^53: exact in a double
     throw InputError(path + " must be a whole number, not " + jsonNumber(d) + ".");
   return static_cast<int64_t>(d);
+}
+
+}  // namespace
+
+int64_t expectPositiveInteger(const Json& value, const std::string& path) {
+  return whole(expectPositive(value, path), path);
+}
+
+int64_t expectIntegerIn(const Json& value, const std::string& path, int64_t lo, int64_t hi) {
+  const int64_t n = whole(expectNumber(value, path), path);
+  if (n < lo || n > hi)
+    throw InputError(path + " must be from " + std::to_string(lo) + " to " + std::to_string(hi) + ", not " +
+                     std::to_string(n) + ".");
+  return n;
 }
 
 const std::string& expectString(const Json& value, const std::string& path) {

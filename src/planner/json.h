@@ -47,6 +47,7 @@ double expectNumber(const Json& value, const std::string& path);
 double expectPositive(const Json& value, const std::string& path);     // > 0, finite
 double expectNonNegative(const Json& value, const std::string& path);  // >= 0, finite
 int64_t expectPositiveInteger(const Json& value, const std::string& path);
+int64_t expectIntegerIn(const Json& value, const std::string& path, int64_t lo, int64_t hi);  // lo..hi
 const std::string& expectString(const Json& value, const std::string& path);
 // Rejects members not in `known` (a misspelt optional field would otherwise
 // be ignored without a word).

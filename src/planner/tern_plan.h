@@ -1,5 +1,7 @@
-/* The planners' C ABI: what tools/tern-plan and the Python wrapper
- * (tern.planner / tern.priority, through ctypes) call in libtern_planner.so.
+/* The planners' C ABI: what tools/tern-plan and the Python wrappers
+ * (tern.planner, tern.priority, tern.gantt, tern.scheduler_plan and
+ * tern.pipeline.schedule, through ctypes) call in libtern_planner.so: the
+ * planners' logic lives only behind it.
  * JSON text in, JSON (or SVG) text out, so neither side shares a C++ type.
  *
  * Every function returns 0 on success and sets *out to the result; on failure
@@ -19,10 +21,26 @@ extern "C" {
 int ternPlanSchedule(const char* model_json, double bandwidth_gbps, long long microbatches, char** out);
 
 /* The schedule of (microbatches, k); k = 0: the plan's best (for that split
- * when microbatches > 0).  format 0: the trace as JSON (for matplotlib),
- * 1: an SVG gantt chart. */
+ * when microbatches > 0).  format 0: the trace as JSON {"title", "microbatches",
+ * "microbatch_size", "k", "iteration_ms", "stages", "events": [{"kind":
+ * "forward"|"backward"|"activation"|"gradient", "stage", "micro", "start_ms",
+ * "end_ms"}]} (a transfer's stage is its sender); 1: an SVG gantt chart. */
 int ternPlanGantt(const char* model_json, double bandwidth_gbps, long long microbatches, long long k,
                   int format, char** out);
+
+/* The SVG gantt chart of a trace in format 0's JSON, the planner's or one
+ * measured (microbatches, microbatch_size and k may be left out). */
+int ternPlanTraceSvg(const char* trace_json, char** out);
+
+/* Stage `stage` of `stages`: its operations in the kFkB order for m
+ * micro-batches in groups of k, as [["F"|"B", micro-batch], ...] (F forward,
+ * B backward); what the pipeline runtime runs. */
+int ternPlanKfkbOrder(long long m, long long k, long long stages, long long stage, char** out);
+
+/* [level, ...] for a JSON list of whole numbers (lower: more urgent): the
+ * distinct numbers spread evenly over TERN_PRIORITY_LEVELS levels, the
+ * smallest at 0, as ternPlanPriorities maps TicTac's numbers. */
+int ternPlanLevels(const char* numbers_json, char** out);
 
 /* {"policy", "order", "priority"} for graph.json text; policy "tic" or "tac". */
 int ternPlanPriorities(const char* graph_json, const char* policy, char** out);

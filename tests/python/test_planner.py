@@ -1,5 +1,7 @@
-"""tern.planner / tern.priority over libtern_planner.so, tern-plan's gantt
-files, and the inputs measured from torch models (profile, trace_graph)."""
+"""tern.planner / tern.priority over libtern_planner.so, tern-plan's and
+tern.gantt's charts, the kFkB order and levels the pipeline runtime and the
+scheduler take from the library, and the inputs measured from torch models
+(profile, trace_graph)."""
 import json
 import os
 import pathlib
@@ -101,14 +103,43 @@ def test_svg_gantt_is_well_formed_and_complete(tmp_path):
 
 
 def test_png_gantt_by_cli_and_python(tmp_path):
-    pytest.importorskip("matplotlib")
+    image = pytest.importorskip("matplotlib.image")
     path = tmp_path / "model.json"
     path.write_text(json.dumps(MODEL))
+    pictures = []
     for out, make in ((tmp_path / "cli.png", lambda o: tern_plan("schedule", path, "--gantt", o)),
                       (tmp_path / "py.png", lambda o: planner.gantt(MODEL, str(o)))):
         make(out)
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert out.stat().st_size > 10000
+        pictures.append(image.imread(str(out)))
+    cli, py = pictures
+    assert cli.shape == py.shape and (cli == py).all()  # one painter of one chart
+    assert cli.shape[1] == 1800  # the SVG's 1200 px at 1.5 device pixels each
+    colours = {tuple(int(c * 255 + 0.5) for c in px[:3]) for px in cli.reshape(-1, cli.shape[2])}
+    for hex_colour in ("4c78a8", "f58518", "54a24b", "b279a2"):  # forward, backward, both transfers
+        assert tuple(int(hex_colour[i:i + 2], 16) for i in (0, 2, 4)) in colours
+
+
+def test_one_chart_for_the_plan_and_any_trace(tmp_path):
+    """tern.gantt.draw of the planner's trace is the chart planner.gantt and
+    tern-plan write; a measured trace draws the same way, checked alike."""
+    from tern import gantt
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(MODEL))
+    assert tern_plan("schedule", path, "--gantt", tmp_path / "cli.svg").returncode == 0
+    planner.gantt(MODEL, str(tmp_path / "py.svg"))
+    gantt.draw(planner.trace(MODEL), str(tmp_path / "trace.svg"))
+    charts = {(tmp_path / name).read_text() for name in ("cli.svg", "py.svg", "trace.svg")}
+    assert len(charts) == 1
+    measured = {"title": "measured, batch 3", "stages": 2, "iteration_ms": 3.0,
+                "events": [{"kind": "forward", "stage": 1, "micro": 0, "start_ms": 0.5, "end_ms": 3}]}
+    gantt.draw(measured, str(tmp_path / "measured.svg"))
+    assert "measured, batch 3" in (tmp_path / "measured.svg").read_text()
+    bad = {**measured, "events": [{**measured["events"][0], "stage": 2}]}
+    with pytest.raises(ValueError, match=r"events\[0\]\.stage must be from 0 to 1"):
+        gantt.draw(bad, str(tmp_path / "bad.svg"))
+    with pytest.raises(ValueError, match=r"\.svg or \.png"):
+        gantt.draw(measured, str(tmp_path / "measured.pdf"))
 
 
 def test_priorities_tac_orders_by_cost_tic_ties():
@@ -135,6 +166,25 @@ def test_priorities_cli_matches(tmp_path):
 @pytest.fixture(scope="module")
 def torch():
     return pytest.importorskip("torch")
+
+
+def test_the_pipeline_order_is_the_libraries(torch):
+    from tern.pipeline.schedule import BACKWARD as B, FORWARD as F, kfkb_order
+    assert kfkb_order(6, 2, 3, 1) == [(F, 0), (F, 1), (F, 2), (F, 3), (B, 0), (B, 1), (F, 4), (F, 5),
+                                      (B, 2), (B, 3), (B, 4), (B, 5)]
+    with pytest.raises(ValueError, match=r"^K must be between 1 and the micro-batch count 4, not 5\.$"):
+        kfkb_order(4, 5, 2, 0)
+    with pytest.raises(ValueError, match=r"^stage 2 is not one of 0\.\.1\.$"):
+        kfkb_order(4, 1, 2, 2)
+
+
+def test_layer_levels_are_the_libraries(torch):
+    import tern
+    from tern import scheduler_plan
+    assert (scheduler_plan.LEVELS, scheduler_plan.FIFO_LEVEL) == (tern.PRIORITY_LEVELS, tern.PRIORITY_DEFAULT)
+    assert scheduler_plan.levels_of({"a": 5, "b": 7, "c": 5, "d": 9}) == {"a": 0, "b": 2, "c": 0, "d": 5}
+    levels = scheduler_plan.levels_of({f"p{i}": i for i in range(20)})
+    assert levels["p0"] == 0 and levels["p19"] == tern.PRIORITY_LEVELS - 1
 
 
 def test_profile_measures_an_mlp(torch, tmp_path):

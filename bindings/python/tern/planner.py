@@ -25,6 +25,16 @@ import time
 __all__ = ["schedule", "trace", "gantt", "profile", "trace_graph"]
 
 _LIB = None
+_OUT = ctypes.POINTER(ctypes.POINTER(ctypes.c_char))
+_SIGNATURES = {  # tern_plan.h; each function also takes the result's char** last
+    "ternPlanSchedule": [ctypes.c_char_p, ctypes.c_double, ctypes.c_longlong, _OUT],
+    "ternPlanGantt": [ctypes.c_char_p, ctypes.c_double, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int, _OUT],
+    "ternPlanTraceSvg": [ctypes.c_char_p, _OUT],
+    "ternPlanKfkbOrder": [ctypes.c_longlong] * 4 + [_OUT],
+    "ternPlanLevels": [ctypes.c_char_p, _OUT],
+    "ternPlanPriorities": [ctypes.c_char_p, ctypes.c_char_p, _OUT],
+    "ternPlanEfficiency": [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_ulonglong, _OUT],
+}
 
 
 def _library():
@@ -44,12 +54,8 @@ def _library():
         if os.path.sep in path and not os.path.exists(path):
             continue
         lib = ctypes.CDLL(path)
-        out = ctypes.POINTER(ctypes.POINTER(ctypes.c_char))
-        lib.ternPlanSchedule.argtypes = [ctypes.c_char_p, ctypes.c_double, ctypes.c_longlong, out]
-        lib.ternPlanGantt.argtypes = [ctypes.c_char_p, ctypes.c_double, ctypes.c_longlong, ctypes.c_longlong,
-                                      ctypes.c_int, out]
-        lib.ternPlanPriorities.argtypes = [ctypes.c_char_p, ctypes.c_char_p, out]
-        lib.ternPlanEfficiency.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_ulonglong, out]
+        for name, argtypes in _SIGNATURES.items():
+            getattr(lib, name).argtypes = argtypes
         lib.ternPlanFree.argtypes = [ctypes.POINTER(ctypes.c_char)]
         _LIB = lib
         return lib
@@ -100,16 +106,12 @@ def trace(model, network_now=None, microbatches=None, k=None):
 
 
 def gantt(model, path, network_now=None, microbatches=None, k=None):
-    """Draws the chosen schedule to `path`: .svg by the library, .png by matplotlib."""
-    if path.endswith(".png"):
-        from . import gantt as drawing
-        drawing.draw(trace(model, network_now, microbatches, k), path)
-        return
-    if not path.endswith(".svg"):
-        raise ValueError("the gantt path must end in .svg or .png.")
-    svg = _call("ternPlanGantt", _json_text(model), _bandwidth(network_now), microbatches or 0, k or 0, 1)
-    with open(path, "w") as f:
-        f.write(svg)
+    """Draws the chosen schedule (or that of microbatches and k) to `path`:
+    the library's SVG chart, or for .png that chart painted by matplotlib."""
+    from . import gantt as drawing
+    drawing.check_path(path)
+    drawing.save(_call("ternPlanGantt", _json_text(model), _bandwidth(network_now), microbatches or 0, k or 0, 1),
+                 path)
 
 
 # ---- inputs measured from torch models ----------------------------------------------

@@ -2,25 +2,28 @@
 allreduce gets, and in which order each level's allreduces are issued.
 
     plan = scheduler_plan.make(module, sample_batch, policy="tac", bandwidth_gbps=1.0)
-    plan["level"]      # {param name: 0..7}, 0 most urgent
+    plan["level"]      # {param name: 0..LEVELS - 1}, 0 most urgent
     plan["backward"]   # param names in the order their gradients become ready
 
 tic / tac: tern.priority on the graph tern.planner.trace_graph measures
 (one forward and backward of `module` on `sample_batch`).  layer: plain
 layer order, the parameters of the first module the forward runs most
-urgent (the same mapping of numbers onto the 8 levels as tern.priority's).
+urgent (the same mapping of numbers onto the levels as tern.priority's).
 fifo: no priorities, every parameter at the default level in the order the
 gradients arrive (what per-parameter overlap alone buys: a baseline).
 Tracing changes nothing the training sees: gradients, buffers (batch-norm
 statistics) and the random generator are put back as they were.
 """
+import json
+
 import torch
 
 from . import planner, priority
+from ._tern import PRIORITY_DEFAULT, PRIORITY_LEVELS
 
 POLICIES = ("tic", "tac", "layer", "fifo")
-FIFO_LEVEL = 4  # TERN_PRIORITY_DEFAULT
-LEVELS = 8
+FIFO_LEVEL = PRIORITY_DEFAULT
+LEVELS = PRIORITY_LEVELS
 
 
 def check_policy(policy):
@@ -30,9 +33,11 @@ def check_policy(policy):
 
 def levels_of(numbers):
     """{name: number} -> {name: level}: distinct numbers spread evenly over
-    levels 0..7, the smallest at 0 (src/planner/priority.cc, levelsOf)."""
-    distinct = sorted(set(numbers.values()))
-    return {k: distinct.index(v) * LEVELS // len(distinct) for k, v in numbers.items()}
+    levels 0..LEVELS - 1, the smallest at 0, as tern.priority maps TicTac's
+    (libtern_planner's levelsOf, through ternPlanLevels)."""
+    names = list(numbers)
+    levels = json.loads(planner._call("ternPlanLevels", json.dumps([numbers[n] for n in names]).encode()))
+    return dict(zip(names, levels))
 
 
 def _traced(module, sample_batch, bandwidth_gbps):
