@@ -4,7 +4,16 @@ over tern against tern.torch.PriorityScheduler (tic, tac, layer).
     BENCH_RANK=R python3 bench.py CFG_JSON OUT_FILE
 
 cfg: nranks, store (a file:// rendezvous path), variants (["ddp", "tac", ...]), rounds, iters, warmup, batch (per
-rank), width, hidden, lr, partition_bytes, credit_bytes, bandwidth_gbps.
+rank), width, hidden, lr, partition_bytes, credit_bytes, bandwidth_gbps; model ("skewed" or a torchvision
+name: resnet50, vgg16), emulate (a tern.emulate source: "FWD:BWD", MODEL@DEVICE, DEVICE or a profile
+file; "" computes on the host) and emulate_batch (the emulated batch per rank).
+With emulate, every layer runs its real math on `batch` samples and then
+waits out its device time asleep (tern.emulate): the ranks' cores stay free,
+as on hosts whose accelerators compute.  Each run then also records its
+overruns (ops whose real math outlasted the device time) and rank 0 writes
+"ideal": the device's compute per iteration, the gradients' transfer time at
+bandwidth_gbps (a ring allreduce: 2 (N-1)/N of the bytes over each link)
+and their maximum, the iteration time with perfect overlap.
 A variant may carry tern settings after "@" ("tac@TERN_BULK_QUEUED=0+TERN_X=1"):
 it then runs on a process group of its own, whose communicator was made with
 them (an A/B of an engine setting interleaved in one job).  The settings
@@ -36,8 +45,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from model import skewed_mlp  # noqa: E402
+import model as models  # noqa: E402
 import tern.torch  # noqa: E402,F401 - registers backend "tern"
+from tern import emulate, emulate_models  # noqa: E402
 from tern.data import fashion_mnist  # noqa: E402
 
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training-set pixel statistics
@@ -103,15 +113,41 @@ def group_for(settings):
     return _groups[settings]
 
 
+def build(cfg):
+    """The model, its layers on the emulated device when cfg["emulate"] names one."""
+    net = models.make(cfg)
+    if cfg.get("emulate"):
+        inner = net if cfg.get("model", "skewed") == "skewed" else net[1]  # a profile names torchvision's layers
+        emulate.wrap(inner, emulate_models.source(cfg["emulate"], cfg.get("emulate_batch") or cfg["batch"]))
+        net._tern_device = emulate.device_of(inner)
+    return net
+
+
+def overruns(net):
+    device = getattr(net, "_tern_device", None)
+    return device.report()["overruns"] if device else 0
+
+
+def ideal(net, cfg):
+    """{"compute_ms", "transfer_ms", "ideal_ms"} per iteration (module docstring), or None on the host."""
+    device = getattr(net, "_tern_device", None)
+    if device is None:
+        return None
+    compute = sum(r["fwd_ms"] + r["bwd_ms"] for r in device.report()["layers"] if r["fwd_ms"] is not None)
+    n, nbytes = cfg["nranks"], sum(p.numel() * p.element_size() for p in net.parameters())
+    transfer = 2 * (n - 1) / n * nbytes * 8 / (cfg["bandwidth_gbps"] * 1e9) * 1e3
+    return dict(compute_ms=compute, transfer_ms=transfer, ideal_ms=max(compute, transfer), param_bytes=nbytes)
+
+
 def run_variant(variant, cfg, data, record):
-    """(per-iteration ms, seconds of the timed part, spans, levels)."""
+    """(per-iteration ms, seconds of the timed part, spans, levels, usage, ideal)."""
     variant, _, settings = variant.partition("@")
     settings, sched_cfg = split_settings(settings)
     sched_cfg = dict(cfg, **sched_cfg)
     # ddp: DDP's default 25 MB buckets; ddp-1mb: small buckets, so the first
     # ones travel during the backward
-    model = DDP(skewed_mlp(cfg["width"], cfg["hidden"]), bucket_cap_mb=1 if variant == "ddp-1mb" else 25,
-                process_group=group_for(settings))
+    net = build(cfg)
+    model = DDP(net, bucket_cap_mb=1 if variant == "ddp-1mb" else 25, process_group=group_for(settings))
     opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9)
     sched = None
     if not variant.startswith("ddp"):
@@ -131,7 +167,7 @@ def run_variant(variant, cfg, data, record):
         sched.synchronize()
     dist.barrier()
     busy0, total0 = host_jiffies()
-    cpu0 = own_cpu_s()
+    cpu0, over0 = own_cpu_s(), overruns(net)
     marks = [time.perf_counter()]
     for x, y in data[cfg["warmup"]:cfg["warmup"] + cfg["iters"]]:
         step(x, y)
@@ -143,7 +179,8 @@ def run_variant(variant, cfg, data, record):
     busy1, total1 = host_jiffies()
     cpu = torch.tensor([own_cpu_s() - cpu0], dtype=torch.float64)
     dist.all_reduce(cpu)  # outside the timed part: every rank's CPU time
-    usage = dict(host_busy=(busy1 - busy0) / max(1, total1 - total0), cpu_ms=cpu.item() * 1e3 / cfg["iters"])
+    usage = dict(host_busy=(busy1 - busy0) / max(1, total1 - total0), cpu_ms=cpu.item() * 1e3 / cfg["iters"],
+                 overruns=overruns(net) - over0)
     spans, levels = [], {}
     if sched:
         mid = cfg["warmup"] + cfg["iters"] // 2
@@ -152,7 +189,7 @@ def run_variant(variant, cfg, data, record):
         spans += [dict(kind="iteration", start=m - sched.t0) for m in marks[mid - cfg["warmup"]:][:3]]
         levels = sched.levels()
         sched.close()
-    return list(np.diff(marks) * 1e3), seconds, spans, levels, usage
+    return list(np.diff(marks) * 1e3), seconds, spans, levels, usage, ideal(net, cfg)
 
 
 def main():
@@ -165,7 +202,7 @@ def main():
     for rnd in range(cfg["rounds"]):
         for v in cfg["variants"]:
             record = v.partition("@")[0] == "tac" and rnd == cfg["rounds"] - 1
-            iter_ms, seconds, spans, levels, usage = run_variant(v, cfg, data, record)
+            iter_ms, seconds, spans, levels, usage, out["ideal"] = run_variant(v, cfg, data, record)
             out["runs"].append(dict(variant=v, round=rnd, iter_ms=iter_ms, seconds=seconds,
                                     load=os.getloadavg()[0], **usage))
             if record:
@@ -175,8 +212,10 @@ def main():
             if levels:
                 out["levels"][v] = levels
             if rank == 0:
-                print("round %d %-5s %.1f ms/iteration, host %.0f%% busy, %.1f ms of CPU per iteration" % (
-                    rnd, v, seconds * 1e3 / cfg["iters"], usage["host_busy"] * 100, usage["cpu_ms"]), flush=True)
+                print("round %d %-5s %.1f ms/iteration, host %.0f%% busy, %.1f ms of CPU per iteration%s" % (
+                    rnd, v, seconds * 1e3 / cfg["iters"], usage["host_busy"] * 100, usage["cpu_ms"],
+                    ", %d overruns (ideal %.1f ms)" % (usage["overruns"], out["ideal"]["ideal_ms"])
+                    if out["ideal"] else ""), flush=True)
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:

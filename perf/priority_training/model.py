@@ -9,6 +9,7 @@ forward needs first, the last layers' many bytes can arrive during it.
 """
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 PATCH = 4
 
@@ -30,3 +31,28 @@ def skewed_mlp(width=256, hidden=2048, seed=0):
         nn.Linear(width, 32), nn.ReLU(), nn.Flatten(),
         nn.Linear(patches * 32, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
         nn.Linear(hidden, 10))
+
+
+class Rgb32(nn.Module):
+    """[B, 1, 28, 28] Fashion-MNIST -> [B, 3, 32, 32]: what an ImageNet model
+    takes (its real layer shapes and parameter counts; the real math then
+    runs on 32 x 32 images while the emulated device times are the 224 x 224
+    ones of the named profile)."""
+
+    def forward(self, x):
+        return F.pad(x, (2, 2, 2, 2)).expand(-1, 3, -1, -1)
+
+
+def imagenet_model(name):
+    """torchvision's `name` (1000 classes: the real parameter count; Fashion-MNIST's
+    labels 0-9 are ten of them) behind the Fashion-MNIST adapter."""
+    from tern import emulate_models
+    torch.manual_seed(0)
+    return nn.Sequential(Rgb32(), emulate_models.build(name))
+
+
+def make(cfg):
+    """The benchmark's model for cfg["model"]: "skewed" (skewed_mlp) or a torchvision name."""
+    if cfg.get("model", "skewed") == "skewed":
+        return skewed_mlp(cfg["width"], cfg["hidden"])
+    return imagenet_model(cfg["model"])

@@ -10,7 +10,11 @@ of the host's cores busy and the CPU time of all ranks per iteration
 (medians over rounds).  Plots: iteration time per policy
 (priority_iter_<N>h.png), and one PriorityScheduler(tac) iteration, each
 allreduce partition and update a span on its level's row
-(priority_timeline_<N>h.png).
+(priority_timeline_<N>h.png).  Runs on an emulated device (run --emulate)
+add the ideal (perfect overlap: the larger of the device's compute and the
+gradients' transfer time per iteration), each variant's time as a multiple
+of it, and the overruns per iteration (ops whose real math outlasted their
+device time: the emulation's own error).
 """
 import argparse
 import json
@@ -43,10 +47,30 @@ def usage(doc, variant):
                                  statistics.median(r["cpu_ms"] for r in runs))
 
 
+def versus_ideal(doc, variant, ms):
+    """' | x the ideal | overruns per iteration' cells, '' for runs on the host's own compute."""
+    best = doc.get("ideal")
+    if not best:
+        return " | - | -"
+    runs = [r for r in doc["runs"] if r["variant"] == variant]
+    return " | %.2fx | %.1f" % (ms / best["ideal_ms"],
+                                 statistics.median(r.get("overruns", 0) / len(r["iter_ms"]) for r in runs))
+
+
+def ideal_line(doc):
+    best = doc.get("ideal")
+    if not best:
+        return ""
+    return ("%d hosts: ideal %.1f ms per iteration = max(device compute %.1f ms, gradient transfer %.1f ms of "
+            "%.1f MB at %s)" % (doc["cfg"]["nranks"], best["ideal_ms"], best["compute_ms"], best["transfer_ms"],
+                                best["param_bytes"] / 1e6, doc["cfg"]["link"]))
+
+
 def table(docs):
     rows = ["| hosts | batch/rank | variant | ms/iteration (median of rounds) | min-max over rounds "
             "| median single iteration | speed-up vs DDP (median of rounds) | host cores busy "
-            "| CPU ms (all ranks) per iteration |", "|---|---|---|---|---|---|---|---|---|"]
+            "| CPU ms (all ranks) per iteration | x the ideal | overruns per iteration |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for doc in docs:
         n, times = doc["cfg"]["nranks"], per_round(doc)
         hosts = "%d (%s)" % (n, doc["cfg"]["condition"]) if doc["cfg"].get("condition") else str(n)
@@ -55,10 +79,10 @@ def table(docs):
             ms = list(by_round.values())
             ratios = [base[r] / t for r, t in by_round.items() if r in base]
             gain = "%.2fx" % statistics.median(ratios) if ratios and v != "ddp" else "-"
-            rows.append("| %s | %d | %s | %.1f | %.1f-%.1f | %.1f | %s%s |" % (
+            rows.append("| %s | %d | %s | %.1f | %.1f-%.1f | %.1f | %s%s%s |" % (
                 hosts, doc["cfg"]["batch"], v, statistics.median(ms), min(ms), max(ms), pooled_median(doc, v), gain,
-                usage(doc, v)))
-    return "\n".join(rows)
+                usage(doc, v), versus_ideal(doc, v, statistics.median(ms))))
+    return "\n".join(rows + [""] + [ideal_line(d) for d in docs if d.get("ideal")])
 
 
 def plot_iterations(doc, path):

@@ -2,6 +2,8 @@
 math unchanged, gradients handed on only after the device time."""
 import copy
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -167,3 +169,67 @@ def test_wrapping_twice_is_refused():
     with pytest.raises(ValueError, match="already emulated"):
         emulate.wrap(model, emulate.uniform(1, 1))
     copy.deepcopy(emulate.unwrap(model))  # an unwrapped module is an ordinary one again
+
+
+# ---- the pipeline demo on emulated devices -------------------------------------------
+
+def events(directory, stage, kind):
+    with open(directory / f"events-stage{stage}.json") as f:
+        return [e for e in json.load(f) if e["kind"] == kind]
+
+
+def test_pipeline_on_emulated_devices_is_bitwise_the_reference(tmp_path):
+    """3 stages on emulated devices (5:10 ms per layer, stage 1 twice as slow,
+    an emulated batch of 64 on the wire for 32 real samples) train exactly the
+    single-process reference's weights; device times and padding are visible."""
+    from tern.pipeline import Config, run
+    small = dict(layers=6, width=64, batch=32, iterations=3, lr=0.1, seed=3, schedule="flush", microbatches=4, k=1)
+    run(Config(stages=1, **small), str(tmp_path / "ref"))
+    rep = run(Config(stages=3, emulate_ms=[5.0, 10.0], emulate_batch=64, slow={"1": 2.0}, **small),
+              str(tmp_path / "emu"))
+    want, got = (torch.load(tmp_path / d / "final.pt") for d in ("ref", "emu"))
+    assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+    assert rep["weight_versions_ok"] and len(rep["overruns"]) == 3
+    assert sum(rep["overruns"]) <= 3 * 2 * 4 * 3 // 4, rep["overruns"]  # tiny layers: the math fits in 5 ms
+    fwd = {s: sorted(e["end"] - e["start"] for e in events(tmp_path / "emu", s, "fwd")) for s in range(3)}
+    median = {s: d[len(d) // 2] for s, d in fwd.items()}
+    assert 0.010 <= median[0] < 0.016 and 0.020 <= median[1] < 0.028, median  # 2 layers x 5 ms, stage 1 x2
+    sent = {e["bytes"] for e in events(tmp_path / "emu", 0, "send_act")}
+    assert sent == {16 * 64 * 4}, sent  # 8 real rows of a micro-batch, 16 on the wire
+
+
+def test_pipeline_demo_runs_with_defaults_and_writes_nothing(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "tern.pipeline.demo", "--stages", "2", "--iterations", "3",
+                           "--emulate-ms", "2:4"], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "flush 2 stages: 3 batches" in done.stdout and "emulated device:" in done.stdout, done.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flags, sentence", [
+    (["--emulate-ms", "5"], "--emulate-ms: must look like FWD:BWD"),
+    (["--emulate-ms", "5:-1"], "needs times >= 0 ms"),
+    (["--emulate-ms", "5:10", "--emulate-profile", "resnet50@v100"], "either --emulate-ms or --emulate-profile"),
+    (["--emulate-profile", "resnet50@tpu"], "a named profile is MODEL@DEVICE"),
+    (["--emulate-batch", "128"], "needs --emulate-ms or --emulate-profile"),
+])
+def test_pipeline_emulation_flags_are_checked(flags, sentence, capsys):
+    from tern.pipeline import demo
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(["--stages", "3"] + flags)
+    assert exit_info.value.code == 2
+    assert sentence in capsys.readouterr().err
+
+
+def test_named_profiles_have_the_real_models_parameters():
+    from tern import emulate_models
+    rows = emulate_models.profile_rows("resnet50@v100", batch=64)
+    assert sum(r["params"] for r in rows) == 25557032  # torchvision's ResNet-50
+    assert rows[0]["name"] == "conv1" and rows[-1]["name"] == "fc"
+    # conv1: 2 * 64 samples * 64 x 112 x 112 outputs * 3 x 7 x 7 FLOPs at 15.7 TFLOP/s
+    assert rows[0]["fwd_ms"] == pytest.approx(2 * 64 * 64 * 112 * 112 * 147 / 15.7e12 * 1e3, rel=1e-6)
+    spread = emulate_models.grouped(rows, 6)
+    assert [r["name"] for r in spread] == [f"layer{g}" for g in range(6)]
+    assert sum(r["fwd_ms"] for r in spread) == pytest.approx(sum(r["fwd_ms"] for r in rows))
+    with pytest.raises(ValueError, match="cannot spread a profile of 107 layers over 200"):
+        emulate_models.grouped(rows, 200)

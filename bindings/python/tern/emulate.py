@@ -112,22 +112,24 @@ class profile:
             raise ValueError("a device profile is {\"layers\": [{\"name\", \"fwd_ms\", \"bwd_ms\"}, ...]} "
                              "with at least one layer.")
         self.data, self.rows = data, rows
-        self._by_layer = None
+        self._by_name = None
 
     def bind(self, names):
-        """Matches the profile's rows to the wrapped layers `names`."""
+        """Checks that the wrapped layers `names` have rows: by name, or else
+        one row per layer in order.  A module's layers may be bound in
+        several calls (a pipeline stage adopting migrated layers): by name."""
         by_name = {r.get("name"): r for r in self.rows}
         if all(n in by_name for n in names):
-            self._by_layer = [by_name[n] for n in names]
-        elif len(self.rows) == len(names):
-            self._by_layer = list(self.rows)
+            self._by_name = by_name
+        elif len(self.rows) == len(names) and self._by_name is None:
+            self._by_name = dict(zip(names, self.rows))
         else:
             raise ValueError(f"the profile has {len(self.rows)} layers and names {len(by_name)} of them, but the "
                              f"module has {len(names)} layers to emulate ({', '.join(names[:4])}, ...): "
                              "match them by name or give one row per layer, in order.")
 
     def time_of(self, index, name, module, inputs, output):
-        r = self._by_layer[index]
+        r = self._by_name[name]
         return LayerTime(r["fwd_ms"] / 1e3, r["bwd_ms"] / 1e3, int(r.get("activation_bytes", 0)),
                          int(r.get("gradient_bytes", 0)))
 
@@ -182,17 +184,6 @@ def layer_flops(module, x, y):
     return float(y.numel()), params
 
 
-def source_of(spec, batch=None):
-    """A device-time source from the demos' flags: "FWD:BWD" (ms), a profile
-    file, or DEVICE[:DTYPE] for the roofline at `batch`."""
-    if ":" in spec and all(p.replace(".", "", 1).isdigit() for p in spec.split(":")):
-        return parse_ms(spec)
-    device, _, dtype = spec.partition(":")
-    if device in DEVICES:
-        return roofline(device, batch, dtype or "fp32")
-    return profile(spec)
-
-
 # ---- the emulated device --------------------------------------------------------------
 
 class _Layer:
@@ -238,12 +229,14 @@ class _Op:
 
 
 class _BackwardStarts(torch.autograd.Function):
-    """At a layer's output: the gradient's arrival starts its backward."""
+    """At a layer's output: the gradient's arrival starts its backward.  A
+    copy, not a view: the next module may modify it in place (ReLU's
+    inplace=True after a norm), which autograd forbids on a Function's view."""
 
     @staticmethod
     def forward(ctx, op, y):
         ctx.op = op
-        return y.view_as(y)
+        return y.clone()
 
     @staticmethod
     def backward(ctx, grad):

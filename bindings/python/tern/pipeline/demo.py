@@ -1,18 +1,24 @@
-"""The pipeline-parallel demo (DESIGN.md kFkB planner, seed 001):
+"""The pipeline-parallel demo: trains an MLP of equal layers, one process per stage.
 
+  /usr/bin/python3 -m tern.pipeline.demo --stages 3
   /usr/bin/python3 -m tern.pipeline.demo --stages 3 --layers 6 --iterations 20 \\
       --schedule flush --microbatches 4 --k 2 --seed 1 --save out --report out/report.json
+  /usr/bin/python3 -m tern.pipeline.demo --stages 4 --emulate-ms 20:40 --slow-stage 1:2.0 --rebalance
 
-trains an MLP of L equal layers on sklearn's digits (or --data fashion),
-one process per stage on this host, and writes DIR/final.pt (keys
-layers.<global index>.<param>) and the JSON report.  --stages 1 is plain
-single-process training of the same batches: the reference a flush run
-equals bitwise (same --microbatches).  See docs/PIPELINE.md.
+trains on sklearn's digits (or --data fashion), one process per stage on
+this host, prints a summary, and with --save DIR writes DIR/final.pt (keys
+layers.<global index>.<param>) and the stages' event logs, with --report
+the JSON report.  --stages 1 is plain single-process training of the same
+batches: the reference a flush run equals bitwise (same --microbatches).
+--emulate-ms / --emulate-profile run each layer on an emulated accelerator
+(tern.emulate: real math, then the device time asleep).  See docs/PIPELINE.md.
 """
 import argparse
 import json
 import sys
+import tempfile
 
+from .. import emulate_models
 from .config import Config
 from .data import load
 from .launch import run
@@ -63,18 +69,27 @@ def parser():
     p = argparse.ArgumentParser(prog="python3 -m tern.pipeline.demo", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stages", type=int, required=True, help="pipeline stages (processes); 1 = the reference")
-    p.add_argument("--layers", type=int, required=True, help="equal layers of the MLP")
-    p.add_argument("--iterations", type=int, required=True, help="batches to train")
-    p.add_argument("--schedule", choices=["async", "flush"], required=True,
-                   help="flush: synchronous kFkB, one step per batch; async: PipeDream 1F1B with weight stashing")
+    p.add_argument("--layers", type=int, help="equal layers of the MLP (default: 2 per stage)")
+    p.add_argument("--iterations", type=int, default=20, help="batches to train (default 20)")
+    p.add_argument("--schedule", choices=["async", "flush"], default="flush",
+                   help="flush (default): synchronous kFkB, one step per batch; async: PipeDream 1F1B with weight "
+                        "stashing")
     p.add_argument("--microbatches", type=int, help="micro-batches per batch (default: the smallest divisor >= stages)")
     p.add_argument("--k", type=int, help="kFkB group size K (1 = 1F1B, M = GPipe; flush only, default 1)")
     p.add_argument("--plan", action="store_true", help="(m, K) from the planner, re-planned when bandwidth changes")
     p.add_argument("--slow-stage", action="append", default=[], metavar="STAGE:FACTOR[@FROM-TO]", type=_slow,
                    help="stretch a stage's compute, for the whole run or in batches FROM..TO-1 only (repeatable)")
-    p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--save", required=True, metavar="DIR", help="final.pt and the stages' event logs go here")
-    p.add_argument("--report", required=True, metavar="FILE.json")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save", metavar="DIR", help="write final.pt and the stages' event logs here")
+    p.add_argument("--report", metavar="FILE.json", help="write the JSON report here")
+    p.add_argument("--emulate-ms", metavar="FWD:BWD", type=lambda t: _pair(t, "FWD:BWD", (float, float)),
+                   help="run every layer on an emulated accelerator: FWD ms forward, BWD ms backward per micro-batch")
+    p.add_argument("--emulate-profile", metavar="FILE|MODEL@DEVICE",
+                   help="emulated device times from a profile JSON (a row per layer), or a named model's roofline "
+                        "(resnet50@v100, vgg16@h100:fp16, ...) spread over the layers")
+    p.add_argument("--emulate-batch", type=int, default=0,
+                   help="the emulated batch (default --batch): a named profile's times, and the bytes on the wire "
+                        "(the real math runs on --batch samples, messages are padded)")
     p.add_argument("--transport", choices=["auto", "shm", "tcp"], default="auto")
     p.add_argument("--data", choices=["digits", "fashion"], default="digits")
     p.add_argument("--batch", type=int, default=64)
@@ -104,6 +119,8 @@ def config_of(args, p):
     """The Config, or p.error(sentence) for flags that do not fit together."""
     if args.stages < 1:
         p.error(f"--stages must be at least 1, not {args.stages}.")
+    if args.layers is None:
+        args.layers = 2 * args.stages
     if args.layers < args.stages:
         p.error(f"--layers {args.layers} cannot fill {args.stages} stages (at least one layer each).")
     if args.iterations < 1:
@@ -145,6 +162,18 @@ def config_of(args, p):
         p.error(f"--replan-threshold must be a positive fraction, not {args.replan_threshold}.")
     if args.rebalance and args.schedule != "flush":
         p.error("--rebalance decides at batch boundaries, which only --schedule flush has.")
+    if args.emulate_ms and args.emulate_profile:
+        p.error("give either --emulate-ms or --emulate-profile, not both.")
+    if args.emulate_ms and min(args.emulate_ms) < 0:
+        p.error(f"--emulate-ms needs times >= 0 ms, not {args.emulate_ms[0]}:{args.emulate_ms[1]}.")
+    if args.emulate_batch and (args.emulate_batch < args.batch or not (args.emulate_ms or args.emulate_profile)):
+        p.error(f"--emulate-batch {args.emulate_batch} needs --emulate-ms or --emulate-profile and at least "
+                f"--batch {args.batch} samples.")
+    if args.emulate_profile:
+        try:  # the sentence now, not in every stage process
+            emulate_models.source(args.emulate_profile, args.emulate_batch or args.batch, groups=args.layers)
+        except (ValueError, OSError) as e:
+            p.error(f"--emulate-profile: {e}")
     try:
         if args.schedule == "async":
             check_async(args.migrate, m, args.stages, args.iterations)
@@ -166,6 +195,8 @@ def config_of(args, p):
                   emulate=[list(e) for e in args.emulate_link], replan_threshold=args.replan_threshold,
                   memory_bytes=args.memory_mb * 2**20, timeout=args.timeout, migrate=args.migrate,
                   rebalance=args.rebalance, rebalance_threshold=args.rebalance_threshold,
+                  emulate_ms=list(args.emulate_ms) if args.emulate_ms else None,
+                  emulate_profile=args.emulate_profile or "", emulate_batch=args.emulate_batch,
                   transport="" if args.transport == "auto" else args.transport)
 
 
@@ -174,16 +205,19 @@ def main(argv=None):
     args = p.parse_args(argv)
     cfg = config_of(args, p)
     try:
-        report = run(cfg, args.save)
+        with tempfile.TemporaryDirectory(prefix="tern-demo-") as scratch:
+            report = run(cfg, args.save or scratch)
     except (RuntimeError, ValueError, OSError) as e:
         print(f"tern.pipeline.demo: {e}", file=sys.stderr)
         return 1
-    with open(args.report, "w") as f:
-        json.dump(report, f, indent=1)
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump(report, f, indent=1)
     ms = sorted(report["iteration_ms"])
+    emulated = f", emulated device: {sum(report['overruns'])} overruns" if cfg.emulate_ms or cfg.emulate_profile else ""
     print(f"{cfg.schedule} {cfg.stages} stages: {len(ms)} batches, median {ms[len(ms) // 2]:.1f} ms, "
           f"plan {report['plan_by_iter'][-1]}, weight_versions_ok {report['weight_versions_ok']}, "
-          f"final loss {report['loss'][-1]}")
+          f"final loss {report['loss'][-1]}{emulated}")
     for e in report["rebalance"]:
         if e["action"] != "hold":
             print(f"rebalance after batch {e['iteration']}: {e['action']} a layer {e['best_move'][0]} -> "

@@ -106,6 +106,8 @@ def _report(cfg, summaries):
             "migrations": sorted((m for s in summaries for m in s["migrations"]),
                                  key=lambda m: (m["message_iter"], m["from"])),
             "weight_versions_ok": all(s["weight_versions_ok"] for s in summaries),
+            # ops whose real math outlasted their emulated device time, per stage
+            "overruns": [s["overruns"] for s in summaries],
             "version_checks": sum(s["version_checks"] for s in summaries),
             "loss": tail["losses"],
             "decisions": head["decisions"],

@@ -173,6 +173,7 @@ class Steps:
                                    f"the expected ({m.k}, {m.n}).")
             start = time.monotonic()
             m.layers = make_layers(range(first, first + n), rt.cfg.layers, rt.cfg.width, rt.cfg.seed, init=False)
+            rt.stage.adopt(m.layers)
             rt.log.add(*at[:2], "mig_prepare", start, time.monotonic(), peer=m.peer,
                        layers=list(range(first, first + n)), **at[2])
         m.indices = [layer.index for layer in m.layers]

@@ -83,6 +83,8 @@ class StageRuntime:
         (perf/RESULTS.md, 2026-11-28, session 33)."""
         if self.comm is None or self.cfg.schedule != "flush":  # async neither measures nor plans
             return 0
+        if self.stage.device is not None:  # emulated devices: each stage computes on its own
+            return 0
         mine = np.array([host.host_id(), host.cores()], np.float64)
         every = np.zeros(2 * self.p, np.float64)
         with at_level(CONTROL_LEVEL):
@@ -195,16 +197,30 @@ class StageRuntime:
                 link.drain()
 
     def _forward(self, key, it, i, x, y, size, layers=None):
-        inp = x if self.up is None else self.up.recv((size, self.cfg.width), it, i)
+        inp = x if self.up is None else self._recv(self.up, size, it, i)
         out = self.stage.forward(key, it, i, inp, y if self.stage.last else None, layers)
         if self.down is not None:
-            self.down.send(out, it, i)
+            self._send(self.down, out, it, i)
 
     def _backward(self, key, it, i, size):
-        grad = None if self.down is None else self.down.recv((size, self.cfg.width), it, i)
+        grad = None if self.down is None else self._recv(self.down, size, it, i)
         gin = self.stage.backward(key, it, i, grad)
         if self.up is not None:
-            self.up.send(gin, it, i)
+            self._send(self.up, gin, it, i)
+
+    def _wire_rows(self, size):
+        """A micro-batch's rows on the wire: with --emulate-batch, the emulated
+        batch's (the real math runs on `size` rows; the rest is padding)."""
+        return -(-size * self.cfg.emulate_batch // self.cfg.batch) if self.cfg.emulate_batch else size
+
+    def _send(self, link, tensor, it, i):
+        rows = self._wire_rows(len(tensor))
+        if rows > len(tensor):
+            tensor = torch.cat([tensor, tensor.new_zeros((rows - len(tensor),) + tuple(tensor.shape[1:]))])
+        link.send(tensor, it, i)
+
+    def _recv(self, link, size, it, i):
+        return link.recv((self._wire_rows(size), self.cfg.width), it, i)[:size]
 
     def _progress(self, it):
         if self.cfg.progress and self.rank == 0:
@@ -348,6 +364,7 @@ class StageRuntime:
                 "plan_by_iter": self.plan_by_iter, "predicted_ms": self.predicted_ms,
                 "partition_by_iter": self.partition_by_iter,
                 "weight_versions_ok": self.stage.weight_versions_ok(),
+                "overruns": self.stage.overruns(),
                 "version_checks": len(self.stage.version_checks),
                 "decisions": self.replanner.decisions if self.replanner else [],
                 "migrations": self.migrator.done,

@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from .. import emulate, emulate_models
 from .model import loss_of
 
 
@@ -47,6 +48,18 @@ class Stage:
         self.inflight = {}          # micro-batch key -> what its backward needs
         self.version_checks = []    # (key, forward version, backward version, same checksum)
         self.loss_sum = 0.0
+        self.device = _device(cfg)  # the emulated accelerator, or None (compute on the host)
+        self.adopt(layers)
+
+    def adopt(self, layers):
+        """Layers that this stage computes from now on (its own, or arriving in
+        a migration) run on its emulated device, if it has one."""
+        if self.device is not None:
+            self.device.attach([(f"layer{layer.index}", layer) for layer in layers])
+
+    def overruns(self):
+        """Ops whose real math outlasted their emulated device time (0 without a device)."""
+        return self.device.report()["overruns"] if self.device is not None else 0
 
     def params(self, layers=None):
         return [p for layer in (self.layers if layers is None else layers) for p in (layer.weight, layer.bias)]
@@ -58,6 +71,7 @@ class Stage:
         x; returns what goes to the next stage (None at the last stage, whose
         output is the loss)."""
         start, cpu = time.monotonic(), time.thread_time()
+        self._set_scale(iteration)
         weights = self._forward_weights(self.layers if layers is None else layers)
         x = x.detach().requires_grad_(not self.first)
         out = self._run(x, weights)
@@ -114,6 +128,9 @@ class Stage:
         cores), wall time what it lasts (a device of its own)."""
         weights = self._snapshot(self.layers)
         slow = self.cfg.slow_factor(self.index, 0)  # as the first batch will run
+        if self.device is not None:  # the device itself runs `slow` times slower
+            self._set_scale(0)
+            slow = 1.0
         fwd, bwd = [], []
         for _ in range(repeats + 1):  # the first is a warm-up
             x = torch.zeros(size, self.cfg.width, requires_grad=not self.first)
@@ -150,14 +167,33 @@ class Stage:
                 p.add_(w.grad, alpha=-self.cfg.lr)
         self.version += 1
 
+    def _set_scale(self, iteration):
+        """--slow-stage on an emulated device: its device times, multiplied."""
+        if self.device is not None:
+            self.device.scale = self.cfg.slow_factor(self.index, iteration)
+
     def _slow_down(self, start, iteration):
-        """--slow-stage: stretch this op to `slow` times its measured compute time
-        (in the batches the slowdown lasts); returns the seconds added.  They
-        count in the op's `cpu` too: the emulated slower device is busy for
-        them (though, asleep, it leaves the host's cores to the other stages)."""
+        """--slow-stage without an emulated device: stretch this op to `slow`
+        times its measured compute time (in the batches the slowdown lasts);
+        returns the seconds added.  They count in the op's `cpu` too: the
+        emulated slower device is busy for them (though, asleep, it leaves
+        the host's cores to the other stages).  With a device, its scale
+        does it (_set_scale)."""
         slow = self.cfg.slow_factor(self.index, iteration)
-        if slow == 1.0:
+        if slow == 1.0 or self.device is not None:
             return 0.0
         extra = (slow - 1.0) * (time.monotonic() - start)
         time.sleep(extra)
         return extra
+
+
+def _device(cfg):
+    """The emulated device of a stage for the run's --emulate-ms or
+    --emulate-profile (every stage the same: a layer's device time is its
+    own wherever it runs, so it moves with a migrated layer), or None."""
+    if cfg.emulate_ms:
+        return emulate.Device(emulate.uniform(*cfg.emulate_ms))
+    if cfg.emulate_profile:
+        return emulate.Device(emulate_models.source(cfg.emulate_profile, cfg.emulate_batch or cfg.batch,
+                                                    groups=cfg.layers))
+    return None
