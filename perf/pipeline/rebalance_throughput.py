@@ -17,14 +17,14 @@ import statistics
 import sys
 import tempfile
 
-from migration_stall import finish  # beside this script
+from migration_stall import emulated, finish  # beside this script
 from tern.pipeline import Config, run
 
 
 def one(args, transport, rebalance, partition):
     cfg = Config(stages=3, layers=args.layers, partition=partition, width=args.width, batch=args.batch,
                  iterations=args.iterations, schedule="flush", microbatches=args.microbatches, k=1, seed=1,
-                 transport=transport, slow={"1": args.factor}, rebalance=rebalance)
+                 transport=transport, slow={"1": args.factor}, rebalance=rebalance, emulate_ms=emulated(args))
     with tempfile.TemporaryDirectory() as out:
         return run(cfg, out)
 
@@ -50,6 +50,8 @@ def main(argv=None):
     p.add_argument("--factor", type=float, default=2.0)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--transports", default="shm,tcp")
+    p.add_argument("--emulate-ms", metavar="FWD:BWD",
+                   help="every layer on an emulated device (tern.emulate; --factor then slows stage 1's device)")
     p.add_argument("--json")
     p.add_argument("--plot")
     args = p.parse_args(argv)

@@ -80,7 +80,7 @@ class StageRuntime:
         shares the cores between the stages that have work (processor
         sharing): in wall time, every stage's ops looked as fast as alone, and
         3-4 stages on 2 cores ran 1.2-1.8x the predicted time
-        (perf/RESULTS.md, 2026-11-28, session 33)."""
+        (perf/RESULTS.md, "2026-11-28: the pipeline planner on shared cores")."""
         if self.comm is None or self.cfg.schedule != "flush":  # async neither measures nor plans
             return 0
         if self.stage.device is not None:  # emulated devices: each stage computes on its own
