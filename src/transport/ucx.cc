@@ -13,7 +13,7 @@
 // kept posted on the free part of the receive fifo.  UCX picks the wire
 // (UCX_TLS: shared memory, tcp, RDMA verbs); its variables keep working.
 // UCX's tcp transport has no DSCP setting at all, so marking over TCP is the
-// tern tcp transport's (README); the IB settings cannot be exercised on a
+// tern tcp transport's (docs/NETWORK_PRIORITY.md); the IB settings cannot be exercised on a
 // host without IB (the tests read them back from each context's config).
 // A peer that dies raises the endpoint's error handler: the connection is
 // marked gone, which fails only the steps that still need it.
