@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <utility>
 
 namespace tern::planner {
@@ -112,7 +113,7 @@ std::string plannedTitle(const Candidate& c) {
 
 TraceEvent::Kind parseKind(const Json& v, const std::string& path) {
   const std::string& name = expectString(v, path);
-  for (int k = 0; k < 4; ++k)
+  for (size_t k = 0; k < std::size(kKindNames); ++k)
     if (name == kKindNames[k]) return static_cast<TraceEvent::Kind>(k);
   throw InputError(path + " must be forward, backward, activation or gradient, not \"" + name + "\".");
 }
