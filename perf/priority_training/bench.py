@@ -117,7 +117,7 @@ def build(cfg):
     """The model, its layers on the emulated device when cfg["emulate"] names one."""
     net = models.make(cfg)
     if cfg.get("emulate"):
-        inner = net if cfg.get("model", "skewed") == "skewed" else net[1]  # a profile names torchvision's layers
+        inner = net[1] if isinstance(net[0], models.Rgb32) else net  # a named profile names torchvision's layers
         emulate.wrap(inner, emulate_models.source(cfg["emulate"], cfg.get("emulate_batch") or cfg["batch"]))
         net._tern_device = emulate.device_of(inner)
     return net

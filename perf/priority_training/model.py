@@ -51,8 +51,32 @@ def imagenet_model(name):
     return nn.Sequential(Rgb32(), emulate_models.build(name))
 
 
+class Logits(nn.Module):
+    """The first 10 outputs of a wide last layer are the logits."""
+
+    def forward(self, x):
+        return x[:, :10]
+
+
+def vgg8(seed=0):
+    """The VGG shape at 8 layers: six small ones first (on every 4x4 patch:
+    little of the parameters, most of the compute), two big ones last (10.6M
+    parameters, most of the bytes), the shape TicTac orders transfers for.
+    profiles/vgg8.json gives its device times: 20/40 ms forward/backward for
+    each small layer, 5/10 ms for each big one."""
+    torch.manual_seed(seed)
+    patches, small = (28 // PATCH) ** 2, []
+    for i, (a, b) in enumerate([(PATCH * PATCH, 64)] + [(64, 64)] * 4 + [(64, 32)]):
+        small += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(Patches(), *small, nn.Flatten(), nn.Linear(patches * 32, 4096), nn.ReLU(),
+                         nn.Linear(4096, 1024), Logits())
+
+
 def make(cfg):
-    """The benchmark's model for cfg["model"]: "skewed" (skewed_mlp) or a torchvision name."""
-    if cfg.get("model", "skewed") == "skewed":
+    """The benchmark's model for cfg["model"]: "skewed" (skewed_mlp), "vgg8" or a torchvision name."""
+    name = cfg.get("model", "skewed")
+    if name == "skewed":
         return skewed_mlp(cfg["width"], cfg["hidden"])
-    return imagenet_model(cfg["model"])
+    if name == "vgg8":
+        return vgg8()
+    return imagenet_model(name)
