@@ -23,23 +23,23 @@ def _num(element, name, default=0.0):
     return float(element.get(name, default))
 
 
-def _rect(ax, e):
+def _rect(ax, e, z):
     from matplotlib.patches import Rectangle
     stroke = e.get("stroke")
     ax.add_patch(Rectangle((_num(e, "x"), _num(e, "y")), _num(e, "width"), _num(e, "height"),
                            facecolor=e.get("fill", "black"), edgecolor=stroke or "none",
-                           linewidth=_num(e, "stroke-width", 1) * PT_PER_PX if stroke else 0))
+                           linewidth=_num(e, "stroke-width", 1) * PT_PER_PX if stroke else 0, zorder=z))
 
 
-def _line(ax, e):
+def _line(ax, e, z):
     ax.plot([_num(e, "x1"), _num(e, "x2")], [_num(e, "y1"), _num(e, "y2")], color=e.get("stroke", "black"),
-            linewidth=_num(e, "stroke-width", 1) * PT_PER_PX, solid_capstyle="butt")
+            linewidth=_num(e, "stroke-width", 1) * PT_PER_PX, solid_capstyle="butt", zorder=z)
 
 
-def _text(ax, e):
+def _text(ax, e, z):
     ax.text(_num(e, "x"), _num(e, "y"), e.text or "", ha=ANCHORS[e.get("text-anchor", "start")], va="baseline",
             fontsize=_num(e, "font-size", 16) * PT_PER_PX, fontweight=e.get("font-weight", "normal"),
-            color=e.get("fill", "black"), family="sans-serif")
+            color=e.get("fill", "black"), family="sans-serif", zorder=z)
 
 
 PAINTERS = {"rect": _rect, "line": _line, "text": _text}
@@ -55,11 +55,11 @@ def convert(svg, path):
     ax.set_xlim(0, width)
     ax.set_ylim(height, 0)  # SVG's y grows downwards
     ax.axis("off")
-    for e in root:
+    for z, e in enumerate(root):  # SVG paints in document order; matplotlib by zorder
         tag = e.tag.rpartition("}")[2]
         if tag not in PAINTERS:
             raise ValueError(f"the gantt SVG has a <{tag}>, which this converter does not paint.")
-        PAINTERS[tag](ax, e)
+        PAINTERS[tag](ax, e, z)
     fig.savefig(path, dpi=DPI)
 
 
