@@ -1,5 +1,5 @@
 // The order of one pipeline stage's operations in the kFkB schedule
-// (DESIGN.md "kFkB pipeline planner"): the one definition that both
+// (docs/DESIGN.md, "kFkB pipeline planner"): the one definition that both
 // simulations (schedule.cc, shared_cores.cc) and, through tern_plan.h's
 // ternPlanKfkbOrder, the Python pipeline runtime follow, so the schedule a
 // stage runs is the one the planner simulated.
