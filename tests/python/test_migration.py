@@ -1,5 +1,5 @@
-"""Live layer migration in tern.pipeline (DESIGN.md, "Weight streaming (card)
-and live layer migration (seed 000)"), both schedules:
+"""Live layer migration in tern.pipeline (docs/DESIGN.md, "The
+migration protocol"), both schedules:
 
 - final weights bitwise equal to the same run without migration, both
   directions (the outgoing stage before or after the receiver), 1 and 2
@@ -16,6 +16,8 @@ and live layer migration (seed 000)"), both schedules:
   the planner's predicted gain, bitwise equal to the run without it; and
   moved back when the stage recovers, ending on the partition it started
   with, still bitwise;
+- --rebalance under async: decided at the 1F1B steady state's mini-batch
+  boundaries without a collective, migrated live, weight versions kept;
 - the demo CLI and its refusals.
 """
 import json
@@ -170,7 +172,6 @@ def test_demo_cli_migrates(tmp_path):
     (["--migrate", "2:2:1:1"], "after the last of --iterations 3"),
     (["--migrate", "0:1:2:1", "--migrate", "0:1:0:1"], "pairs migrating at once must be disjoint"),
     (["--migrate", "1:0:1"], "must look like ITER:FROM:TO:NLAYERS"),
-    (["--rebalance", "--schedule", "async", "--microbatches", "4"], "only --schedule flush has"),
     (["--migrate", "0:0:1:1", "--schedule", "async", "--microbatches", "4"], "under async it spans micro-batches -1..3"),
     (["--slow-stage", "1:2.0@5-3"], "must look like STAGE:FACTOR@FROM-TO (batches FROM..TO-1, 0 <= FROM < TO)"),
     (["--slow-stage", "1:2.0@x"], "not '1:2.0@x'"),
@@ -299,6 +300,24 @@ def test_rebalance_moves_the_layer_back_when_the_stage_recovers(tmp_path):
     assert parts[0] == parts[-1] == [2, 2, 2] and [2, 2, 2] not in parts[out["done_iter"]:home["done_iter"]]
     run(Config(stages=3, layers=6, **cfg), str(tmp_path / "plain"))
     assert_bitwise(tmp_path / "re", tmp_path / "plain")
+
+
+def test_async_rebalance_moves_a_layer_off_the_slowed_stage(tmp_path):
+    """Async 1F1B on emulated devices (3:6 ms per layer and micro-batch),
+    stage 1 three times slower: stage 0 decides at its mini-batch boundary
+    from the rows the stages sent it, every stage learns the move before its
+    first protocol point, the layer moves live and every backward still used
+    its forward's weights."""
+    cfg = dict(BASE, schedule="async", iterations=16, emulate_ms=[3.0, 6.0], slow={"1": 3.0})
+    rep = run(Config(stages=3, layers=9, rebalance=True, **cfg), str(tmp_path / "re"))
+    moves = [e for e in rep["rebalance"] if e["action"] == "move"]
+    assert moves and moves[0]["best_move"][0] == 1, rep["rebalance"]
+    assert len(rep["rebalance"]) == 16 - 2  # stage 0's boundaries 0..iterations-3, every one logged
+    first = rep["migrations"][0]
+    assert (first["from"], first["message_iter"]) == (1, moves[0]["iteration"] + 3)  # LOOKAHEAD: 2 + ceil(3 / 4)
+    assert rep["partition_by_iter"][0] == [3, 3, 3] and rep["partition_by_iter"][-1][1] < 3
+    assert rep["weight_versions_ok"] and rep["version_checks"] == 3 * 4 * 16
+    assert sum(rep["overruns"]) < 3 * 2 * 4 * 16 // 10, rep["overruns"]
 
 
 def test_rebalance_policy_damps_flapping():

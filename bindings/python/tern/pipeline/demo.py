@@ -108,7 +108,8 @@ def parser():
                         "TO, training on (repeatable; pairs migrating at once must be disjoint)")
     p.add_argument("--rebalance", action="store_true",
                    help="move layers off a slowed stage to a neighbour, and back when it recovers, when the "
-                        "planner's model predicts a gain (flush)")
+                        "planner's model predicts a gain (flush: at batch boundaries; async: at the mini-batch "
+                        "boundaries of the 1F1B steady state)")
     p.add_argument("--rebalance-threshold", type=float, default=0.15,
                    help="the predicted gain a move needs (default 0.15: 15%%)")
     p.add_argument("--timeout", type=float, default=60.0, help="tern's timeout in seconds (a dead stage)")
@@ -160,8 +161,6 @@ def config_of(args, p):
             p.error(f"--emulate-link {it}:{gbps} needs an iteration >= 0 and a rate >= 0 Gbit/s.")
     if not args.replan_threshold > 0:
         p.error(f"--replan-threshold must be a positive fraction, not {args.replan_threshold}.")
-    if args.rebalance and args.schedule != "flush":
-        p.error("--rebalance decides at batch boundaries, which only --schedule flush has.")
     if args.emulate_ms and args.emulate_profile:
         p.error("give either --emulate-ms or --emulate-profile, not both.")
     if args.emulate_ms and min(args.emulate_ms) < 0:

@@ -10,7 +10,9 @@ import time
 KINDS = ("fwd", "bwd", "send_act", "send_grad", "recv_act", "recv_grad", "opt", "probe", "plan",
          # live layer migration (migration.py): message, receiver's layers made, weights pushed /
          # installed, partition switched (FROM frees, TO adds, connections replaced)
-         "mig_msg", "mig_prepare", "mig_push", "mig_install", "mig_switch")
+         "mig_msg", "mig_prepare", "mig_push", "mig_install", "mig_switch",
+         # --rebalance under async (rebalance_async.py): a stage's row to stage 0, its decision back
+         "rebalance_row", "rebalance_decision")
 
 
 class EventLog:

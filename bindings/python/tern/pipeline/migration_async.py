@@ -1,5 +1,6 @@
 """Live layer migration under the async schedule (PipeDream 1F1B with weight
-stashing), the protocol of DESIGN.md seed 000 in micro-batch numbers (a
+stashing), the protocol of docs/DESIGN.md
+("The migration protocol", seed 000) in micro-batch numbers (a
 PipeDream "batch" is one of our micro-batches; migration.py has the steps).
 
 For --migrate ITER:FROM:TO:n, k = ITER * m (the batch's first micro-batch),
@@ -63,7 +64,8 @@ class AsyncMigrator(Steps):
         cfg = runtime.cfg
         check_async(migrations, cfg.microbatches, cfg.stages, cfg.iterations)
         super().__init__(runtime, migrations,
-                         lambda *a: AsyncMigration(*a, m=cfg.microbatches, stages=cfg.stages))
+                         lambda *a: AsyncMigration(*a, m=cfg.microbatches, stages=cfg.stages),
+                         neighbours=cfg.rebalance)
 
     def layers_for(self, n):
         """The layers forward n runs through (new partition from `switch` on)."""

@@ -23,6 +23,7 @@ from .migration import Migrator, plan_partitions, switch_batch
 from .migration_async import AsyncMigrator, async_switch_batch
 from .model import even_partition, make_layers, partition_bounds, state_dict
 from .rebalance import Rebalancer
+from .rebalance_async import AsyncRebalance
 from .replan import FIELDS, Replanner
 from .schedule import BACKWARD, FORWARD, kfkb_order
 from .stage import Stage
@@ -166,8 +167,16 @@ class StageRuntime:
         optimizer step per micro-batch, weights stashed per forward."""
         m, size = self.cfg.microbatches, self.cfg.batch // self.cfg.microbatches
         total = self.cfg.iterations * m
+        balance = AsyncRebalance(self, self._probe(0, m)) if self.cfg.rebalance and self.comm is not None else None
         start = time.monotonic()
         batches = {}
+        try:
+            self._async_loop(m, size, total, start, batches, balance)
+        finally:
+            if balance:
+                balance.close()
+
+    def _async_loop(self, m, size, total, start, batches, balance):
         for kind, n in kfkb_order(total, 1, self.p, self.rank):
             it, i = divmod(n, m)
             if it not in batches:  # this stage's first op of batch `it`
@@ -192,6 +201,8 @@ class StageRuntime:
                     self.predicted_ms.append(None)
                     self.partition_by_iter.append(list(self.partitions[it]))
                     batches.pop(it - 1, None)
+                    if balance:
+                        balance.boundary(it)
         for link in (self.up, self.down):
             if link:
                 link.drain()
@@ -253,7 +264,7 @@ class StageRuntime:
             with at_level(CONTROL_LEVEL):
                 self.comm.broadcast(decision, root=0)
         if decision[3] >= 0:
-            self._add_migration([it + 1, int(decision[3]), int(decision[4]), int(decision[5])])
+            self.add_migration([it + 1, int(decision[3]), int(decision[4]), int(decision[5])])
         self.log.add(it, -1, "plan", start, time.monotonic(), m=int(decision[0]), k=int(decision[1]))
         return int(decision[0]), int(decision[1]), float(decision[2])
 
@@ -265,9 +276,12 @@ class StageRuntime:
         return (all(switch_batch(k, s, d) + SETTLE - 1 <= it for k, s, d, _ in self.migrations)
                 and it + 3 < self.cfg.iterations)
 
-    def _add_migration(self, mig):
+    def add_migration(self, mig):
+        """A migration decided during the run (--rebalance), before its message batch."""
         self.migrations.append(mig)
-        self.partitions = plan_partitions(self.initial, self.migrations, self.cfg.iterations)
+        self.partitions = plan_partitions(self.initial, self.migrations, self.cfg.iterations,
+                                          *([async_switch_batch(self.cfg.microbatches)]
+                                            if self.cfg.schedule == "async" else []))
         self.migrator.add(mig)
 
     def _measure(self, it, m):
