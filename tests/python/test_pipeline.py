@@ -1,4 +1,4 @@
-"""tern.pipeline (DESIGN.md, kFkB pipeline planner, seed 001): real stage
+"""tern.pipeline (docs/DESIGN.md, "kFkB pipeline planner"): real stage
 processes over tern send/recv, torch on CPU, sklearn's digits.
 
 - the stages run the planner's own kFkB order;

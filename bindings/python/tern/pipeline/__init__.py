@@ -1,4 +1,4 @@
-"""Pipeline-parallel training over tern send/recv (DESIGN.md, kFkB pipeline
+"""Pipeline-parallel training over tern send/recv (docs/DESIGN.md, kFkB pipeline
 planner, seed 001): one process per stage, a model given as a list of layers
 with global indices split into stages, synchronous flushing kFkB or
 asynchronous PipeDream 1F1B with weight stashing, measured and re-planned

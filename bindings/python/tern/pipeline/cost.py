@@ -1,6 +1,6 @@
 """A stage's compute cost per micro-batch: fixed + per_sample x size.
 
-DESIGN.md's model has only a per-sample time, but every micro-batch also
+docs/DESIGN.md's model has only a per-sample time, but every micro-batch also
 pays a fixed cost (Python, torch dispatch, the receive path), so the
 runtime keeps both parts and gives the planner, for each split m, the
 per-sample time that is right at that micro-batch size (replan.py).

@@ -10,7 +10,7 @@ that drains a FIFO of outgoing tensors, so the compute thread only ever
 blocks in a receive, and a receive waits only on work its neighbour's
 compute thread will do earlier in the (acyclic) kFkB order.  tern matches
 sends and receives per peer pair, level and direction in issue order
-(DESIGN.md), so one sender thread per link and receives in ascending
+(docs/DESIGN.md, "Priorities and requests (normative)"), so one sender thread per link and receives in ascending
 micro-batch order keep both sides' sequences aligned.
 
 Link emulation (the injected-delay knob of the tests and perf scripts):

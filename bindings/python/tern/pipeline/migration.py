@@ -1,5 +1,5 @@
-"""Live layer migration between adjacent stages (DESIGN.md, "Weight
-streaming (card) and live layer migration (seed 000)"), under the
+"""Live layer migration between adjacent stages (docs/DESIGN.md,
+"The migration protocol"), under the
 synchronous flush schedule.
 
 A migration (k, FROM, TO, n) moves n layers from the outgoing stage FROM to

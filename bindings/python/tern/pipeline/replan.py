@@ -1,4 +1,4 @@
-"""Measure and re-plan (DESIGN.md, kFkB pipeline planner, seed 001).
+"""Measure and re-plan (docs/DESIGN.md, "kFkB pipeline planner").
 
 At each batch boundary every stage contributes what it measured in the
 batch just run (forward and backward time, its outgoing link's bandwidth and
@@ -8,7 +8,7 @@ tern.planner, and decides the (m, K) of the next batch.
 
 Compute time is not proportional to samples: every micro-batch pays a fixed
 cost (Python, torch dispatch, the receive path) beside its per-sample work,
-and DESIGN.md's model has only a per-sample figure.  So each stage
+and docs/DESIGN.md's model has only a per-sample figure.  So each stage
 calibrates both parts once (one micro-batch of 1 sample and one of the whole
 batch, `Stage.time_compute`), re-measures the per-sample part from every
 batch it runs, and the coordinator gives the planner one model per split m,
@@ -53,7 +53,7 @@ def divisors(n):
 
 
 def model_json(cfg, partition, rows, m, cores=0):
-    """DESIGN.md's model.json, right for m micro-batches, from the stages'
+    """docs/DESIGN.md's model.json, right for m micro-batches, from the stages'
     measurements (rows: one dict per stage); `cores` > 0: the stages share
     that many cores (the planner's processor-sharing model)."""
     memory = cfg.memory_bytes or machine_memory()
