@@ -24,10 +24,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from pipeline_perf import MODEL, device_ms  # noqa: E402 - the same model as the planner sweep
 from tern.pipeline import Config, run  # noqa: E402
-
-MODEL = dict(layers=12, width=512, batch=32, lr=0.01, seed=7)
 
 
 def wait_for_batch(progress, batch, worker):
@@ -54,7 +54,8 @@ def one_run(compare, a, fixed, out):
         plan = dict(plan=True, microbatches=2, k=1) if fixed is None else dict(microbatches=fixed[0], k=fixed[1])
         cfg = Config(stages=3, schedule="flush", iterations=a.iterations, replan_threshold=a.threshold,
                      timeout=120, transport="tcp", netns=[ns.ns(r) for r in range(3)], progress=progress,
-                     root="%s:%d" % (ns.addrs[0], 29621), **plan, **dict(MODEL, batch=a.batch, width=a.width))
+                     root="%s:%d" % (ns.addrs[0], 29621), emulate_ms=device_ms(a.emulate_ms), **plan,
+                     **dict(MODEL, batch=a.batch, width=a.width))
         result = {}
         worker = threading.Thread(target=lambda: result.update(report=run(cfg, out)))
         worker.start()
@@ -72,6 +73,7 @@ def one_run(compare, a, fixed, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--emulate-ms", metavar="FWD:BWD[@SAMPLES]", help="every layer on an emulated device (tern.emulate)")
     ap.add_argument("--before", default="1gbit")
     ap.add_argument("--after", default="100mbit")
     ap.add_argument("--iterations", type=int, default=60)

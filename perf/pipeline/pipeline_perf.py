@@ -40,7 +40,16 @@ def every_candidate(batch, max_m):
     return [[m, k] for m in divisors(batch) if m <= max_m for k in range(1, m + 1)]
 
 
-def run_sweep(stages, link, rounds, netns, out, max_m):
+def device_ms(text):
+    """--emulate-ms FWD:BWD[@SAMPLES] as the Config's emulate_ms (None: compute on the host)."""
+    from tern import emulate
+    if not text:
+        return None
+    source = emulate.parse_ms(text)
+    return [source.fwd_ms, source.bwd_ms] + ([source.samples] if source.samples else [])
+
+
+def run_sweep(stages, link, rounds, netns, out, max_m, emulate_ms=None):
     cands = every_candidate(MODEL["batch"], max_m)
     sweep = [[2, 1]] + cands * rounds  # a warm-up batch first
     extra = {}
@@ -53,7 +62,7 @@ def run_sweep(stages, link, rounds, netns, out, max_m):
         extra = dict(emulate=[[0, float(link)]])
     cfg = Config(stages=stages, schedule="flush", plan=True, sweep=sweep, iterations=len(sweep),
                  # a decision (the planner's pick, logged) at every boundary, from the latest model
-                 microbatches=2, k=1, replan_threshold=1e-12, timeout=120, **extra, **MODEL)
+                 microbatches=2, k=1, replan_threshold=1e-12, timeout=120, emulate_ms=emulate_ms, **extra, **MODEL)
     try:
         return run(cfg, out), cands
     finally:
@@ -111,16 +120,20 @@ def main():
     ap.add_argument("--netns", action="store_true", help="numbers are tc rates between namespaces (root only)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--plot", action="store_true")
+    ap.add_argument("--emulate-ms", metavar="FWD:BWD[@SAMPLES]",
+                    help="every layer on an emulated device (tern.emulate), e.g. 4:8@32: per 32 samples, scaled "
+                         "to each micro-batch")
     a = ap.parse_args()
     if a.netns and os.geteuid() != 0:
         sys.exit("--netns needs root (ip netns, tc): run it as root or leave it out.")
     out = a.out or tempfile.mkdtemp(prefix="tern-pipeline-perf-")
     print(f"model: {MODEL}; every (m <= {a.max_m}, K) of batch {MODEL['batch']}, {a.rounds} rounds interleaved; "
-          f"links {'netns/tc + tcp' if a.netns else 'shm with injected delay'}")
+          f"links {'netns/tc + tcp' if a.netns else 'shm with injected delay'}"
+          + (f"; layers on an emulated device, {a.emulate_ms} ms" if a.emulate_ms else "; compute on the host"))
     for stages in a.stages:
         for link in a.links:
             d = os.path.join(out, f"s{stages}-{link}")
-            report, cands = run_sweep(stages, link, a.rounds, a.netns, d, a.max_m)
+            report, cands = run_sweep(stages, link, a.rounds, a.netns, d, a.max_m, device_ms(a.emulate_ms))
             with open(os.path.join(d, "report.json"), "w") as f:
                 json.dump(report, f)
             rows, pick = summarise(report, cands)

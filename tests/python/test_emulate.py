@@ -121,6 +121,13 @@ def test_scale_slows_the_device():
     assert time.monotonic() - t0 >= 0.060
 
 
+def test_uniform_times_per_samples_scale_with_the_batch():
+    model = emulate.wrap(mlp(), emulate.parse_ms("30:0@8"))  # 30 ms per 8 samples, per layer
+    x, _ = batch(n=4)
+    model(x)
+    assert [r["fwd_ms"] for r in emulate.report(model)["layers"]] == [15.0] * 3
+
+
 def test_profile_by_name_and_by_position(tmp_path):
     rows = [{"name": n, "fwd_ms": 5.0 * (i + 1), "bwd_ms": 1.0, "activation_bytes": 256} for i, n in
             enumerate(["0", "2", "4"])]
@@ -152,6 +159,7 @@ def test_roofline_counts_flops_from_the_real_shapes_at_the_emulated_batch():
 
 @pytest.mark.parametrize("bad, sentence", [
     (lambda: emulate.parse_ms("20"), "must look like FWD:BWD"),
+    (lambda: emulate.parse_ms("20:40@0"), "at least 1"),
     (lambda: emulate.uniform(-1, 2), "must be >= 0"),
     (lambda: emulate.roofline("tpu"), "unknown device 'tpu'"),
     (lambda: emulate.roofline("v100", efficiency=0), "share of the peak"),
@@ -207,8 +215,8 @@ def test_pipeline_demo_runs_with_defaults_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("flags, sentence", [
-    (["--emulate-ms", "5"], "--emulate-ms: must look like FWD:BWD"),
-    (["--emulate-ms", "5:-1"], "needs times >= 0 ms"),
+    (["--emulate-ms", "5"], "--emulate-ms: device times must look like FWD:BWD"),
+    (["--emulate-ms", "5:-1"], "device times must be >= 0 ms"),
     (["--emulate-ms", "5:10", "--emulate-profile", "resnet50@v100"], "either --emulate-ms or --emulate-profile"),
     (["--emulate-profile", "resnet50@tpu"], "a named profile is MODEL@DEVICE"),
     (["--emulate-batch", "128"], "needs --emulate-ms or --emulate-profile"),

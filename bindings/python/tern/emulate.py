@@ -75,27 +75,40 @@ class LayerTime:
 # ---- where device times come from -----------------------------------------------------
 
 class uniform:
-    """Every layer `fwd_ms` forward, `bwd_ms` backward."""
+    """Every layer `fwd_ms` forward, `bwd_ms` backward per call; with
+    `samples`, those times are for that many samples and a call's scale with
+    its batch dimension (a device's time grows with the work: a pipeline's
+    micro-batches of different sizes)."""
 
-    def __init__(self, fwd_ms, bwd_ms):
+    def __init__(self, fwd_ms, bwd_ms, samples=None):
         if not (fwd_ms >= 0 and bwd_ms >= 0):
             raise ValueError(f"device times must be >= 0 ms, not {fwd_ms}:{bwd_ms}.")
-        self.fwd_ms, self.bwd_ms = float(fwd_ms), float(bwd_ms)
+        if samples is not None and not samples >= 1:
+            raise ValueError(f"the samples the device times are for must be at least 1, not {samples}.")
+        self.fwd_ms, self.bwd_ms, self.samples = float(fwd_ms), float(bwd_ms), samples
 
     def bind(self, names):
         return None
 
     def time_of(self, index, name, module, inputs, output):
-        return LayerTime(self.fwd_ms / 1e3, self.bwd_ms / 1e3)
+        scale = 1.0
+        if self.samples:
+            x = next((t for t in inputs if torch.is_tensor(t) and t.dim()), None)
+            scale = (x.shape[0] if x is not None else self.samples) / self.samples
+        return LayerTime(self.fwd_ms * scale / 1e3, self.bwd_ms * scale / 1e3)
 
 
 def parse_ms(text):
-    """"FWD:BWD" (milliseconds) as a uniform source; ValueError with a sentence otherwise."""
+    """"FWD:BWD" or "FWD:BWD@SAMPLES" (milliseconds per call, or per SAMPLES
+    samples) as a uniform source; ValueError with a sentence otherwise."""
+    times, at, samples = text.partition("@")
     try:
-        fwd, bwd = (float(v) for v in text.split(":"))
+        fwd, bwd = (float(v) for v in times.split(":"))
+        count = int(samples) if at else None
     except ValueError:
-        raise ValueError(f"device times must look like FWD:BWD in milliseconds (e.g. 20:40), not {text!r}.") from None
-    return uniform(fwd, bwd)
+        raise ValueError(f"device times must look like FWD:BWD or FWD:BWD@SAMPLES in milliseconds (e.g. 20:40), "
+                         f"not {text!r}.") from None
+    return uniform(fwd, bwd, count)
 
 
 class profile:

@@ -34,7 +34,8 @@ class Config:
     rebalance_threshold: float = 0.15  # the predicted gain a move needs
     migrate: list = dataclasses.field(default_factory=list)  # [[iteration, from, to, nlayers]]: live migrations (flush)
     flow_classes: int = 0            # tern's network flow classes (0: its default, 3); 8 gives every level its own
-    emulate_ms: list = None          # [fwd, bwd]: every layer's emulated device time in ms (tern.emulate)
+    emulate_ms: list = None          # [fwd, bwd(, samples)]: every layer's emulated device time in ms per
+                                     # micro-batch (or per `samples` samples) (tern.emulate)
     emulate_profile: str = ""        # or device times from a profile: a JSON file, MODEL@DEVICE[:DTYPE] or DEVICE
     emulate_batch: int = 0           # the emulated batch (0: --batch): roofline times and the bytes on the wire
     progress: str = ""               # a file stage 0 rewrites with each finished batch's number (perf scripts)

@@ -18,7 +18,7 @@ import json
 import sys
 import tempfile
 
-from .. import emulate_models
+from .. import emulate, emulate_models
 from .config import Config
 from .data import load
 from .launch import run
@@ -54,6 +54,15 @@ def _slow(text):
                                      f"not {text!r}.")
 
 
+def _device_ms(text):
+    """FWD:BWD[@SAMPLES] as [fwd, bwd(, samples)]; argparse prints the sentence on failure."""
+    try:
+        source = emulate.parse_ms(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return [source.fwd_ms, source.bwd_ms] + ([source.samples] if source.samples else [])
+
+
 def _migration(text):
     """ITER:FROM:TO:NLAYERS as four ints; argparse prints the sentence on failure."""
     try:
@@ -82,8 +91,9 @@ def parser():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save", metavar="DIR", help="write final.pt and the stages' event logs here")
     p.add_argument("--report", metavar="FILE.json", help="write the JSON report here")
-    p.add_argument("--emulate-ms", metavar="FWD:BWD", type=lambda t: _pair(t, "FWD:BWD", (float, float)),
-                   help="run every layer on an emulated accelerator: FWD ms forward, BWD ms backward per micro-batch")
+    p.add_argument("--emulate-ms", metavar="FWD:BWD[@SAMPLES]", type=_device_ms,
+                   help="run every layer on an emulated accelerator: FWD ms forward, BWD ms backward per "
+                        "micro-batch (or per SAMPLES samples, scaled to each micro-batch's size)")
     p.add_argument("--emulate-profile", metavar="FILE|MODEL@DEVICE",
                    help="emulated device times from a profile JSON (a row per layer), or a named model's roofline "
                         "(resnet50@v100, vgg16@h100:fp16, ...) spread over the layers")
@@ -163,8 +173,6 @@ def config_of(args, p):
         p.error(f"--replan-threshold must be a positive fraction, not {args.replan_threshold}.")
     if args.emulate_ms and args.emulate_profile:
         p.error("give either --emulate-ms or --emulate-profile, not both.")
-    if args.emulate_ms and min(args.emulate_ms) < 0:
-        p.error(f"--emulate-ms needs times >= 0 ms, not {args.emulate_ms[0]}:{args.emulate_ms[1]}.")
     if args.emulate_batch and (args.emulate_batch < args.batch or not (args.emulate_ms or args.emulate_profile)):
         p.error(f"--emulate-batch {args.emulate_batch} needs --emulate-ms or --emulate-profile and at least "
                 f"--batch {args.batch} samples.")
