@@ -1,4 +1,4 @@
-"""Iteration time across a live layer migration (issue 22): for 3 and 4
+"""Iteration time across a live layer migration: for 3 and 4
 stages, shm and tcp, flush and async, one run that migrates a layer at batch
 --at and one that does not (same seed, interleaved, --repeats times; the migration evens out the
 partition, so the batches after it are no slower by themselves), and

@@ -1,4 +1,4 @@
-"""Throughput across a rebalance (issue 22): stage 1 of 3 slowed --factor
+"""Throughput across a rebalance: stage 1 of 3 slowed --factor
 times for the whole run, `--rebalance` on, starting from the even partition;
 beside it (interleaved, --repeats times) the same slowed run started on the
 partition the rebalance ended on, without rebalancing.  Per rebalance run:
@@ -21,9 +21,9 @@ from migration_stall import emulated, finish  # beside this script
 from tern.pipeline import Config, run
 
 
-def one(args, transport, rebalance, partition):
+def one(args, transport, rebalance, partition, schedule="flush"):
     cfg = Config(stages=3, layers=args.layers, partition=partition, width=args.width, batch=args.batch,
-                 iterations=args.iterations, schedule="flush", microbatches=args.microbatches, k=1, seed=1,
+                 iterations=args.iterations, schedule=schedule, microbatches=args.microbatches, k=1, seed=1,
                  transport=transport, slow={"1": args.factor}, rebalance=rebalance, emulate_ms=emulated(args))
     with tempfile.TemporaryDirectory() as out:
         return run(cfg, out)
@@ -50,6 +50,7 @@ def main(argv=None):
     p.add_argument("--factor", type=float, default=2.0)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--transports", default="shm,tcp")
+    p.add_argument("--schedules", default="flush", help="flush, async or both (flush,async)")
     p.add_argument("--emulate-ms", metavar="FWD:BWD",
                    help="every layer on an emulated device (tern.emulate; --factor then slows stage 1's device)")
     p.add_argument("--json")
@@ -57,28 +58,31 @@ def main(argv=None):
     args = p.parse_args(argv)
     even = [args.layers // 3 + (1 if s < args.layers % 3 else 0) for s in range(3)]
     rows = []
+    setups = [(sch, tr) for sch in args.schedules.split(",") for tr in args.transports.split(",")]
     for rep_i in range(args.repeats):
-        for transport in args.transports.split(","):
-            re = one(args, transport, True, even)
+        for schedule, transport in setups:
+            re = one(args, transport, True, even, schedule)
             before, after, windows = throughput(re)
             final = re["partition_by_iter"][-1]
             # The balanced start: the partition the rebalance found (interleaved with it).
-            bal = one(args, transport, False, final)
+            bal = one(args, transport, False, final, schedule)
             balanced = statistics.median(bal["period_ms"][1:])
-            row = {"repeat": rep_i, "transport": transport, "before_ms": before, "after_ms": after,
-                   "speedup": before / after if after else None, "balanced_ms": balanced,
+            row = {"repeat": rep_i, "schedule": schedule, "transport": transport, "before_ms": before,
+                   "after_ms": after, "speedup": before / after if after else None, "balanced_ms": balanced,
                    "after_over_balanced": after / balanced if after else None, "final_partition": final,
                    "windows": windows, "decisions": [e for e in re["rebalance"] if e["action"] != "hold"],
+                   "overruns": sum(re.get("overruns", [])) + sum(bal.get("overruns", [])),
                    "period_ms": re["period_ms"], "balanced_period_ms": bal["period_ms"]}
             rows.append(row)
-            print(f"{rep_i} {transport:3} partition {even} -> {final} windows {windows} before {before:7.2f} "
-                  f"after {after or 0:7.2f} speedup {row['speedup'] or 0:.3f} balanced-start {balanced:7.2f} "
-                  f"after/balanced {row['after_over_balanced'] or 0:.3f}", flush=True)
-    for transport in args.transports.split(","):
-        got = [r for r in rows if r["transport"] == transport and r["speedup"]]
+            print(f"{rep_i} {schedule:5} {transport:3} partition {even} -> {final} windows {windows} before "
+                  f"{before:7.2f} after {after or 0:7.2f} speedup {row['speedup'] or 0:.3f} balanced-start "
+                  f"{balanced:7.2f} after/balanced {row['after_over_balanced'] or 0:.3f} overruns {row['overruns']}",
+                  flush=True)
+    for schedule, transport in setups:
+        got = [r for r in rows if (r["schedule"], r["transport"]) == (schedule, transport) and r["speedup"]]
         if got:
             sp, ab = [r["speedup"] for r in got], [r["after_over_balanced"] for r in got]
-            print(f"{transport}: speedup median {statistics.median(sp):.3f} ({min(sp):.3f}..{max(sp):.3f}), "
+            print(f"{schedule} {transport}: speedup median {statistics.median(sp):.3f} ({min(sp):.3f}..{max(sp):.3f}), "
                   f"after/balanced median {statistics.median(ab):.3f} ({min(ab):.3f}..{max(ab):.3f}), "
                   f"{len(got)} of {args.repeats} runs rebalanced")
     return finish(args, {"runs": rows}, lambda path: plot(rows, path))
@@ -97,7 +101,7 @@ def plot(rows, path):
             ax.axvspan(a - 0.5, b + 0.5, alpha=0.15)
         ax.set_yscale("log")  # a loaded host's preemptions are 10-50x a batch
         ax.set_ylabel("batch period, ms")
-        ax.set_title(f"stage 1 slowed, {r['transport']}", fontsize=9)
+        ax.set_title(f"stage 1 slowed, {r.get('schedule', 'flush')}, {r['transport']}", fontsize=9)
         ax.legend(fontsize=7)
     axes[-1, 0].set_xlabel("batch")
     fig.tight_layout()
