@@ -34,9 +34,13 @@ import tempfile
 
 from tern.pipeline import Config, run
 
-def emulated(args):
-    """The Config's emulate_ms for --emulate-ms FWD:BWD (None: compute on the host)."""
-    return [float(v) for v in args.emulate_ms.split(":")] if args.emulate_ms else None
+def device_ms(text):
+    """--emulate-ms FWD:BWD[@SAMPLES] as the Config's emulate_ms (None: compute on the host)."""
+    from tern import emulate
+    if not text:
+        return None
+    source = emulate.parse_ms(text)
+    return [source.fwd_ms, source.bwd_ms] + ([source.samples] if source.samples else [])
 
 
 def migration_for(stages):
@@ -55,7 +59,7 @@ def one(stages, transport, schedule, migrate, args):
         cfg = Config(stages=stages, layers=2 * stages, partition=start_partition(stages), width=args.width, batch=args.batch,
                      iterations=args.iterations, schedule=schedule, microbatches=args.microbatches, k=1, seed=1,
                      migrate=[[args.at] + migration_for(stages) + [1]] if migrate else [],
-                     emulate_ms=emulated(args), **where)
+                     emulate_ms=device_ms(args.emulate_ms), **where)
         rep = run(cfg, out)
         rep["steps_ms"], rep["inside_ms"] = steps_ms(out, stages)
     return rep
@@ -167,7 +171,7 @@ def main(argv=None):
     p.add_argument("--setups", default="3:shm,3:tcp,4:shm,4:tcp",
                    help="STAGES:TRANSPORT,... (TRANSPORT shm, tcp, or netns: a namespace per stage, needs root)")
     p.add_argument("--rate", default="1gbit", help="the netns links' tc htb rate")
-    p.add_argument("--emulate-ms", metavar="FWD:BWD", help="every layer on an emulated device (module docstring)")
+    p.add_argument("--emulate-ms", metavar="FWD:BWD[@SAMPLES]", help="every layer on an emulated device (module docstring)")
     p.add_argument("--json", help="write every run here")
     p.add_argument("--plot", help="a PNG of the iteration times")
     args = p.parse_args(argv)

@@ -26,7 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "build", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from pipeline_perf import MODEL, device_ms  # noqa: E402 - the same model as the planner sweep
+from migration_stall import device_ms  # noqa: E402
+from pipeline_perf import MODEL  # noqa: E402 - the same model as the planner sweep
 from tern.pipeline import Config, run  # noqa: E402
 
 

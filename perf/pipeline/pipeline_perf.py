@@ -32,21 +32,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tern.pipeline import Config, run  # noqa: E402
 from tern.pipeline.replan import divisors  # noqa: E402
+from migration_stall import device_ms  # noqa: E402 - beside this script
 
 MODEL = dict(layers=12, width=512, batch=32, lr=0.01, seed=7)
 
 
 def every_candidate(batch, max_m):
     return [[m, k] for m in divisors(batch) if m <= max_m for k in range(1, m + 1)]
-
-
-def device_ms(text):
-    """--emulate-ms FWD:BWD[@SAMPLES] as the Config's emulate_ms (None: compute on the host)."""
-    from tern import emulate
-    if not text:
-        return None
-    source = emulate.parse_ms(text)
-    return [source.fwd_ms, source.bwd_ms] + ([source.samples] if source.samples else [])
 
 
 def run_sweep(stages, link, rounds, netns, out, max_m, emulate_ms=None):

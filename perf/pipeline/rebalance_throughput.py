@@ -17,14 +17,14 @@ import statistics
 import sys
 import tempfile
 
-from migration_stall import emulated, finish  # beside this script
+from migration_stall import device_ms, finish  # beside this script
 from tern.pipeline import Config, run
 
 
 def one(args, transport, rebalance, partition, schedule="flush"):
     cfg = Config(stages=3, layers=args.layers, partition=partition, width=args.width, batch=args.batch,
                  iterations=args.iterations, schedule=schedule, microbatches=args.microbatches, k=1, seed=1,
-                 transport=transport, slow={"1": args.factor}, rebalance=rebalance, emulate_ms=emulated(args))
+                 transport=transport, slow={"1": args.factor}, rebalance=rebalance, emulate_ms=device_ms(args.emulate_ms))
     with tempfile.TemporaryDirectory() as out:
         return run(cfg, out)
 

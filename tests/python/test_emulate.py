@@ -47,7 +47,7 @@ def test_device_time_is_honoured_without_holding_a_core():
     wall = sum(s[0] + s[1] for s in steps)
     assert cpu < 0.25 * wall, f"the emulated device held a core: {cpu:.3f} s CPU in {wall:.3f} s"
     rep = emulate.report(model)
-    assert rep["overruns"] == 0 and rep["ops"] == 5 * 6
+    assert rep["overruns"] == 0 and rep["ops"] == 5 * 6 and rep["device_ms"] == pytest.approx(5 * 3 * 45)
     assert [r["calls"] for r in rep["layers"]] == [5, 5, 5] and [r["backwards"] for r in rep["layers"]] == [5, 5, 5]
 
 
@@ -123,9 +123,15 @@ def test_scale_slows_the_device():
 
 def test_uniform_times_per_samples_scale_with_the_batch():
     model = emulate.wrap(mlp(), emulate.parse_ms("30:0@8"))  # 30 ms per 8 samples, per layer
+    x, _ = batch(n=1)
+    model(x)  # the first call's size must not stick (a pipeline calibrates with 1 sample)
     x, _ = batch(n=4)
+    t0 = time.monotonic()
     model(x)
-    assert [r["fwd_ms"] for r in emulate.report(model)["layers"]] == [15.0] * 3
+    assert time.monotonic() - t0 >= 3 * 0.015
+    rep = emulate.report(model)
+    assert [r["fwd_ms"] for r in rep["layers"]] == [15.0] * 3
+    assert rep["device_ms"] == pytest.approx(3 * (30 / 8 + 15))
 
 
 def test_profile_by_name_and_by_position(tmp_path):

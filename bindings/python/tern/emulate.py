@@ -204,9 +204,9 @@ class _Layer:
 
     def __init__(self, index, name, module, source, device):
         self.index, self.name, self.module, self.source, self.device = index, name, module, source, device
-        self.time = None  # LayerTime, from the first call
+        self.time = None  # LayerTime of the latest call (a call's time depends on its shapes)
         self.calls = self.backwards = self.fwd_overruns = self.bwd_overruns = 0
-        self.real_fwd_s = self.real_bwd_s = 0.0
+        self.real_fwd_s = self.real_bwd_s = self.device_s = 0.0
         self.current = None  # the _Op whose backward ran last (the parameters' hooks wait on it)
 
 
@@ -215,12 +215,13 @@ class _Op:
 
     def __init__(self, layer, scale):
         self.layer, self.scale = layer, scale
+        self.time = None  # this call's LayerTime
         self.started = self.deadline = None
         self.waited = False
 
     def start_backward(self):
         self.started = time.monotonic()
-        self.deadline = self.started + self.layer.time.bwd_s * self.scale
+        self.deadline = self.started + self.time.bwd_s * self.scale
         self.waited = False
         self.layer.current = self
 
@@ -235,6 +236,7 @@ class _Op:
             layer = self.layer
             layer.backwards += 1
             layer.real_bwd_s += now - self.started
+            layer.device_s += self.time.bwd_s * self.scale
             if now > self.deadline:
                 layer.bwd_overruns += 1
         if self.deadline > now:
@@ -292,13 +294,13 @@ class Device:
                 args[i] = g
         start = time.monotonic()
         out = forward(*args, **kwargs)
-        if layer.time is None:
-            layer.time = self.source.time_of(layer.index, layer.name, layer.module, args, out)
+        op.time = layer.time = self.source.time_of(layer.index, layer.name, layer.module, args, out)
         now = time.monotonic()
-        deadline = start + layer.time.fwd_s * op.scale
+        deadline = start + op.time.fwd_s * op.scale
         with self._lock:
             layer.calls += 1
             layer.real_fwd_s += now - start
+            layer.device_s += op.time.fwd_s * op.scale
             if now > deadline:
                 layer.fwd_overruns += 1
         if deadline > now:
@@ -344,13 +346,13 @@ class Device:
             t = layer.time
             rows.append({"name": layer.name, "calls": layer.calls, "backwards": layer.backwards,
                          "fwd_ms": t.fwd_s * 1e3 if t else None, "bwd_ms": t.bwd_s * 1e3 if t else None,
+                         "device_ms": layer.device_s * 1e3,
                          "real_fwd_ms": layer.real_fwd_s * 1e3 / max(layer.calls, 1),
                          "real_bwd_ms": layer.real_bwd_s * 1e3 / max(layer.backwards, 1),
                          "fwd_overruns": layer.fwd_overruns, "bwd_overruns": layer.bwd_overruns})
         ops = sum(r["calls"] + r["backwards"] for r in rows)
         overruns = sum(r["fwd_overruns"] + r["bwd_overruns"] for r in rows)
-        device_ms = sum((r["fwd_ms"] or 0) * r["calls"] + (r["bwd_ms"] or 0) * r["backwards"] for r in rows)
-        return {"ops": ops, "overruns": overruns, "device_ms": device_ms * self.scale, "layers": rows}
+        return {"ops": ops, "overruns": overruns, "device_ms": sum(r["device_ms"] for r in rows), "layers": rows}
 
 
 def default_layers(module):
@@ -388,8 +390,10 @@ def device_of(module):
 
 
 def report(module):
-    """{"ops", "overruns", "device_ms", "layers": [{"name", "calls", "backwards",
-    "fwd_ms", "bwd_ms", "real_fwd_ms", "real_bwd_ms", "fwd_overruns", "bwd_overruns"}]}."""
+    """{"ops", "overruns", "device_ms" (the device's busy time, all calls),
+    "layers": [{"name", "calls", "backwards", "fwd_ms", "bwd_ms" (the latest
+    call's device times: they follow its shapes), "device_ms", "real_fwd_ms",
+    "real_bwd_ms" (the math's mean), "fwd_overruns", "bwd_overruns"}]}."""
     return device_of(module).report()
 
 
