@@ -1,31 +1,61 @@
 #!/usr/bin/env bash
 # scripts/test.sh [--sanitize|--tsan]: install dependencies, build, run the suite.
+#   (none)       everything built in build/, every test run; then the check
+#                that the sanitizer stages' targets hold every test they select.
 #   --sanitize   AddressSanitizer + UndefinedBehaviorSanitizer build of the
-#                core tests (ctest label "core") in build-asan/.
+#                core tests (ctest label "core") in build-asan/: only their
+#                executables are built (target tests_core).
 #   --tsan       ThreadSanitizer build of the engine, collective and
 #                point-to-point tests (several threads per communicator,
-#                statistics read during traffic; the fifo's restart across threads) in build-tsan/.
+#                statistics read during traffic; the fifo's restart across
+#                threads) in build-tsan/: label "core", names matching
+#                TSAN_TESTS below; only their executables (target tests_tsan).
+# ctest runs TERN_TEST_JOBS tests at once (default: 2 per core; most tests wait
+# on sockets and timeouts more than they compute).  Tests that time something
+# or shape links run alone (RUN_SERIAL in tests/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+jobs=${TERN_TEST_JOBS:-$((2 * $(nproc)))}
+TSAN_TESTS="Engine|Mismatch|DeadPeer|ConnTable|ConfigStruct|Priority|P2P|RecvAny|Collectives|Stats|FaultsAbort|WeightStream|SmallMessages|SmallPath|AbortDuring|RootedChecks|LlStream|DeviceSim|Fifo"
+
+# Every test that `ctest <selection>` picks in the full build $1 runs an
+# executable that the target $2 builds (listed in $1/tests/$2.txt).
+check_target() {
+  local dir=$1 target=$2
+  shift 2
+  (cd "$dir" && ctest --show-only=json-v1 "$@") | /usr/bin/python3 -c '
+import json, os, sys
+listed = set(open(sys.argv[1]).read().split())
+tests = json.load(sys.stdin)["tests"]
+missing = sorted({os.path.basename(t["command"][0]) for t in tests if t.get("command")} - listed)
+if not tests or missing:
+    sys.exit("%s: %d tests selected; not built by it: %s (tests/CMakeLists.txt: tern_ci_target)"
+             % (sys.argv[2], len(tests), " ".join(missing)))
+print("%s builds the executables of all %d tests its stage selects" % (sys.argv[2], len(tests)))
+' "$dir/tests/$target.txt" "$target"
+}
+
 if [ "${1:-}" = "--sanitize" ]; then
-  ./scripts/build.sh build-asan -DTERN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTERN_BUILD_BINDINGS=OFF
+  ./scripts/build.sh build-asan --target tests_core -DTERN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTERN_BUILD_BINDINGS=OFF
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
   # hwloc's PCI plugin (libpciaccess) leaks ~1 KB once per process and is
   # unloaded before LeakSanitizer reports, so no suppression can name it:
   # the sanitizer run discovers without the PCI tree (XML tests still cover it).
   export HWLOC_PLUGINS_BLACKLIST=hwloc_pci
-  (cd build-asan && ctest -L core --output-on-failure)
+  (cd build-asan && ctest -j"$jobs" -L core --output-on-failure)
 elif [ "${1:-}" = "--tsan" ]; then
-  ./scripts/build.sh build-tsan -DTERN_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTERN_BUILD_BINDINGS=OFF \
-    -DTERN_WITH_CUDA=OFF -DTERN_WITH_UCX=OFF
+  ./scripts/build.sh build-tsan --target tests_tsan -DTERN_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTERN_BUILD_BINDINGS=OFF -DTERN_WITH_CUDA=OFF -DTERN_WITH_UCX=OFF
   # Without UCX: its memory hooks (libucm) crash under TSan (UCX is covered by
   # the plain and ASan runs).  halt_on_error: a report fails the test.
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
-  (cd build-tsan && ctest -L core -R "Engine|Mismatch|DeadPeer|ConnTable|ConfigStruct|Priority|P2P|RecvAny|Collectives|Stats|FaultsAbort|WeightStream|SmallMessages|SmallPath|AbortDuring|RootedChecks|LlStream|DeviceSim|Fifo" \
-     --output-on-failure)
+  (cd build-tsan && ctest -j"$jobs" -L core -R "$TSAN_TESTS" --output-on-failure)
 else
   ./scripts/build.sh build
-  (cd build && ctest --output-on-failure)
+  (cd build && ctest -j"$jobs" --output-on-failure)
+  check_target build tests_core -L core
+  check_target build tests_tsan -L core -R "$TSAN_TESTS"
 fi

@@ -3,6 +3,8 @@
 // (test_collectives, test_small_messages).
 #pragma once
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <vector>
 
 #include "harness.h"
@@ -16,6 +18,34 @@ struct Checker {
   RankCtx& ctx;
   ternComm_t comm;
   int failures = 0;
+
+  // A call's buffers: of exactly the size asked for, every byte `fill`,
+  // taken from those of earlier calls of that size when there are some.
+  // Fresh multi-megabyte vectors per call cost the ThreadSanitizer stage
+  // about half of this suite's time (new pages and new shadow memory for
+  // each).  Under AddressSanitizer every buffer is fresh, as before: a
+  // library write into a buffer after its call returned must stay a
+  // use-after-free there, not land in a later call's buffer.
+  std::multimap<size_t, std::vector<char>> spare;
+  struct Buffer {
+    Checker* owner;
+    std::vector<char> v;
+    Buffer(Checker* o, std::vector<char> b) : owner(o), v(std::move(b)) {}
+    Buffer(const Buffer&) = delete;
+    ~Buffer() { owner->spare.emplace(v.size(), std::move(v)); }
+    char* data() { return v.data(); }
+  };
+  Buffer buffer(size_t bytes, char fill = 0) {
+#if defined(__SANITIZE_ADDRESS__)
+    spare.clear();
+#endif
+    auto it = spare.find(bytes);
+    if (it == spare.end()) return Buffer(this, std::vector<char>(bytes, fill));
+    std::vector<char> v = std::move(it->second);
+    spare.erase(it);
+    memset(v.data(), fill, bytes);
+    return Buffer(this, std::move(v));
+  }
 
   bool report(const char* coll, ternDataType_t dt, ternRedOp_t op, size_t count, bool inplace,
               int root, size_t bad, size_t firstBad, double got, double want) {
@@ -36,7 +66,7 @@ struct Checker {
 
   void allReduce(ternDataType_t dt, ternRedOp_t op, size_t count, bool inplace) {
     size_t esz = ternTypeSize(dt);
-    std::vector<char> send(count * esz + 1), recv(count * esz + 1);
+    Buffer send = buffer(count * esz + 1), recv = buffer(count * esz + 1);
     char* s = inplace ? recv.data() : send.data();
     for (size_t i = 0; i < count; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, op, count));
     if (!ok(ternAllReduce(s, recv.data(), count, dt, op, comm, nullptr), "ternAllReduce")) return;
@@ -53,10 +83,11 @@ struct Checker {
 
   void reduce(ternDataType_t dt, ternRedOp_t op, size_t count, bool inplace, int root) {
     size_t esz = ternTypeSize(dt);
-    std::vector<char> send(count * esz + 1), recv(count * esz + 1, 0x5a);
+    Buffer send = buffer(count * esz + 1), recv = buffer(count * esz + 1, 0x5a);
     char* s = inplace ? recv.data() : send.data();
     for (size_t i = 0; i < count; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, op, root));
-    std::vector<char> before = recv;
+    Buffer before = buffer(count * esz + 1);
+    memcpy(before.data(), recv.data(), count * esz + 1);
     if (!ok(ternReduce(s, recv.data(), count, dt, op, root, comm, nullptr), "ternReduce")) return;
     size_t bad = 0, first = 0;
     double got = 0, want = 0;
@@ -73,7 +104,7 @@ struct Checker {
 
   void reduceScatter(ternDataType_t dt, ternRedOp_t op, size_t count, bool inplace) {
     size_t esz = ternTypeSize(dt), n = ctx.nranks;
-    std::vector<char> send(count * n * esz + 1), recvAll(count * n * esz + 1);
+    Buffer send = buffer(count * n * esz + 1), recvAll = buffer(count * n * esz + 1);
     char* s = inplace ? recvAll.data() : send.data();
     char* d = inplace ? recvAll.data() + ctx.rank * count * esz : recvAll.data();
     for (size_t i = 0; i < count * n; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, op));
@@ -92,7 +123,7 @@ struct Checker {
 
   void allGather(ternDataType_t dt, size_t count, bool inplace) {
     size_t esz = ternTypeSize(dt), n = ctx.nranks;
-    std::vector<char> send(count * esz + 1), recv(count * n * esz + 1);
+    Buffer send = buffer(count * esz + 1), recv = buffer(count * n * esz + 1);
     char* s = inplace ? recv.data() + ctx.rank * count * esz : send.data();
     for (size_t i = 0; i < count; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, ternSum));
     if (!ok(ternAllGather(s, recv.data(), count, dt, comm, nullptr), "ternAllGather")) return;
@@ -110,7 +141,7 @@ struct Checker {
 
   void broadcast(ternDataType_t dt, size_t count, bool inplace, int root) {
     size_t esz = ternTypeSize(dt);
-    std::vector<char> send(count * esz + 1), recv(count * esz + 1);
+    Buffer send = buffer(count * esz + 1), recv = buffer(count * esz + 1);
     char* s = inplace ? recv.data() : send.data();
     if (ctx.rank == root)
       for (size_t i = 0; i < count; ++i) store(dt, s, i, inputValue(root, i, dt, ternSum));
