@@ -135,7 +135,7 @@ def test_replans_after_a_real_link_drop_between_namespaces(tmp_path):
     compare = loader("compare", os.path.join(perf, "compare")).load_module()
     replan = loader("netns_replan", os.path.join(perf, "pipeline", "netns_replan.py")).load_module()
     args = argparse.Namespace(before="1gbit", after="100mbit", iterations=12, switch_at=4, threshold=0.5,
-                              batch=128, width=256)
+                              batch=128, width=256, emulate_ms=None)
     rep = replan.one_run(compare, args, None, str(tmp_path))
     first, *later = rep["decisions"]
     assert first["reason"] == "first measurement", first
