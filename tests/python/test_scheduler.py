@@ -213,6 +213,9 @@ def peer_dies(rank, n, store_path):
     loss_of(model, *data[0]).backward()
     sched.step()
     if rank == 1:
+        # step() returns with allreduces in flight; finish them so that rank
+        # 0's first step completes and its *later* ones see the dead peer.
+        sched.synchronize()
         os._exit(0)
     t0 = time.perf_counter()
     try:
