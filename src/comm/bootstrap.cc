@@ -188,6 +188,20 @@ uint64_t localHostHash() {
   return sipHash24(zero, id.data(), id.size());
 }
 
+uint64_t hostIdentity(std::string* source) {
+  const std::string id = envString("TERN_HOST_ID", "");
+  if (id.empty()) {
+    *source = "hostname, boot id and network namespace";
+    return localHostHash();
+  }
+  *source = "TERN_HOST_ID=" + id;
+  // Hashed with a prefix that no hostname|boot-id string has, so an id never
+  // equals a host's own hash by accident.
+  const std::string key = "TERN_HOST_ID|" + id;
+  Secret zero{};
+  return sipHash24(zero, key.data(), key.size());
+}
+
 PeerInfo makePeerInfo(const SockAddr& a, uint64_t hostHash) {
   PeerInfo p{};
   memcpy(&p.addr, &a.ss, a.len);

@@ -2,6 +2,7 @@
 // address table, and the identity of a host (for choosing shm).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/auth.h"
@@ -15,7 +16,7 @@ struct PeerInfo {
   sockaddr_in6 addr;   // big enough for v4 and v6; family says which
   uint32_t addrLen;
   uint32_t pad;
-  uint64_t hostHash;   // equal for ranks that can share memory
+  uint64_t hostHash;   // equal for ranks on one host (hostIdentity)
   // The transport this rank picks for a peer on its own host [0] and on
   // another host [1] ("" where none can reach it): every rank checks its
   // pairs' agreement from the table, without a word on any socket.
@@ -50,5 +51,10 @@ ternResult_t exchangeWithRoot(const SockAddr& root, const Secret& s, int rank, i
 // namespaces count as different hosts, which is what emulated multi-host
 // tests need.
 uint64_t localHostHash();
+// This rank's host identity: TERN_HOST_ID when set (ranks with different ids
+// are on different hosts whatever they share, ranks with the same id on one
+// host: containers that share a kernel, emulated hosts), else
+// localHostHash().  *source says which, for the log.
+uint64_t hostIdentity(std::string* source);
 
 }  // namespace tern

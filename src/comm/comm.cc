@@ -48,15 +48,7 @@ void publishPicks(const std::vector<std::unique_ptr<Transport>>& ts, const Comm&
 // Hosts in order of their lowest rank, ranks of a host in rank order.
 void orderRing(Comm& c) {
   c.ring.clear();
-  std::vector<bool> placed(c.nranks, false);
-  for (int r = 0; r < c.nranks; ++r) {
-    if (placed[r]) continue;
-    for (int q = r; q < c.nranks; ++q)
-      if (!placed[q] && c.peers[q].hostHash == c.peers[r].hostHash) {
-        c.ring.push_back(q);
-        placed[q] = true;
-      }
-  }
+  for (const std::vector<int>& h : c.hosts.members) c.ring.insert(c.ring.end(), h.begin(), h.end());
   c.ringPos.assign(c.nranks, 0);
   for (int i = 0; i < c.nranks; ++i) c.ringPos[c.ring[i]] = i;
 }
@@ -68,7 +60,7 @@ ternResult_t agreeTransports(const Comm& c, const std::vector<std::unique_ptr<Tr
                              std::vector<Transport*>* of) {
   of->assign(c.nranks, nullptr);
   for (int p = 0; p < c.nranks; ++p) {
-    PeerFacts f{c.rank, p, c.peers[p].hostHash == c.peers[c.rank].hostHash};
+    PeerFacts f{c.rank, p, c.hosts.hostOf[p] == c.hosts.hostOf[c.rank]};
     Transport*& t = (*of)[p];
     TERN_CHECK(pickTransport(ts, f, c.cfg, &t));
     if (p == c.rank) continue;
@@ -133,11 +125,18 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   // until the table serves it.
   auto gate = std::make_unique<AuthGate>(lfd, c->secret, ConnKind::Mesh, 1, c->cfg.handshakeSec,
                                          "rank " + std::to_string(rank));
-  PeerInfo mine = makePeerInfo(listenAddr, localHostHash());
+  std::string hostSource;
+  PeerInfo mine = makePeerInfo(listenAddr, hostIdentity(&hostSource));
   publishPicks(transports, *c, &mine);
   ternResult_t r = exchangeWithRoot(id.root, c->secret, rank, nranks, mine, d, &c->peers);
   std::vector<int> bindCpus;
   std::vector<Transport*> transportOf;
+  if (r == ternSuccess) {
+    std::vector<uint64_t> ids;
+    for (const PeerInfo& p : c->peers) ids.push_back(p.hostHash);
+    c->hosts = groupByHost(ids);
+    TERN_LOG(Info, "hosts by %s: %s", hostSource.c_str(), describeHosts(c->hosts).c_str());
+  }
   if (r == ternSuccess) r = placeComm(*c, &bindCpus);
   if (r == ternSuccess) r = agreeTransports(*c, transports, &transportOf);
   if (r != ternSuccess) {

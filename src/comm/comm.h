@@ -14,6 +14,7 @@
 #include "base/env.h"
 #include "base/spin_lock.h"
 #include "engine/executor.h"
+#include "topology/hosts.h"
 #include "transport/conn_table.h"
 #include "transport/transport.h"
 
@@ -22,6 +23,9 @@ struct ternComm : public tern::EngineHost {
   tern::Config cfg;
   tern::Secret secret{};
   std::vector<tern::PeerInfo> peers;
+  // Which ranks share a host (from the peers' host identities): host count,
+  // local rank and local size for the plans (PlanCtx::hosts) and placement.
+  tern::HostLayout hosts;
   // Ring order: ring[i] is the rank at position i; ranks of one host are
   // contiguous (hosts in order of their lowest rank), so the ring crosses
   // each host boundary once.  ringPos[r] is rank r's position.
@@ -92,6 +96,7 @@ struct ternComm : public tern::EngineHost {
     x.cfg = &cfg;
     x.mem = hostMem;
     x.conns = &table->view(level);
+    x.hosts = &hosts;
     return x;
   }
   const tern::MemOps* const hostMem = tern::memOps(tern::MemType::Host);

@@ -35,12 +35,7 @@ ternResult_t placeComm(Comm& c, PuSet* bindCpus) {
   if (c.cfg.pinMode != "auto" && c.cfg.pinMode != "on" && c.cfg.pinMode != "off")
     return setError(ternInvalidArgument,
                     "TERN_PIN_PROGRESS='" + c.cfg.pinMode + "' is not one of auto, on, off");
-  int localRank = 0, localSize = 0;
-  for (int r = 0; r < c.nranks; ++r) {
-    if (c.peers[r].hostHash != c.peers[c.rank].hostHash) continue;
-    if (r < c.rank) ++localRank;
-    ++localSize;
-  }
+  const int localRank = c.hosts.localRank[c.rank], localSize = c.hosts.localSize(c.rank);
   Topology t;
   if (loadTopology(c.cfg.topoXml, &t) != ternSuccess) {
     if (!c.cfg.topoXml.empty()) return ternInvalidArgument;  // asked for: an error

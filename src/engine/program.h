@@ -22,6 +22,7 @@ namespace tern {
 
 struct Operation;
 struct OpDesc;
+struct HostLayout;  // topology/hosts.h
 
 // A codec turns groups of incoming bytes into groups of outgoing bytes (and
 // may write the caller's buffer itself): the ternary allreduce's fused
@@ -166,6 +167,7 @@ struct PlanCtx {
   const std::vector<Conn*>* conns = nullptr;  // the level's, per peer (built once per comm)
   const Config* cfg = nullptr;
   const MemOps* mem = nullptr;  // how the operation's buffers are copied, reduced, coded
+  const HostLayout* hosts = nullptr;  // which ranks share a host (null: all one host)
 
   int pos() const { return (*ringPos)[rank]; }
   int posOf(int r) const { return (*ringPos)[r]; }
