@@ -1,13 +1,22 @@
 // Hosts (issue 45): ranks grouped by host identity at init, TERN_HOST_ID
 // emulating hosts on one machine (shm inside an emulated host, tcp between
-// them), and the layout plans read (topology/hosts.h).  White-box: each
-// rank reads its communicator's layout and per-connection byte counters.
+// them), the layout plans read (topology/hosts.h), and the two-level
+// allreduce on it: the algorithm's choice as a pure function, results bit
+// for bit on even and uneven hosts, its bytes on shm and on the network,
+// and ranks that disagree getting an error.  White-box: each rank reads its
+// communicator's layout and per-connection byte counters.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "checker.h"
+#include "collectives/collectives.h"
 #include "comm/comm.h"
 #include "harness.h"
 #include "topology/hosts.h"
@@ -74,6 +83,197 @@ TEST(HostId, RanksWithOneIdShareMemoryOthersUseTheNetwork) {
   for (const std::string hosts : {"aabb", "abab", "aab"})
     expectAllRanksOk(runRanks(static_cast<int>(hosts.size()), {{"TERN_TIMEOUT", "30"}},
                               [&](RankCtx& c) { return layoutBody(c, hosts); }, 1, 60));
+}
+
+// ---- the allreduce's algorithm: a pure function of the facts ----
+
+tern::AllReduceFacts facts(const char* forced, size_t bytes, int hosts, int minLocal, int nranks = 4) {
+  tern::AllReduceFacts f;
+  f.forced = forced;
+  f.bytes = bytes;
+  f.smallBytes = 32 << 10;
+  f.nranks = nranks;
+  f.hosts = hosts;
+  f.minLocal = minLocal;
+  return f;
+}
+
+TEST(AllReduceChoice, PureFunctionOfTheFacts) {
+  using tern::AllReduceAlgo;
+  using tern::chooseAllReduce;
+  const size_t big = 64 << 20, mid = tern::kTwoLevelFromBytes - 8;
+  // auto: two-level only with several hosts, each of several ranks, and a large call.
+  EXPECT_EQ(chooseAllReduce(facts("auto", big, 2, 2)), AllReduceAlgo::TwoLevel);
+  EXPECT_EQ(chooseAllReduce(facts("auto", tern::kTwoLevelFromBytes, 4, 8, 32)), AllReduceAlgo::TwoLevel);
+  EXPECT_EQ(chooseAllReduce(facts("auto", mid, 2, 2)), AllReduceAlgo::Ring);
+  EXPECT_EQ(chooseAllReduce(facts("auto", big, 1, 4)), AllReduceAlgo::Ring);      // one host
+  EXPECT_EQ(chooseAllReduce(facts("auto", big, 4, 1)), AllReduceAlgo::Ring);      // a rank per host
+  EXPECT_EQ(chooseAllReduce(facts("auto", big, 2, 1, 4)), AllReduceAlgo::Ring);   // 3+1: uneven
+  EXPECT_EQ(chooseAllReduce(facts("auto", 32 << 10, 2, 2)), AllReduceAlgo::RecursiveDoubling);
+  // Forced: that one above the small threshold, recursive doubling at or below it.
+  EXPECT_EQ(chooseAllReduce(facts("ring", big, 2, 2)), AllReduceAlgo::Ring);
+  EXPECT_EQ(chooseAllReduce(facts("rd", big, 2, 2)), AllReduceAlgo::RecursiveDoubling);
+  EXPECT_EQ(chooseAllReduce(facts("twolevel", (32 << 10) + 4, 1, 3, 3)), AllReduceAlgo::TwoLevel);
+  EXPECT_EQ(chooseAllReduce(facts("twolevel", 4096, 2, 2)), AllReduceAlgo::RecursiveDoubling);
+  EXPECT_EQ(chooseAllReduce(facts("ring", 16, 2, 2)), AllReduceAlgo::RecursiveDoubling);
+}
+
+// ---- two-level allreduce across emulated hosts ----
+
+// Bytes this rank sent over shm and over tcp at the default level.
+void bytesByTransport(ternComm_t c, uint64_t* shm, uint64_t* tcp) {
+  *shm = *tcp = 0;
+  for (tern::Conn* k : c->table->view(TERN_PRIORITY_DEFAULT)) {
+    const uint64_t b = k->bytesSent.load();
+    if (!strcmp(k->name(), "shm")) *shm += b;
+    if (!strcmp(k->name(), "tcp")) *tcp += b;
+  }
+}
+
+// Every type and op, out of place and in place, at sizes around chunk and
+// slice edges (tiny chunks and fifos; TERN_SMALL_THRESHOLD=0 so the forced
+// algorithm runs at every size), checked bit for bit (values every type
+// holds exactly: perf/harness/values.h).
+int twoLevelBody(RankCtx& ctx, const std::string& hosts) {
+  setenv("TERN_HOST_ID", hostIdOf(hosts, ctx.rank).c_str(), 1);
+  setenv("TERN_CHUNKSIZE", "4096", 1);
+  setenv("TERN_BUFFSIZE", "16384", 1);
+  setenv("TERN_SMALL_THRESHOLD", "0", 1);
+  ternComm_t comm = ctx.comm();
+  Checker check{ctx, comm};
+  for (int t = 0; t < ternNumTypes; ++t) {
+    const auto dt = static_cast<ternDataType_t>(t);
+    const size_t edge = 4096 / ternTypeSize(dt) * ctx.nranks;
+    for (size_t count : {size_t(1), size_t(3), size_t(7), size_t(1023), edge - 1, edge + 1, 3 * edge + 5})
+      for (int o = 0; o < ternNumOps; ++o)
+        for (bool inplace : {false, true}) check.allReduce(dt, static_cast<ternRedOp_t>(o), count, inplace);
+  }
+  for (ternRedOp_t op : {ternSum, ternAvg}) check.allReduce(ternFloat32, op, 300007, false);
+  uint64_t shm, tcp;
+  bytesByTransport(comm, &shm, &tcp);
+  int fails = check.failures;
+  // Each emulated host's ranks really share memory, and the hosts really
+  // talk over the network (a host of one rank has no shm peer).
+  const auto onMine = std::count(hosts.begin(), hosts.end(), hosts[ctx.rank]);
+  if (onMine == 1 ? shm != 0 : shm == 0) fails += failf(ctx, "%llu bytes over shm", (unsigned long long)shm);
+  if (onMine < ctx.nranks ? tcp == 0 : tcp != 0) fails += failf(ctx, "%llu bytes over tcp", (unsigned long long)tcp);
+  ternCommDestroy(comm);
+  return fails;
+}
+
+class TwoLevel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TwoLevel, EveryTypeAndOpBitwise) {
+  expectAllRanksOk(runRanks(static_cast<int>(GetParam().size()),
+                            {{"TERN_TIMEOUT", "60"}, {"TERN_ALGO", "twolevel"}},
+                            [&](RankCtx& c) { return twoLevelBody(c, GetParam()); }, 1, 300));
+}
+
+// 2 hosts x 2 ranks, uneven hosts (3+1, 2+1, 1+2), a host's ranks not
+// contiguous, and one host (the scheme is a reduce-scatter and an allgather).
+INSTANTIATE_TEST_SUITE_P(Hosts, TwoLevel, ::testing::Values("aabb", "aaab", "aab", "abb", "abab", "aaa"),
+                         [](const auto& info) {
+                           std::string n;
+                           for (char h : info.param) n += h;
+                           return n;
+                         });
+
+// The bytes each emulated host puts on the network for a 4 MiB float32
+// allreduce at 2 hosts x 2 ranks: two-level (forced, and chosen by auto)
+// sends 2(H-1)/H of the buffer per host, the host-ordered flat ring
+// 2(N-1)/N: 1.5x as much.  Rank 0 gathers every rank's tcp bytes.
+int trafficBody(RankCtx& ctx, const char* algo, uint64_t* hostTcp) {
+  setenv("TERN_HOST_ID", hostIdOf("aabb", ctx.rank).c_str(), 1);
+  setenv("TERN_ALGO", algo, 1);
+  ternComm_t comm = ctx.comm();
+  const size_t n = 1 << 20;  // 4 MiB of float32
+  std::vector<float> x(n, static_cast<float>(ctx.rank + 1)), y(n);
+  int fails = 0;
+  if (ternAllReduce(x.data(), y.data(), n, ternFloat32, ternSum, comm, nullptr) != ternSuccess || y[n - 1] != 10.f)
+    fails += failf(ctx, "allreduce (%s) failed or wrong", algo);
+  uint64_t shm, tcp;
+  bytesByTransport(comm, &shm, &tcp);
+  // Every rank's tcp bytes to rank 0, over tern itself.
+  std::vector<unsigned long long> all(ctx.nranks), mine(ctx.nranks, 0);
+  mine[ctx.rank] = tcp;
+  if (ternAllReduce(mine.data(), all.data(), ctx.nranks, ternUint64, ternSum, comm, nullptr) != ternSuccess)
+    fails += failf(ctx, "gathering the byte counts failed");
+  if (ctx.rank == 0) {
+    hostTcp[0] = all[0] + all[1];
+    hostTcp[1] = all[2] + all[3];
+  }
+  ternCommDestroy(comm);
+  return fails;
+}
+
+TEST(TwoLevel, SendsTwoThirdsOfTheFlatRingsBytesPerHost) {
+  const double buf = 4 << 20;
+  for (const char* algo : {"twolevel", "auto", "ring"}) {
+    // Rank 0 writes its host sums here (shared with the parent through a pipe).
+    Signal pipe;
+    expectAllRanksOk(runRanks(4, {{"TERN_TIMEOUT", "30"}}, [&](RankCtx& c) {
+      uint64_t host[2] = {0, 0};
+      int r = trafficBody(c, algo, host);
+      if (c.rank == 0) (void)!write(pipe.fd[1], host, sizeof host);
+      return r;
+    }));
+    uint64_t host[2] = {0, 0};
+    ASSERT_EQ(read(pipe.fd[0], host, sizeof host), static_cast<ssize_t>(sizeof host));
+    // Two-level: 2(H-1)/H = 1 buffer per host; the ring: 2(N-1)/N = 1.5
+    // (descriptors, padding and the small gathering allreduce on top: < 1%).
+    const double want = std::string(algo) == "ring" ? 1.5 : 1.0;
+    for (int h = 0; h < 2; ++h) {
+      EXPECT_GT(host[h], want * buf) << algo << " host " << h;
+      EXPECT_LT(host[h], want * buf * 1.01) << algo << " host " << h;
+    }
+  }
+}
+
+// Ranks that would plan an allreduce differently fail to make the
+// communicator (TERN_ALGO is agreed at init), a bad value is refused with a
+// sentence, and ranks that call different ops get an error, not a result
+// (the descriptor check every plan's first message carries).
+TEST(TwoLevel, RanksThatDisagreeGetAnError) {
+  Signal failed;  // rank 0's process holds the bootstrap root: it waits until all have the table
+  expectAllRanksOk(runRanks(4, {{"TERN_TIMEOUT", "30"}}, [&](RankCtx& c) {
+    setenv("TERN_HOST_ID", hostIdOf("aabb", c.rank).c_str(), 1);
+    setenv("TERN_ALGO", c.rank < 2 ? "twolevel" : "ring", 1);
+    ternComm_t comm = nullptr;
+    ternResult_t r = ternCommInitRank(&comm, c.nranks, c.ids[0], c.rank);
+    const std::string why = ternGetLastError(nullptr);
+    if (c.rank > 0) failed.post();
+    for (int q = 1; c.rank == 0 && q < c.nranks; ++q) failed.await();
+    if (r != ternInvalidUsage || why.find("TERN_ALGO") == std::string::npos)
+      return failf(c, "mixed TERN_ALGO: %s (%s)", ternGetErrorString(r), why.c_str());
+    return 0;
+  }));
+  expectAllRanksOk(runRanks(1, {{"TERN_ALGO", "bogus"}}, [](RankCtx& c) {
+    ternComm_t comm = nullptr;
+    ternResult_t r = ternCommInitRank(&comm, 1, c.ids[0], 0);
+    const std::string why = ternGetLastError(nullptr);
+    if (r != ternInvalidArgument || why != "TERN_ALGO='bogus' is not one of auto, ring, rd, twolevel")
+      return failf(c, "TERN_ALGO=bogus: %s (%s)", ternGetErrorString(r), why.c_str());
+    return 0;
+  }));
+  expectAllRanksOk(runRanks(4, {{"TERN_TIMEOUT", "30"}, {"TERN_ALGO", "twolevel"}}, [](RankCtx& c) {
+    setenv("TERN_HOST_ID", hostIdOf("aabb", c.rank).c_str(), 1);
+    ternComm_t comm = c.comm();
+    std::vector<float> x(1 << 18, 1.f);
+    ternResult_t r = ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, c.rank == 3 ? ternMax : ternSum,
+                                   comm, nullptr);
+    // A rank whose neighbours agreed with it may finish the call; it learns
+    // at its next one.  Ranks 2 and 3 read each other's descriptors (one
+    // host's reduce-scatter) and the others get the sentence from them; no
+    // rank exits before every rank had the time to (an exit is a remote
+    // error to a peer still sending to it).
+    if (r == ternSuccess) r = ternBarrier(comm);
+    const std::string why = ternGetLastError(comm);
+    usleep(300 * 1000);
+    ternCommAbort(comm);
+    if (r != ternInvalidUsage || why.find("allreduce") == std::string::npos)
+      return failf(c, "different ops: %s (%s)", ternGetErrorString(r), why.c_str());
+    return 0;
+  }));
 }
 
 }  // namespace

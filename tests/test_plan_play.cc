@@ -35,6 +35,7 @@
 #include "engine/operation.h"
 #include "engine/program.h"
 #include "memory/memory.h"
+#include "topology/hosts.h"
 
 namespace tern {
 namespace {
@@ -132,6 +133,13 @@ class World {
   }
 
   int n() const { return n_; }
+  // Ranks on hosts (ids[r]: rank r's host) for host-aware plans, and the
+  // allreduce's algorithm (TERN_ALGO).
+  void setHosts(const std::vector<uint64_t>& ids, const char* algo) {
+    hosts_ = groupByHost(ids);
+    hasHosts_ = true;
+    cfg_.algo = algo;
+  }
   // Messages the fifo streams (ll false) or the low-latency ones carried.
   size_t messages(bool ll) const {
     size_t m = 0;
@@ -181,6 +189,7 @@ class World {
     x.conns = &connPtrs_[r];
     x.cfg = &cfg_;
     x.mem = memOps(MemType::Host);
+    x.hosts = hasHosts_ ? &hosts_ : nullptr;
     return x;
   }
 
@@ -412,6 +421,8 @@ class World {
   std::vector<Stream> streams_[2];
   std::vector<std::vector<std::unique_ptr<SimOp>>> ops_;
   std::string error_;
+  HostLayout hosts_;
+  bool hasHosts_ = false;
 };
 
 // Rank r's input element i: distinct per rank and element, small enough
@@ -525,6 +536,47 @@ TEST(PlanPlay, AllReduceBothAlgorithmsAverage) {
         for (int r = 0; r < n; ++r)
           for (size_t i = 0; i < count; ++i)
             ASSERT_NEAR(buf[r][i], static_cast<double>(sumAt(n, i)) / n, 1e-2) << "rank " << r;
+      }
+}
+
+// The two-level allreduce (issue 45) at 1-16 ranks on 1-4 hosts: hosts of
+// equal and unequal sizes, their ranks contiguous or interleaved, counts
+// that the slices do not divide (and fewer elements than ranks); int32 sum
+// out of place and float32 average in place (the division at each element's
+// last reduction), against the reference.
+TEST(PlanPlay, AllReduceTwoLevel) {
+  uint32_t seed = 7;
+  for (int hosts = 1; hosts <= 4; ++hosts)
+    for (int n = hosts; n <= 16; ++n)
+      for (int layout = 0; layout < 3; ++layout) {
+        // 0: blocks (the first hosts one rank larger); 1: round robin; 2: all but
+        // hosts-1 ranks on the last host.
+        std::vector<uint64_t> ids(n);
+        for (int r = 0; r < n; ++r)
+          ids[r] = layout == 0 ? r * hosts / n : layout == 1 ? r % hosts : std::min(r, hosts - 1);
+        for (size_t count : {size_t(1), size_t(5), size_t(67), size_t(300)}) {
+          const Config4 k = kConfigs[seed % 2];
+          World w(n, {k.chunk, k.fifo, 0, 0}, seed++);
+          w.setHosts(ids, "twolevel");
+          Bufs in(n), out(n);
+          fill(in, n, count);
+          std::vector<std::vector<float>> avg(n, std::vector<float>(count));
+          for (int r = 0; r < n; ++r) {
+            out[r].assign(count, -1);
+            for (size_t i = 0; i < count; ++i) avg[r][i] = static_cast<float>(input(r, i));
+            w.issue(r, coll(OpKind::AllReduce, in[r].data(), out[r].data(), count));
+            w.issue(r, coll(OpKind::AllReduce, avg[r].data(), avg[r].data(), count, -1, ternAvg, ternFloat32));
+          }
+          const std::string at = std::to_string(n) + " ranks on " + std::to_string(hosts) + " hosts (layout " +
+                                 std::to_string(layout) + "), count " + std::to_string(count);
+          ASSERT_EQ(w.run(), "") << at;
+          for (int r = 0; r < n; ++r)
+            for (size_t i = 0; i < count; ++i) {
+              ASSERT_EQ(out[r][i], sumAt(n, i)) << at << ", rank " << r << " [" << i << "]";
+              ASSERT_FLOAT_EQ(avg[r][i], static_cast<float>(static_cast<double>(sumAt(n, i)) / n))
+                  << at << ", rank " << r << " [" << i << "]";
+            }
+        }
       }
 }
 

@@ -73,6 +73,7 @@ Config readConfig() {
   c.shmIpcBytes = static_cast<size_t>(std::max<long long>(envInt("TERN_SHM_IPC", 64 << 10, bad), 0));
   c.transport = envString("TERN_TRANSPORT", "auto");
   c.net = envString("TERN_NET", "auto");
+  c.algo = envString("TERN_ALGO", "auto");
   // What a more urgent level finds ahead of it in the kernel and the qdisc
   // (perf/RESULTS.md, 2026-11-28): tcp only, and only on levels less urgent
   // than one in use (engine/executor.cc urgentInUse, transport/tcp.cc).

@@ -32,6 +32,7 @@ struct Config {
   bool smallPath;          // TERN_SMALL_PATH: small blocking collectives on an idle engine run on the caller's thread
   std::string transport;   // TERN_TRANSPORT: auto|shm|tcp|ucx
   std::string net;         // TERN_NET: auto|ucx|tcp, what auto uses across hosts
+  std::string algo;        // TERN_ALGO: auto|ring|rd|twolevel, the allreduce's algorithm (comm/config.cc checks it)
   std::string ifname;      // TERN_SOCKET_IFNAME
   std::string topoXml;     // TERN_TOPO_XML: decide from this hwloc XML, not the host
   std::string topoDump;    // TERN_TOPO_DUMP: write what was detected and decided

@@ -19,25 +19,4 @@ void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst
   ph->what = "allreduce (recursive doubling)";
 }
 
-static bool useRecursiveDoubling(const PlanCtx& x, size_t count, ternDataType_t dt) {
-  return count * typeSize(dt) <= x.cfg->smallBytes;
-}
-
-bool allReduceNeedsDivide(const PlanCtx& x, size_t count, ternDataType_t dt, ternRedOp_t op) {
-  return op == ternAvg && x.nranks > 1 && useRecursiveDoubling(x, count, dt);
-}
-
-void planAllReduce(const PlanCtx& x, const void* src, void* dst, size_t count, ternDataType_t dt,
-                   ternRedOp_t op, Phase* ph) {
-  ph->what = "allreduce";
-  if (x.nranks == 1) {
-    if (src != dst) x.mem->copy(dst, src, count * typeSize(dt));
-    return;
-  }
-  if (useRecursiveDoubling(x, count, dt))
-    planAllReduceRecursiveDoubling(x, src, dst, count, dt, op, ph);
-  else
-    planAllReduceRing(x, src, dst, count, dt, op, ph);
-}
-
 }  // namespace tern

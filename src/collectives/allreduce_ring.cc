@@ -19,20 +19,16 @@
 #include <algorithm>
 
 #include "collectives/collectives.h"
+#include "collectives/ring.h"
 
 namespace tern {
 
-void planAllReduceRing(const PlanCtx& x, const void* src, void* dst, size_t count,
-                       ternDataType_t dt, ternRedOp_t op, Phase* ph) {
-  const int n = x.nranks, r = x.pos();  // chunks go by ring position
-  const size_t esz = ternTypeSize(dt);
-  const size_t maxChunk = std::max<size_t>(1, x.cfg->chunkBytes / esz);
-  const char* s = static_cast<const char*>(src);
-  char* d = static_cast<char*>(dst);
-  Conn* in = x.prev();
-  Conn* out = x.next();
-  ph->progs.resize(1);
-  Program& prog = ph->progs[0];
+void ringAllReduceSteps(Program& prog, const RingSpan& ring, const char* s, char* d, size_t count,
+                        size_t esz, size_t chunkBytes, bool avg) {
+  const int n = ring.n, r = ring.pos;  // chunks go by ring position
+  const size_t maxChunk = std::max<size_t>(1, chunkBytes / esz);
+  Conn* in = ring.in;
+  Conn* out = ring.out;
   Step last;  // the previous piece's last step (see above)
   for (size_t base = 0; base < count;) {
     size_t left = count - base;
@@ -53,7 +49,7 @@ void planAllReduceRing(const PlanCtx& x, const void* src, void* dst, size_t coun
       prog.add({in, out, s + off, nullptr, len, true});
     }
     len = at(r, &off);
-    prog.add({in, out, s + off, d + off, len, true, op == ternAvg});
+    prog.add({in, out, s + off, d + off, len, true, avg});
     for (int t = 1; t <= n - 2; ++t) {
       len = at(r - t, &off);
       prog.add({in, out, nullptr, d + off, len});
@@ -63,6 +59,14 @@ void planAllReduceRing(const PlanCtx& x, const void* src, void* dst, size_t coun
     base += piece;
   }
   prog.add(last);
+}
+
+void planAllReduceRing(const PlanCtx& x, const void* src, void* dst, size_t count,
+                       ternDataType_t dt, ternRedOp_t op, Phase* ph) {
+  ph->progs.resize(1);
+  ringAllReduceSteps(ph->progs[0], RingSpan{x.nranks, x.pos(), x.prev(), x.next()},
+                     static_cast<const char*>(src), static_cast<char*>(dst), count, ternTypeSize(dt),
+                     x.cfg->chunkBytes, op == ternAvg);
   ph->red = {dt, op};
   ph->what = "allreduce (ring)";
 }

@@ -21,14 +21,41 @@ enum class OpKind : uint8_t {
 };
 const OpKindInfo& collectiveKind(OpKind k);
 
-// Allreduce: recursive doubling below TERN_SMALL_THRESHOLD bytes (latency),
-// pipelined ring above it (bandwidth).  Recursive doubling leaves ternAvg's
-// division to the caller (allReduceNeedsDivide).
+// Allreduce: the algorithm chooseAllReduce picks (allreduce_choice.cc).
+// Recursive doubling leaves ternAvg's division to the caller
+// (allReduceNeedsDivide).
 void planAllReduce(const PlanCtx& x, const void* src, void* dst, size_t count, ternDataType_t dt,
                    ternRedOp_t op, Phase* ph);
 bool allReduceNeedsDivide(const PlanCtx& x, size_t count, ternDataType_t dt, ternRedOp_t op);
+
+// The allreduce's algorithms, and the one place that chooses among them: a
+// pure function of what every rank knows alike (so every rank plans the same
+// call the same way).  A later cost model replaces the rule inside.
+enum class AllReduceAlgo : uint8_t { RecursiveDoubling, Ring, TwoLevel };
+struct AllReduceFacts {
+  const char* forced = "auto";  // TERN_ALGO: auto|ring|rd|twolevel
+  size_t bytes = 0;             // the call's payload
+  size_t smallBytes = 0;        // TERN_SMALL_THRESHOLD
+  int nranks = 1;
+  int hosts = 1, minLocal = 1;  // host count; fewest ranks on a host (topology/hosts.h)
+};
+// Two-level from this size under auto (with several hosts of several ranks):
+// at 2 hosts x 2 ranks it took 0.70-0.75x the ring's time at 64 KiB-64 MiB
+// over 1 Gbit/s links and 0.58-0.93x at 10 Gbit/s (perf/RESULTS.md,
+// 2026-12-04: two-level allreduce across emulated hosts); smaller sizes
+// were not measured.
+constexpr size_t kTwoLevelFromBytes = size_t(64) << 10;
+AllReduceAlgo chooseAllReduce(const AllReduceFacts& f);
+const char* algoName(AllReduceAlgo a);  // "two-level"
+// The facts of one call on x's communicator.
+AllReduceFacts allReduceFacts(const PlanCtx& x, size_t bytes);
+
 void planAllReduceRing(const PlanCtx& x, const void* src, void* dst, size_t count,
                        ternDataType_t dt, ternRedOp_t op, Phase* ph);
+// Intra-host reduce-scatter, an allreduce across hosts per local rank,
+// intra-host allgather (allreduce_twolevel.cc); x.hosts must be set.
+void planAllReduceTwoLevel(const PlanCtx& x, const void* src, void* dst, size_t count,
+                           ternDataType_t dt, ternRedOp_t op, Phase* ph);
 void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst, size_t count,
                                     ternDataType_t dt, ternRedOp_t op, Phase* ph);
 // Its steps on buffer d (in place, after any copy of the input) in order: a

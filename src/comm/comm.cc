@@ -128,14 +128,17 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   std::string hostSource;
   PeerInfo mine = makePeerInfo(listenAddr, hostIdentity(&hostSource));
   publishPicks(transports, *c, &mine);
+  mine.algo = static_cast<uint32_t>(algoCode(c->cfg.algo));
   ternResult_t r = exchangeWithRoot(id.root, c->secret, rank, nranks, mine, d, &c->peers);
   std::vector<int> bindCpus;
   std::vector<Transport*> transportOf;
   if (r == ternSuccess) {
     std::vector<uint64_t> ids;
-    for (const PeerInfo& p : c->peers) ids.push_back(p.hostHash);
+    std::vector<uint32_t> algos;
+    for (const PeerInfo& p : c->peers) ids.push_back(p.hostHash), algos.push_back(p.algo);
     c->hosts = groupByHost(ids);
     TERN_LOG(Info, "hosts by %s: %s", hostSource.c_str(), describeHosts(c->hosts).c_str());
+    r = agreeAlgo(algos);
   }
   if (r == ternSuccess) r = placeComm(*c, &bindCpus);
   if (r == ternSuccess) r = agreeTransports(*c, transports, &transportOf);

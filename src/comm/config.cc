@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -205,7 +206,27 @@ ternResult_t resolveFlows(const ternConfig_t* u, Config* cfg) {
   return resolveDscp(u, cfg);
 }
 
+int algoCode(const std::string& name) {
+  for (size_t i = 0; i < std::size(kAlgoNames); ++i)
+    if (name == kAlgoNames[i]) return static_cast<int>(i);
+  return -1;
+}
+
+ternResult_t agreeAlgo(const std::vector<uint32_t>& codes) {
+  auto name = [](uint32_t c) { return c < std::size(kAlgoNames) ? kAlgoNames[c] : "?"; };
+  for (size_t r = 1; r < codes.size(); ++r)
+    if (codes[r] != codes[0])
+      return setError(ternInvalidUsage, "rank " + std::to_string(r) + " has TERN_ALGO=" + name(codes[r]) +
+                                            " but rank 0 has TERN_ALGO=" + name(codes[0]) +
+                                            ": ranks would plan the same allreduce differently; set "
+                                            "TERN_ALGO the same on every rank");
+  return ternSuccess;
+}
+
 ternResult_t resolveConfig(const ternConfig_t* user, int nranks, Config* cfg) {
+  if (algoCode(cfg->algo) < 0)
+    return setError(ternInvalidArgument,
+                    "TERN_ALGO='" + cfg->algo + "' is not one of auto, ring, rd, twolevel");
   size_t q = ternaryFifoQuantum(nranks);
   cfg->fifoBytes = (cfg->fifoBytes + q - 1) / q * q;
   cfg->fifoGranule = q;  // every unit the engine aligns on divides it

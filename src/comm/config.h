@@ -8,6 +8,7 @@
 
 #include <array>
 #include <string>
+#include <vector>
 
 namespace tern {
 
@@ -38,5 +39,15 @@ int flowSoPriority(int flowClass, int flowClasses);
 std::array<int, TERN_PRIORITY_LEVELS> flowClassTable(const Config& cfg);
 // One line for the INFO log: each class's levels, DSCP and SO_PRIORITY.
 std::string describeFlows(const Config& cfg);
+
+// TERN_ALGO's values, in the order of their codes (a rank publishes its code
+// in the bootstrap exchange, comm/bootstrap.h PeerInfo::algo).
+constexpr const char* kAlgoNames[] = {"auto", "ring", "rd", "twolevel"};
+// The code of a TERN_ALGO value (-1: not one of them).
+int algoCode(const std::string& name);
+// Every rank must plan an allreduce alike, so every rank's TERN_ALGO (codes[r]
+// is rank r's) must be the same: else ternInvalidUsage, naming a rank that
+// differs from rank 0.
+ternResult_t agreeAlgo(const std::vector<uint32_t>& codes);
 
 }  // namespace tern

@@ -1,0 +1,72 @@
+// Ring reduce-scatter and allgather over blocks of any sizes (ring.h).  A
+// block goes around in rounds of one chunk per block, so partial sums flow on
+// while they arrive, as in reduce_scatter.cc and allgather.cc; blocks may
+// differ in length (a count that the members do not divide), and a block
+// that has no chunk left in a round skips its steps on every member alike
+// (both ends of a hop compute the same length for the same block and round).
+#include "collectives/ring.h"
+
+#include <algorithm>
+
+namespace tern {
+
+namespace {
+
+// Rounds of chunks of at most `maxChunk` elements that the longest block needs.
+size_t roundsFor(const RingSpan& ring, const size_t* cuts, size_t maxChunk) {
+  size_t longest = 0;
+  for (int k = 0; k < ring.n; ++k) longest = std::max(longest, cuts[k + 1] - cuts[k]);
+  return (longest + maxChunk - 1) / maxChunk;
+}
+
+// Round `c`'s chunk of the block at position k: byte offset and length (0:
+// the block has nothing left in this round).
+struct Chunk {
+  const size_t* cuts;
+  int n;
+  size_t esz, maxChunk, c;
+  size_t at(int k, size_t* off) const {
+    k = (k % n + n) % n;
+    const size_t first = std::min(cuts[k] + c * maxChunk, cuts[k + 1]);
+    *off = first * esz;
+    return std::min(maxChunk, cuts[k + 1] - first) * esz;
+  }
+};
+
+}  // namespace
+
+void ringReduceScatterSteps(Program& prog, const RingSpan& ring, const size_t* cuts, const char* s,
+                            char* d, size_t esz, size_t chunkBytes, bool avg) {
+  const int n = ring.n, r = ring.pos;
+  const size_t maxChunk = std::max<size_t>(1, chunkBytes / esz);
+  for (size_t c = 0, rounds = roundsFor(ring, cuts, maxChunk); c < rounds; ++c) {
+    const Chunk ch{cuts, n, esz, maxChunk, c};
+    size_t off, len = ch.at(r - 1, &off);
+    prog.add({nullptr, ring.out, s + off, nullptr, len});
+    for (int st = 1; st <= n - 2; ++st) {
+      len = ch.at(r - 1 - st, &off);
+      prog.add({ring.in, ring.out, s + off, nullptr, len, true});
+    }
+    len = ch.at(r, &off);
+    prog.add({ring.in, nullptr, s + off, d + off, len, true, avg});
+  }
+}
+
+void ringAllGatherSteps(Program& prog, const RingSpan& ring, const size_t* cuts, char* d, size_t esz,
+                        size_t chunkBytes) {
+  const int n = ring.n, r = ring.pos;
+  const size_t maxChunk = std::max<size_t>(1, chunkBytes / esz);
+  for (size_t c = 0, rounds = roundsFor(ring, cuts, maxChunk); c < rounds; ++c) {
+    const Chunk ch{cuts, n, esz, maxChunk, c};
+    size_t off, len = ch.at(r, &off);
+    prog.add({nullptr, ring.out, d + off, nullptr, len});
+    for (int t = 1; t <= n - 2; ++t) {
+      len = ch.at(r - t, &off);
+      prog.add({ring.in, ring.out, nullptr, d + off, len});
+    }
+    len = ch.at(r + 1, &off);
+    prog.add({ring.in, nullptr, nullptr, d + off, len});
+  }
+}
+
+}  // namespace tern
