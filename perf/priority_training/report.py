@@ -95,6 +95,10 @@ def plot_iterations(doc, path):
     ax.boxplot([list(times[v].values()) for v in names], labels=names)
     for i, v in enumerate(names):
         ax.scatter([i + 1] * len(times[v]), list(times[v].values()), s=10, color="k", zorder=3)
+    if doc.get("ideal"):  # emulated compute: perfect overlap, the bound every variant is read against
+        ax.axhline(doc["ideal"]["ideal_ms"], color="tab:green", linestyle="--", linewidth=1,
+                   label="ideal %.0f ms (perfect overlap)" % doc["ideal"]["ideal_ms"])
+        ax.legend(fontsize=8, loc="lower left")
     c = doc["cfg"]
     ax.set_ylabel("ms per iteration (mean of a round)")
     ax.set_ylim(bottom=0)
