@@ -56,3 +56,18 @@ def test_compare_across_namespaces_has_an_openmpi_column(tmp_path):
     res = json.loads(js.read_text())["results"]["2"]
     assert set(res["groups"]) >= {"tern", "openmpi", "gloo"}, res["groups"]
     assert all(float(v[1]) > 0 for v in res["rounds"][0]["openmpi"].values()), res
+    # every round carries the host's phase: core_pingpong's one-way ns before and after it
+    assert len(res["phase_ns"]) == len(res["rounds"]) and all(0 < ns < 10000 for p in res["phase_ns"] for ns in p)
+    assert "core_pingpong one-way ns before/after each round" in r.stdout, r.stdout
+
+
+def test_rounds_split_by_the_hosts_phase(capsys):
+    """A round is fast or slow by core_pingpong before and after it (mixed when it
+    flipped); with both kinds the table comes again per phase, from their rounds only."""
+    assert [compare.phase_of(b, e) for b, e in [(60, 70), (250, 260), (60, 250), (None, 60)]] == \
+        ["fast", "slow", "mixed", None]
+    one = lambda t: {"tern": {1 << 20: (t, 1.0 / t, "default")}, "gloo": {1 << 20: (2.0, 0.5, "default")}}
+    compare.print_phases(2, [one(1.0), one(4.0), one(2.0)], [(60, 70), (250, 260), (60, 250)], "tern", ["gloo"])
+    out = capsys.readouterr().out
+    fast, slow = out.split("# fast phase only (1 of 3 rounds):")[1].split("# slow phase only (1 of 3 rounds):")
+    assert "2.00x" in fast and "0.50x" in slow, out  # each from its own round: 2/1 and 2/4
