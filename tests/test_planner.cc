@@ -783,4 +783,69 @@ TEST(PlannerCli, ScheduleAndPrioritiesPrintDesignJson) {
   EXPECT_NE(ternPlan("priorities " + writeTemp("g.json", kCostFork)).out.find("random_efficiency"), std::string::npos);
 }
 
+// tern-plan collectives: the issue's 512 hosts x 8 ranks over 10 Gbit/s at
+// 64 MiB (the model's own tests: test_collective_model).
+TEST(PlannerCli, CollectivesPredictsAndChooses) {
+  CliRun r = ternPlan("collectives --hosts 512 --ranks-per-host 8 --net 10 --sizes 64M --ternary --json", true);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const Json doc = parseJson(r.out, "the output");
+  std::map<std::string, const Json*> byAlgo;
+  for (const Json& p : member(doc, "predictions", "").array) byAlgo[member(p, "algorithm", "").string] = &p;
+  ASSERT_TRUE(byAlgo.count("ternary") && byAlgo.count("ternary-twolevel")) << r.out;
+  EXPECT_LT(member(*byAlgo["ternary-twolevel"], "time_us", "").number, member(*byAlgo["ternary"], "time_us", "").number);
+  EXPECT_EQ(member(*byAlgo["ternary"], "bits", "").number, 14);
+  EXPECT_EQ(member(*byAlgo["ternary-twolevel"], "bits", "").number, 11);
+  EXPECT_EQ(member(member(member(doc, "choice", ""), "67108864", ""), "algorithm", "").string, "twolevel");
+  CliRun t = ternPlan("collectives --hosts 2 --ranks-per-host 3,1 --net 1gbit:20us --sizes 8,1K..4K,64M", true);
+  ASSERT_EQ(t.status, 0) << t.out;
+  EXPECT_NE(t.out.find("2 hosts (3+1) = 4 ranks"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("(20 us a step)"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("    67108864     16777216"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("        4096         1024"), std::string::npos) << t.out;
+  const std::string svg = ::testing::TempDir() + "collectives.svg";
+  ASSERT_EQ(ternPlan("collectives --hosts 2 --ranks-per-host 2 --net 1 --sizes 8..64M --png " + svg, true).status, 0);
+  std::ifstream in(svg);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(first.rfind("<svg", 0), 0u) << first;
+}
+
+TEST(PlannerCli, CollectivesAndFitRefuseBadInputWithASentence) {
+  const std::string model = writeTemp("m.json", "{\"format\": \"tern collective model\", \"version\": 1}");
+  struct Case {
+    std::string args, named;
+  };
+  const Case cases[] = {
+      {"collectives --hosts 2 --net 1 --sizes 1M", "needs --ranks-per-host"},
+      {"collectives --hosts 2 --ranks-per-host 2 --sizes 1M", "needs --net"},
+      {"collectives --hosts 2 --ranks-per-host 2 --net fast --sizes 1M", "--net's rate \"fast\" is not a number"},
+      {"collectives --hosts 2 --ranks-per-host 2,2,2 --net 1 --sizes 1M", "ranks_per_host lists 3 hosts, not 2"},
+      {"collectives --hosts 2 --ranks-per-host 2 --net 1 --sizes 1M..1K", "must be whole bytes"},
+      {"collectives --hosts 2 --ranks-per-host 2 --net 1 --sizes 1M --link shm", "link must be tcp or ucx"},
+      {"collectives --hosts 2 --ranks-per-host 2 --sizes 1M --model " + model, "the field links is missing"},
+      {"collectives --hosts 2 --ranks-per-host 2 --sizes 1M --model /nonexistent.json", "cannot read the model file"},
+      {"fit " + writeTemp("ms.json", "{\"measurements\": [{\"algorithm\": \"ring\"}]}"),
+       "the field measurements[0].link is missing"},
+  };
+  for (const Case& c : cases) {
+    CliRun r = ternPlan(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << ": " << r.out;
+    EXPECT_NE(r.out.find(c.named), std::string::npos) << c.args << ": " << r.out;
+    EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line: " << r.out;
+  }
+}
+
+TEST(PlannerCli, FitWritesAModelFile) {
+  const std::string ms = writeTemp("fit.json", R"({"measurements": [
+      {"algorithm": "ring", "link": "tcp", "hosts": 2, "ranks": 2, "bytes": 1048576, "time_us": 19000},
+      {"algorithm": "ring", "link": "tcp", "hosts": 2, "ranks": 2, "bytes": 8192, "time_us": 190},
+      {"algorithm": "ring", "link": "shm", "hosts": 1, "ranks": 2, "bytes": 1048576, "time_us": 100}]})");
+  const std::string out = ::testing::TempDir() + "fitted.json";
+  CliRun r = ternPlan("fit " + ms + " --out " + out);
+  ASSERT_EQ(r.status, 0) << r.out;
+  CliRun c = ternPlan("collectives --hosts 2 --ranks-per-host 1 --sizes 1M --json --model " + out, true);
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_NE(c.out.find("fitted to 3 measurements"), std::string::npos) << c.out;
+}
+
 }  // namespace

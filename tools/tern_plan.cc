@@ -2,6 +2,9 @@
 //
 //   tern-plan schedule model.json [--gantt out.svg|out.png] [--network-now GBPS] [--microbatches M]
 //   tern-plan priorities graph.json [--policy tic|tac]
+//   tern-plan collectives --hosts H --ranks-per-host L[,L1,...] --net RATE[:LATENCY] --sizes LIST
+//                         [--ternary] [--link tcp|ucx] [--model FILE] [--json] [--png OUT.png|OUT.svg]
+//   tern-plan fit measurements.json [--model START.json] [--out MODEL.json]
 //
 // The result JSON goes to stdout.  Exit status: 0 done; 2 an unusable input
 // or command line (one sentence on stderr naming the field or flag); 1 any
@@ -12,6 +15,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,7 +37,10 @@ constexpr int kInputError = 2, kFailure = 1;
 
 const char kUsage[] =
     "usage: tern-plan schedule MODEL.json [--gantt OUT.svg|OUT.png] [--network-now GBPS] [--microbatches M]\n"
-    "       tern-plan priorities GRAPH.json [--policy tic|tac]\n";
+    "       tern-plan priorities GRAPH.json [--policy tic|tac]\n"
+    "       tern-plan collectives --hosts H --ranks-per-host L[,L1,...] --net RATE[:LATENCY] --sizes LIST\n"
+    "                             [--ternary] [--link tcp|ucx] [--model FILE] [--json] [--png OUT.png|OUT.svg]\n"
+    "       tern-plan fit MEASUREMENTS.json [--model START.json] [--out MODEL.json]\n";
 
 struct Exit {
   int code;
@@ -44,21 +52,46 @@ struct Args {
   std::map<std::string, std::string> flags;
 };
 
-// The command, its file and --flag value pairs (only those `allowed`).
+// What each command takes: a file first or not, flags with a value, switches.
+struct Command {
+  const char* name;
+  bool file;
+  std::vector<std::string> valued, switches;
+};
+const Command kCommands[] = {
+    {"schedule", true, {"--gantt", "--network-now", "--microbatches"}, {}},
+    {"priorities", true, {"--policy"}, {}},
+    {"collectives", false, {"--hosts", "--ranks-per-host", "--net", "--sizes", "--link", "--model", "--png"},
+     {"--ternary", "--json"}},
+    {"fit", true, {"--model", "--out"}, {}},
+};
+
+bool has(const std::vector<std::string>& list, const std::string& s) {
+  return std::find(list.begin(), list.end(), s) != list.end();
+}
+
+// The command, its file and its flags (a switch's value is "1").
 Args parseArgs(int argc, char** argv) {
-  if (argc < 3) throw Exit{kInputError, ""};
-  Args a{argv[1], argv[2], {}};
-  const std::vector<std::string> allowed = a.command == "schedule"
-                                               ? std::vector<std::string>{"--gantt", "--network-now", "--microbatches"}
-                                               : std::vector<std::string>{"--policy"};
-  if (a.command != "schedule" && a.command != "priorities")
-    throw Exit{kInputError, "unknown command \"" + a.command + "\" (schedule or priorities)."};
-  for (int i = 3; i < argc; i += 2) {
+  if (argc < 2) throw Exit{kInputError, ""};
+  Args a{argv[1], "", {}};
+  const Command* cmd = nullptr;
+  for (const Command& c : kCommands)
+    if (a.command == c.name) cmd = &c;
+  if (!cmd) throw Exit{kInputError, "unknown command \"" + a.command + "\" (schedule, priorities, collectives or fit)."};
+  int i = 2;
+  if (cmd->file) {
+    if (argc < 3) throw Exit{kInputError, ""};
+    a.file = argv[i++];
+  }
+  for (; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (std::find(allowed.begin(), allowed.end(), flag) == allowed.end())
-      throw Exit{kInputError, "tern-plan " + a.command + " takes no option " + flag + "."};
+    if (has(cmd->switches, flag)) {
+      a.flags[flag] = "1";
+      continue;
+    }
+    if (!has(cmd->valued, flag)) throw Exit{kInputError, "tern-plan " + a.command + " takes no option " + flag + "."};
     if (i + 1 >= argc) throw Exit{kInputError, flag + " needs a value."};
-    a.flags[flag] = argv[i + 1];
+    a.flags[flag] = argv[++i];
   }
   return a;
 }
@@ -100,7 +133,7 @@ bool endsWith(const std::string& s, const std::string& tail) {
 
 // python3 (TERN_PYTHON, else Debian's /usr/bin/python3, else PATH's) runs
 // the compiled-in src/planner/svg_to_png.py with the SVG chart on its stdin.
-void drawPng(const std::string& svg, const std::string& path) {
+void drawPng(const std::string& svg, const std::string& path, const char* what) {
   const char* python = std::getenv("TERN_PYTHON");
   if (!python) python = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
   int fds[2];
@@ -116,8 +149,8 @@ void drawPng(const std::string& svg, const std::string& path) {
   close(fds[0]);
   if (err != 0) {
     close(fds[1]);
-    throw Exit{kFailure, std::string("cannot run ") + python + " for the PNG gantt: " + std::strerror(err) +
-                             " (an .svg gantt needs no Python)."};
+    throw Exit{kFailure, std::string("cannot run ") + python + " for the PNG " + what + ": " + std::strerror(err) +
+                             " (an .svg " + what + " needs no Python)."};
   }
   for (size_t off = 0; off < svg.size();) {  // a dead child closes the pipe: stop writing
     ssize_t n = write(fds[1], svg.data() + off, svg.size() - off);
@@ -128,7 +161,13 @@ void drawPng(const std::string& svg, const std::string& path) {
   int status = 0;
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw Exit{kFailure, "the PNG gantt " + path + " was not written (" + python + " failed; see above)."};
+    throw Exit{kFailure, "the PNG " + std::string(what) + " " + path + " was not written (" + python +
+                             " failed; see above)."};
+}
+
+void writeText(const std::string& text, const std::string& path) {
+  std::ofstream f(path, std::ios::binary);
+  if (!(f << text) || !f.flush()) throw Exit{kFailure, "cannot write " + path + ": " + std::strerror(errno) + "."};
 }
 
 void writeGantt(const std::string& model, double bandwidth, long long m, const std::string& path) {
@@ -137,9 +176,8 @@ void writeGantt(const std::string& model, double bandwidth, long long m, const s
   const std::string picture = call("the gantt", [&](char** out) {
     return ternPlanGantt(model.c_str(), bandwidth, m, 0, 1, out);  // the SVG, also what a PNG paints
   });
-  if (png) return drawPng(picture, path);
-  std::ofstream f(path, std::ios::binary);
-  if (!(f << picture) || !f.flush()) throw Exit{kFailure, "cannot write " + path + ": " + std::strerror(errno) + "."};
+  if (png) return drawPng(picture, path, "gantt");
+  writeText(picture, path);
 }
 
 int schedule(const Args& a) {
@@ -169,11 +207,130 @@ int priorities(const Args& a) {
   return 0;
 }
 
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(s);
+  while (std::getline(in, item, sep)) out.push_back(item);
+  return out;
+}
+
+// A number with an optional unit from `units` (name -> factor); `what` names it in errors.
+double withUnit(const std::string& text, const std::map<std::string, double>& units, const std::string& what) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? end : "";
+  auto it = units.find(unit);
+  if (end == text.c_str() || it == units.end() || !std::isfinite(v) || v < 0)
+    throw Exit{kInputError, what + " \"" + text + "\" is not a number with a known unit."};
+  return v * it->second;
+}
+
+// --sizes: bytes with K, M, G (powers of 1024), comma-separated; LO..HI is every doubling from LO to HI.
+std::vector<double> sizesOf(const std::string& list) {
+  const std::map<std::string, double> units = {{"", 1}, {"K", 1024}, {"M", 1 << 20}, {"G", 1 << 30}};
+  std::vector<double> out;
+  for (const std::string& item : split(list, ',')) {
+    const size_t dots = item.find("..");
+    const double lo = withUnit(item.substr(0, dots), units, "--sizes' size");
+    const double hi = dots == std::string::npos ? lo : withUnit(item.substr(dots + 2), units, "--sizes' size");
+    if (!(lo >= 1) || hi < lo || lo != std::floor(lo) || hi != std::floor(hi))
+      throw Exit{kInputError, "--sizes' \"" + item + "\" must be whole bytes, at least 1 (LO..HI with LO <= HI)."};
+    for (double b = lo; b <= hi; b *= 2) out.push_back(b);
+  }
+  if (out.empty()) throw Exit{kInputError, "--sizes must list at least one size."};
+  return out;
+}
+
+std::string whole(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
+
+std::string numbersJson(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + whole(v[i]);
+  return out + "]";
+}
+
+// The query ternPlanCollectives reads, from the command line.
+std::string collectivesQuery(const Args& a) {
+  auto need = [&](const std::string& flag) {
+    if (!a.flags.count(flag)) throw Exit{kInputError, "tern-plan collectives needs " + flag + "."};
+    return a.flags.at(flag);
+  };
+  std::vector<double> perHost;
+  for (const std::string& l : split(need("--ranks-per-host"), ','))
+    perHost.push_back(number(Args{"", "", {{"--ranks-per-host", l}}}, "--ranks-per-host", 0, true));
+  const double hosts = number(a, "--hosts", perHost.size() > 1 ? perHost.size() : 0, true);
+  if (hosts == 0) need("--hosts");
+  // ranks_per_host: one number for every host, or a list (one per host).
+  std::string q = "{\"hosts\": " + whole(hosts) + ", \"ranks_per_host\": " +
+                  (perHost.size() == 1 ? whole(perHost[0]) : numbersJson(perHost)) +
+                  ", \"sizes\": " + numbersJson(sizesOf(need("--sizes")));
+  if (a.flags.count("--net")) {
+    const std::vector<std::string> parts = split(a.flags.at("--net"), ':');
+    if (parts.empty() || parts.size() > 2) throw Exit{kInputError, "--net is RATE[:LATENCY], e.g. 10gbit:20us."};
+    const double gbps = withUnit(parts[0], {{"", 1}, {"gbit", 1}, {"mbit", 1e-3}}, "--net's rate");
+    if (!(gbps > 0)) throw Exit{kInputError, "--net's rate must be positive."};
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ", \"gbps\": %.17g", gbps);
+    q += buf;
+    if (parts.size() == 2) {
+      std::snprintf(buf, sizeof buf, ", \"latency_us\": %.17g",
+                    withUnit(parts[1], {{"", 1}, {"us", 1}, {"ms", 1e3}}, "--net's latency"));
+      q += buf;
+    }
+  } else if (!a.flags.count("--model")) {
+    need("--net");  // without a model file the network's rate must be said
+  }
+  if (a.flags.count("--link")) q += ", \"link\": \"" + a.flags.at("--link") + "\"";
+  if (a.flags.count("--ternary")) q += ", \"ternary\": true";
+  return q + "}";
+}
+
+int collectives(const Args& a) {
+  const std::string query = collectivesQuery(a);
+  auto it = a.flags.find("--model");
+  const char* model = it == a.flags.end() ? nullptr : it->second.c_str();
+  const bool json = a.flags.count("--json");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string result = call("tern-plan collectives", [&](char** out) {
+    return ternPlanCollectives(query.c_str(), model, json ? 0 : 1, out);
+  });
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::fputs(result.c_str(), stdout);
+  if (!json) std::printf("# predicted and tabled in %.1f ms\n", ms);
+  if (a.flags.count("--png")) {
+    const std::string& path = a.flags.at("--png");
+    const bool png = endsWith(path, ".png");
+    if (!png && !endsWith(path, ".svg")) throw Exit{kInputError, "--png must name a .png or .svg file."};
+    const std::string chart = call("the chart", [&](char** out) { return ternPlanCollectives(query.c_str(), model, 2, out); });
+    if (png) drawPng(chart, path, "chart");
+    else writeText(chart, path);
+  }
+  return 0;
+}
+
+int fit(const Args& a) {
+  const std::string measurements = readFile(a.file);
+  auto it = a.flags.find("--model");
+  const std::string model = call(a.file, [&](char** out) {
+    return ternPlanFitModel(measurements.c_str(), it == a.flags.end() ? nullptr : it->second.c_str(), out);
+  });
+  if (a.flags.count("--out")) writeText(model, a.flags.at("--out"));
+  else std::fputs(model.c_str(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     Args a = parseArgs(argc, argv);
+    if (a.command == "collectives") return collectives(a);
+    if (a.command == "fit") return fit(a);
     return a.command == "schedule" ? schedule(a) : priorities(a);
   } catch (const Exit& e) {
     std::fprintf(stderr, "%s", e.message.empty() ? kUsage : ("tern-plan: " + e.message + "\n").c_str());

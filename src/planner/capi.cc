@@ -7,10 +7,13 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "model/model_file.h"
+#include "planner/collectives.h"
 #include "planner/gantt.h"
 #include "planner/kfkb.h"
 #include "planner/priority.h"
@@ -34,6 +37,9 @@ int guarded(char** out, const std::function<std::string()>& body) {
   try {
     text = body();
   } catch (const InputError& e) {
+    rc = 2;
+    text = e.what();
+  } catch (const std::invalid_argument& e) {  // the cost model's word for an unusable input
     rc = 2;
     text = e.what();
   } catch (const std::exception& e) {
@@ -152,3 +158,28 @@ TERN_PLAN_API int ternPlanEfficiency(const char* graph_json, const char* policy,
 }
 
 TERN_PLAN_API void ternPlanFree(char* text) { std::free(text); }
+
+namespace {
+
+tern::model::Model modelAt(const char* path) {
+  return path ? tern::model::loadModelFile(path) : tern::model::defaultModel();
+}
+
+}  // namespace
+
+TERN_PLAN_API int ternPlanCollectives(const char* query_json, const char* model_path, int format, char** out) {
+  return guarded(out, [&] {
+    const CollectivesQuery q = parseCollectivesQuery(parseJson(need(query_json, "query"), "the query"));
+    const tern::model::Model m = modelAt(model_path);
+    if (format == 1) return collectivesTable(q, m);
+    if (format == 2) return collectivesSvg(q, m);
+    return collectivesJson(q, m);
+  });
+}
+
+TERN_PLAN_API int ternPlanFitModel(const char* measurements_json, const char* model_path, char** out) {
+  return guarded(out, [&] {
+    const auto ms = tern::model::parseMeasurements(need(measurements_json, "measurements"), "the measurements");
+    return tern::model::modelJson(tern::model::fit(ms, modelAt(model_path)).model);
+  });
+}

@@ -6,6 +6,8 @@
 #include <iterator>
 #include <utility>
 
+#include "planner/svg.h"
+
 namespace tern::planner {
 namespace {
 
@@ -24,39 +26,10 @@ const char* const kKindNames[] = {"forward", "backward", "activation", "gradient
 
 const char* kindName(TraceEvent::Kind k) { return kKindNames[static_cast<int>(k)]; }
 
-std::string fmt(const char* format, double a, double b = 0, double c = 0, double d = 0) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, format, a, b, c, d);
-  return buf;
-}
-
-std::string escaped(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    if (ch == '&') out += "&amp;";
-    else if (ch == '<') out += "&lt;";
-    else if (ch == '>') out += "&gt;";
-    else out += ch;
-  }
-  return out;
-}
-
-// The three elements the chart is made of; `more`: further attributes.
-std::string rect(double x, double y, double w, double h, const std::string& fill, const std::string& more = "") {
-  return fmt("<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"", x, y, w, h) + " fill=\"" + fill + "\"" +
-         more + "/>\n";
-}
-
-std::string line(double x1, double y1, double x2, double y2, const char* stroke) {
-  return fmt("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"", x1, y1, x2, y2) + " stroke=\"" + stroke +
-         "\"/>\n";
-}
-
-std::string text(double x, double y, double size, const char* anchor, const std::string& body,
-                 const std::string& more = " fill=\"#222\"") {
-  return fmt("<text x=\"%.2f\" y=\"%.2f\" font-size=\"%g\"", x, y, size) + " text-anchor=\"" + anchor + "\"" + more +
-         ">" + escaped(body) + "</text>\n";
-}
+using svg::fmt;
+using svg::line;
+using svg::rect;
+using svg::text;
 
 double stageTop(int s) { return kTop + s * (kStageH + kLinkH); }
 
@@ -142,11 +115,7 @@ Gantt plannedGantt(const PipelineModel& model, const Candidate& chosen, std::vec
 std::string ganttSvg(const Gantt& g) {
   const double scale = (kWidth - kLeft - kRight) / g.iterationMs;
   const double bottom = stageTop(g.stages - 1) + kStageH + 6, height = bottom + kAxisH + 8;
-  std::string out = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                        "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
-                        kWidth, height, kWidth, height);
-  out += rect(0, 0, kWidth, height, "white");
-  out += text(kLeft, 26, 17, "start", g.title, " font-weight=\"bold\" fill=\"#222\"");
+  std::string out = text(kLeft, 26, 17, "start", g.title, " font-weight=\"bold\" fill=\"#222\"");
   out += legend();
   out += axis(g.iterationMs, scale, bottom);
   for (int s = 0; s < g.stages; ++s) {
@@ -154,7 +123,7 @@ std::string ganttSvg(const Gantt& g) {
     out += text(kLeft - 8, stageTop(s) + kStageH / 2 + 5, 13, "end", "stage " + std::to_string(s));
   }
   for (const TraceEvent& e : g.events) out += bar(e, scale);
-  return out + "</svg>\n";
+  return svg::document(kWidth, height, out);
 }
 
 std::string traceJson(const PipelineModel& model, const Candidate& chosen, const std::vector<TraceEvent>& trace) {

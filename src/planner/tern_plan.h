@@ -51,6 +51,22 @@ int ternPlanPriorities(const char* graph_json, const char* policy, char** out);
 int ternPlanEfficiency(const char* graph_json, const char* policy, int samples, unsigned long long seed,
                        char** out);
 
+/* The collectives' simulator (docs/PLANNERS.md): every allreduce algorithm's
+ * predicted time at each size, and the model's choice, for a query
+ * {"hosts", "ranks_per_host" (a number or one per host), "sizes": [bytes..],
+ * optional "ternary", "link" (tcp|ucx), "gbps", "latency_us", "dtype_bytes",
+ * "small_bytes", "ternary_min_bytes", "max_bits"}.  model_path: a model file
+ * (NULL: the defaults).  format 0: JSON {"predictions": [{"algorithm",
+ * "bytes", "ternary", "time_us", "bits", "runnable"}], "choice": {"<bytes>":
+ * {"algorithm", "time_us", "bits"}}, ...}; 1: a table; 2: an SVG chart. */
+int ternPlanCollectives(const char* query_json, const char* model_path, int format, char** out);
+
+/* A model file's text fitted to {"measurements": [{"algorithm", "link",
+ * "hosts", "ranks" or "ranks_per_host", "bytes", "dtype_bytes", "time_us"}]},
+ * starting from the model file at model_path (NULL: the defaults), whose
+ * figures the measurements do not touch stay. */
+int ternPlanFitModel(const char* measurements_json, const char* model_path, char** out);
+
 void ternPlanFree(char* text);
 
 #ifdef __cplusplus
