@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from . import scheduler_plan, set_priority
+from .process_group import tern_group
 
 # Updated one parameter at a time, these give what one step over all gives.
 SUPPORTED_OPTIMIZERS = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
@@ -86,7 +87,6 @@ class PriorityScheduler:
             raise ValueError("PriorityScheduler needs sample_batch, an input of the model to trace once.")
         if partition_bytes <= 0 or credit_bytes <= 0:
             raise ValueError("partition_bytes and credit_bytes must be positive.")
-        from .torch import tern_group
         self.ddp, self.policy, self.ternary = ddp_model, policy, ternary
         self.pg = ddp_model.process_group
         self._tern_pg = tern_group(self.pg)  # refuses other backends: levels are tern's

@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 
 from . import _c10d
-
-ProcessGroupTern = _c10d.ProcessGroupTern
+from .process_group import ProcessGroupTern, tern_group  # noqa: F401 - part of tern.torch
+from .scheduler import PriorityScheduler  # noqa: F401 - part of tern.torch
 
 
 def _create(store, rank, size, timeout):
@@ -37,19 +37,6 @@ def _register():
 
 
 _register()
-
-
-def tern_group(process_group=None):
-    """The ProcessGroupTern behind `process_group` (default: the world)."""
-    pg = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
-    if isinstance(pg, ProcessGroupTern):
-        return pg
-    get_backend = getattr(pg, "_get_backend", None)  # torch 2.x wraps backends
-    if get_backend is not None:
-        backend = get_backend(torch.device("cpu"))
-        if isinstance(backend, ProcessGroupTern):
-            return backend
-    raise TypeError("the process group is not backend 'tern' (init_process_group('tern'))")
 
 
 class TernaryState:
@@ -130,5 +117,3 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
         return pg.monitored_barrier(wait_all_ranks=wait_all_ranks)
     return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
-
-from .scheduler import PriorityScheduler  # noqa: E402 - uses tern_group above
