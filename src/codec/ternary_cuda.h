@@ -41,8 +41,4 @@ int ternaryCudaDecode(const uint32_t* planes, int w, size_t g0, size_t n, const 
 // (cudaPreloadReduceKernels says why); the cudaError_t as an int.
 int ternaryCudaPreload();
 
-// The same kernels as a TernaryKernels table (isa "cuda-sync"): device
-// buffers, each call synchronous on the whole device (ternary_cuda_table.cu).
-const TernaryKernels& ternaryCudaSyncKernels();
-
 }  // namespace tern

@@ -23,6 +23,7 @@
 #include "memory/memory.h"
 #include "memory/staging_pool.h"
 #include "memory/staging_ring.h"
+#include "memory/ternary_sync_table.h"
 #include "memory/stream_hold.h"
 #include "memory/work_streams.h"
 

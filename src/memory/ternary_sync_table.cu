@@ -1,5 +1,7 @@
 // The CUDA codec as a TernaryKernels table, for callers that hold the table
-// rather than the operation's MemOps.  A function pointer cannot carry a
+// rather than the operation's MemOps.  In memory/, not codec/: its block
+// statistics are memory's kernel (cuda_reduce.h), and codec includes
+// nothing of memory.  A function pointer cannot carry a
 // stream, so each call waits for all the device's work, runs on the legacy
 // default stream and waits again: correct on any stream (blocking or not),
 // slow.  The data path calls MemOps::ternaryEncode/AddEncode/Decode instead,
@@ -10,6 +12,7 @@
 #include "codec/ternary_cpu.h"
 #include "codec/ternary_cuda.h"
 #include "memory/cuda_reduce.h"
+#include "memory/ternary_sync_table.h"
 
 namespace tern {
 
