@@ -75,13 +75,13 @@ bool allReduceAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
     c->aloneStepsWhole = 0;
   }
   const Reduction red{a.dt, keep ? a.op : ternMax};
-  const size_t done = c->engine->runStepsAlone(desc, steps, n, red, x.nranks, *x.mem,
+  const size_t done = c->engine->inlineRunner().runStepsAlone(desc, steps, n, red, x.nranks, *x.mem,
                                                keep ? &c->aloneStepsWhole : &scratchWhole);
   if (done < n) {
     CollArgs inPlace = a;
     if (keep) inPlace.src = inPlace.dst;
     OpPtr op = operationFor(c, inPlace, x, desc.seq, level);
-    c->engine->handOverAt(op, done);
+    c->engine->inlineRunner().handOverAt(op, done);
     *r = waitFor(c, std::move(op));
     return true;
   }
@@ -123,12 +123,12 @@ Phase& rewound(Phase& ph) {
   desc.seq = seq;
   Phase& ph = again ? rewound(c->alonePhase) : planAnew(c, desc, a, level, x);
   AloneGreetings greeted;
-  if (c->engine->runPhaseAlone(desc, ph, *x.mem, x.nranks, greeted)) {
+  if (c->engine->inlineRunner().runPhaseAlone(desc, ph, *x.mem, x.nranks, greeted)) {
     *r = ternSuccess;
     return true;
   }
   OpPtr op = operationFor(c, a, x, desc.seq, level);
-  c->engine->handOverPhase(op, ph, greeted);
+  c->engine->inlineRunner().handOverPhase(op, ph, greeted);
   *r = waitFor(c, std::move(op));
   return true;
 }
@@ -195,7 +195,7 @@ bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
   if (!sameTransfers(m, calls, n)) keepTransfers(c, calls, n);
   for (size_t i = 0; i < n; ++i) m.descs[i].seq = seqs[i];
   bool done[kMaxTransfers];
-  if (c->engine->runTransfersAlone(m.descs, m.steps, n, c->nranks, *c->hostMem, &m.whole, done)) {
+  if (c->engine->inlineRunner().runTransfersAlone(m.descs, m.steps, n, c->nranks, *c->hostMem, &m.whole, done)) {
     *r = ternSuccess;
     return true;
   }
@@ -203,7 +203,7 @@ bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
   for (size_t i = 0; i < n; ++i)
     if (!done[i]) rest.emplace_back(c, operationFor(c, calls[i].a, c->planCtx(calls[i].level), m.descs[i].seq,
                                                     calls[i].level));
-  for (auto& [k, op] : rest) c->engine->handOverAt(op, 0);
+  for (auto& [k, op] : rest) c->engine->inlineRunner().handOverAt(op, 0);
   *r = waitAll(rest);
   return true;
 }

@@ -194,14 +194,14 @@ bool ternComm::mayRunAlone(size_t bytes) const {
 
 bool ternComm::claimAlone(int level, uint64_t* seq) {
   std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
-  if (!engine->claimIdle()) return false;
+  if (!engine->inlineRunner().claimIdle()) return false;
   *seq = collSeq[level]++;
   return true;
 }
 
 bool ternComm::claimTransfers(const Transfer* t, uint64_t* seqs, size_t n) {
   std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
-  if (!engine->claimIdle()) return false;
+  if (!engine->inlineRunner().claimIdle()) return false;
   for (size_t i = 0; i < n; ++i)
     seqs[i] = t[i].send ? p2pSeq[static_cast<size_t>(t[i].peer) * kLevels + t[i].level]++
                         : engine->startRecv(t[i].level, t[i].peer, nranks);
@@ -229,10 +229,10 @@ bool ternComm::issueAlone(const std::vector<OpPtr>& ops) {
   if (!takesAlone(ops)) return false;
   {
     std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
-    if (!engine->claimIdle()) return false;
+    if (!engine->inlineRunner().claimIdle()) return false;
     for (const OpPtr& op : ops) number(*op);
   }
-  engine->runAlone(ops);
+  engine->inlineRunner().runAlone(ops);
   return true;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
 #include "base/op_desc.h"
 #include "base/socket.h"
 #include "engine/program.h"
@@ -55,6 +56,11 @@ std::string describe(const OpDesc& d);
 std::string descMismatch(const OpDesc& mine, const OpDesc& theirs);
 // The same test without the sentence (a call's common case: they match).
 bool descMatches(const OpDesc& mine, const OpDesc& theirs);
+// Payload bytes of a call: what decides whether it is small, the same on
+// every rank that issued it (descriptor fields only).
+inline uint64_t payloadBytes(const OpDesc& d) {
+  return d.count * typeSize(static_cast<ternDataType_t>(d.dtype));
+}
 
 // How an operation is carried out: next() fills the phase to run now (doing
 // any local work that belongs before it) and sets *more; when it sets *more to

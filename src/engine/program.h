@@ -144,12 +144,12 @@ struct Phase {
   // stream's version goes whole: chunks back to back, so a collective that
   // the receiver joins only once the version arrived never gets between).
   bool holdStreams = false;
-  // The small path found that it runs every step whole (small_path.cc,
+  // The small path found that it runs every step whole (inline_runner.cc,
   // runsWhole): a plan it keeps for a repeated call is not checked again
   // (what it checks of a connection changes only when it opens, and no
   // operation holds a stream while the path runs).
   bool whole = false;
-  // ... and its steps' greetsIn / greetsOut are set (small_path.cc,
+  // ... and its steps' greetsIn / greetsOut are set (inline_runner.cc,
   // fixGreetings): no stream serves two programs in one direction.
   bool fixedGreets = false;
   // An unordered operation's phase: when its message was posted (an
