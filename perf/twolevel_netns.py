@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Two-level allreduce against the flat ring across two emulated hosts (issue 45).
+"""Two-level collectives against the flat ring across two emulated hosts (issue 45).
 
-  perf/twolevel_netns.py [--build DIR] [--rate 1gbit] [-b 1M] [-e 64M] [-f 4] [-n 5] [-w 2]
+  perf/twolevel_netns.py [--coll all_reduce|all_gather] [--build DIR] [--rate 1gbit] [-b 1M] [-e 64M] [-f 4] [-n 5] [-w 2]
                          [--rounds 3] [--algos ring,twolevel,auto] [--bytes-size 64M]
 The first algorithm is the baseline of the ratios (ring).
 
 Two hosts are two network namespaces joined by one veth pair, each end shaped
 with tc htb to --rate (the hosts' NICs); 2 ranks per host (ranks 0-1 on host 0,
 2-3 on host 1: tern groups them by the namespace, shm inside a host, tcp
-between). Each algorithm (TERN_ALGO) runs build/perf/all_reduce_perf's checked
+between). Each algorithm (TERN_ALGO) runs build/perf/<coll>_perf's checked
 table, interleaved round by round (the VM swings between phases); the table
 gives the median time and busbw per size and the speed-up over the ring. Then
 one run per algorithm at --bytes-size counts the bytes each host's NIC sent
@@ -65,7 +65,7 @@ def run(a, hosts, algo, sizes_args):
     n = 2 * RANKS_PER_HOST
     root = "%s:%d" % (ADDRS[0], compare.free_port())
     secret = secrets.token_hex(16)
-    argv = [os.path.join(a.build, "perf", "all_reduce_perf")] + sizes_args
+    argv = [os.path.join(a.build, "perf", a.coll + "_perf")] + sizes_args
     env = lambda r: dict(TERN_RANK=str(r), TERN_NRANKS=str(n), TERN_ROOT=root, TERN_SECRET=secret,
                          TERN_ALGO=algo)
 
@@ -77,6 +77,7 @@ def run(a, hosts, algo, sizes_args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--coll", default="all_reduce", choices=["all_reduce", "all_gather"])
     p.add_argument("--build", default=os.path.join(os.path.dirname(HERE), "build"))
     p.add_argument("--rate", default="1gbit")
     p.add_argument("-b", default="1M")
@@ -116,8 +117,8 @@ def main():
     finally:
         hosts.close()
 
-    print("# allreduce float32 sum, 2 hosts x %d ranks, veth shaped to %s; median of %d rounds"
-          % (RANKS_PER_HOST, a.rate, a.rounds))
+    print("# %s float32%s, 2 hosts x %d ranks, veth shaped to %s; median of %d rounds"
+          % (a.coll, " sum" if a.coll == "all_reduce" else "", RANKS_PER_HOST, a.rate, a.rounds))
     head = "%12s" % "size"
     for algo in algos:
         head += " %12s %9s" % (algo + " us", "busbw")
@@ -133,7 +134,7 @@ def main():
         for algo in algos[1:]:
             line += " %12.2fx" % (med[algos[0]][0] / med[algo][0])
         print(line)
-    print("# bytes each host's NIC sent per %s allreduce (tx_bytes, headers included)" % a.bytes_size)
+    print("# bytes each host's NIC sent per %s %s (tx_bytes, headers included)" % (a.bytes_size, a.coll))
     for algo in algos:
         print("%10s  host0 %12.0f  host1 %12.0f  (%.2fx the ring's)" % (
             algo, nic[algo][0], nic[algo][1], sum(nic[algo]) / sum(nic[algos[0]])))

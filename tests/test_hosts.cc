@@ -87,35 +87,48 @@ TEST(HostId, RanksWithOneIdShareMemoryOthersUseTheNetwork) {
 
 // ---- the allreduce's algorithm: a pure function of the facts ----
 
-tern::AllReduceFacts facts(const char* forced, size_t bytes, int hosts, int minLocal, int nranks = 4) {
-  tern::AllReduceFacts f;
+tern::AlgoFacts facts(const char* forced, size_t bytes, int hosts, int minLocal, int nranks = 4,
+                      tern::OpKind kind = tern::OpKind::AllReduce, int maxLocal = 0) {
+  tern::AlgoFacts f;
+  f.kind = kind;
   f.forced = forced;
   f.bytes = bytes;
   f.smallBytes = 32 << 10;
   f.nranks = nranks;
   f.hosts = hosts;
   f.minLocal = minLocal;
+  f.maxLocal = maxLocal ? maxLocal : minLocal;
   return f;
 }
 
-TEST(AllReduceChoice, PureFunctionOfTheFacts) {
-  using tern::AllReduceAlgo;
-  using tern::chooseAllReduce;
+TEST(AlgoChoice, PureFunctionOfTheFacts) {
+  using tern::Algo;
+  using tern::chooseAlgo;
   const size_t big = 64 << 20, mid = tern::kTwoLevelFromBytes - 8;
   // auto: two-level only with several hosts, each of several ranks, and a large call.
-  EXPECT_EQ(chooseAllReduce(facts("auto", big, 2, 2)), AllReduceAlgo::TwoLevel);
-  EXPECT_EQ(chooseAllReduce(facts("auto", tern::kTwoLevelFromBytes, 4, 8, 32)), AllReduceAlgo::TwoLevel);
-  EXPECT_EQ(chooseAllReduce(facts("auto", mid, 2, 2)), AllReduceAlgo::Ring);
-  EXPECT_EQ(chooseAllReduce(facts("auto", big, 1, 4)), AllReduceAlgo::Ring);      // one host
-  EXPECT_EQ(chooseAllReduce(facts("auto", big, 4, 1)), AllReduceAlgo::Ring);      // a rank per host
-  EXPECT_EQ(chooseAllReduce(facts("auto", big, 2, 1, 4)), AllReduceAlgo::Ring);   // 3+1: uneven
-  EXPECT_EQ(chooseAllReduce(facts("auto", 32 << 10, 2, 2)), AllReduceAlgo::RecursiveDoubling);
+  EXPECT_EQ(chooseAlgo(facts("auto", big, 2, 2)), Algo::TwoLevel);
+  EXPECT_EQ(chooseAlgo(facts("auto", tern::kTwoLevelFromBytes, 4, 8, 32)), Algo::TwoLevel);
+  EXPECT_EQ(chooseAlgo(facts("auto", mid, 2, 2)), Algo::Ring);
+  EXPECT_EQ(chooseAlgo(facts("auto", big, 1, 4)), Algo::Ring);          // one host
+  EXPECT_EQ(chooseAlgo(facts("auto", big, 4, 1)), Algo::Ring);          // a rank per host
+  EXPECT_EQ(chooseAlgo(facts("auto", big, 2, 1, 4, tern::OpKind::AllReduce, 3)), Algo::Ring);  // 3+1
+  EXPECT_EQ(chooseAlgo(facts("auto", 32 << 10, 2, 2)), Algo::RecursiveDoubling);
   // Forced: that one above the small threshold, recursive doubling at or below it.
-  EXPECT_EQ(chooseAllReduce(facts("ring", big, 2, 2)), AllReduceAlgo::Ring);
-  EXPECT_EQ(chooseAllReduce(facts("rd", big, 2, 2)), AllReduceAlgo::RecursiveDoubling);
-  EXPECT_EQ(chooseAllReduce(facts("twolevel", (32 << 10) + 4, 1, 3, 3)), AllReduceAlgo::TwoLevel);
-  EXPECT_EQ(chooseAllReduce(facts("twolevel", 4096, 2, 2)), AllReduceAlgo::RecursiveDoubling);
-  EXPECT_EQ(chooseAllReduce(facts("ring", 16, 2, 2)), AllReduceAlgo::RecursiveDoubling);
+  EXPECT_EQ(chooseAlgo(facts("ring", big, 2, 2)), Algo::Ring);
+  EXPECT_EQ(chooseAlgo(facts("rd", big, 2, 2)), Algo::RecursiveDoubling);
+  EXPECT_EQ(chooseAlgo(facts("twolevel", (32 << 10) + 4, 1, 3, 3)), Algo::TwoLevel);
+  EXPECT_EQ(chooseAlgo(facts("twolevel", big, 2, 1, 4, tern::OpKind::AllReduce, 3)), Algo::TwoLevel);
+  EXPECT_EQ(chooseAlgo(facts("twolevel", 4096, 2, 2)), Algo::RecursiveDoubling);
+  EXPECT_EQ(chooseAlgo(facts("ring", 16, 2, 2)), Algo::RecursiveDoubling);
+  // Allgather: no small threshold binds it, rd is the ring, uneven hosts the ring.
+  const tern::OpKind ag = tern::OpKind::AllGather;
+  EXPECT_EQ(chooseAlgo(facts("auto", big, 2, 2, 4, ag)), Algo::TwoLevel);
+  EXPECT_EQ(chooseAlgo(facts("auto", mid, 2, 2, 4, ag)), Algo::Ring);
+  EXPECT_EQ(chooseAlgo(facts("twolevel", 64, 2, 2, 4, ag)), Algo::TwoLevel);
+  EXPECT_EQ(chooseAlgo(facts("twolevel", big, 2, 1, 4, ag, 3)), Algo::Ring);
+  EXPECT_EQ(chooseAlgo(facts("auto", big, 3, 2, 7, ag, 3)), Algo::Ring);
+  EXPECT_EQ(chooseAlgo(facts("rd", big, 2, 2, 4, ag)), Algo::Ring);
+  EXPECT_EQ(chooseAlgo(facts("auto", big, 4, 1, 4, ag)), Algo::Ring);
 }
 
 // ---- two-level allreduce across emulated hosts ----
@@ -149,6 +162,10 @@ int twoLevelBody(RankCtx& ctx, const std::string& hosts) {
         for (bool inplace : {false, true}) check.allReduce(dt, static_cast<ternRedOp_t>(o), count, inplace);
   }
   for (ternRedOp_t op : {ternSum, ternAvg}) check.allReduce(ternFloat32, op, 300007, false);
+  // Allgather too: two-level where the hosts are alike, the ring where not.
+  for (ternDataType_t dt : {ternInt8, ternFloat16, ternFloat64})
+    for (size_t count : {size_t(1), size_t(1000), size_t(3 * 4096 + 5)})
+      for (bool inplace : {false, true}) check.allGather(dt, count, inplace);
   uint64_t shm, tcp;
   bytesByTransport(comm, &shm, &tcp);
   int fails = check.failures;
@@ -178,19 +195,23 @@ INSTANTIATE_TEST_SUITE_P(Hosts, TwoLevel, ::testing::Values("aabb", "aaab", "aab
                            return n;
                          });
 
-// The bytes each emulated host puts on the network for a 4 MiB float32
-// allreduce at 2 hosts x 2 ranks: two-level (forced, and chosen by auto)
-// sends 2(H-1)/H of the buffer per host, the host-ordered flat ring
-// 2(N-1)/N: 1.5x as much.  Rank 0 gathers every rank's tcp bytes.
-int trafficBody(RankCtx& ctx, const char* algo, uint64_t* hostTcp) {
+// The bytes each emulated host puts on the network at 2 hosts x 2 ranks
+// for a 4 MiB float32 allreduce (two-level, forced or chosen by auto: 2(H-1)/H
+// of the buffer per host; the host-ordered flat ring 2(N-1)/N, 1.5x as much)
+// or an allgather of 1 MiB blocks (two-level: L(H-1) = 2 blocks per host;
+// the ring N-1 = 3).  Rank 0 gathers every rank's tcp bytes.
+int trafficBody(RankCtx& ctx, const char* algo, bool allGather, uint64_t* hostTcp) {
   setenv("TERN_HOST_ID", hostIdOf("aabb", ctx.rank).c_str(), 1);
   setenv("TERN_ALGO", algo, 1);
   ternComm_t comm = ctx.comm();
   const size_t n = 1 << 20;  // 4 MiB of float32
-  std::vector<float> x(n, static_cast<float>(ctx.rank + 1)), y(n);
+  std::vector<float> x(n, static_cast<float>(ctx.rank + 1)), y(allGather ? n / 4 * ctx.nranks : n);
   int fails = 0;
-  if (ternAllReduce(x.data(), y.data(), n, ternFloat32, ternSum, comm, nullptr) != ternSuccess || y[n - 1] != 10.f)
-    fails += failf(ctx, "allreduce (%s) failed or wrong", algo);
+  if (allGather ? ternAllGather(x.data(), y.data(), n / 4, ternFloat32, comm, nullptr) != ternSuccess ||
+                      y[y.size() - 1] != static_cast<float>(ctx.nranks)
+                : ternAllReduce(x.data(), y.data(), n, ternFloat32, ternSum, comm, nullptr) != ternSuccess ||
+                      y[n - 1] != 10.f)
+    fails += failf(ctx, "%s (%s) failed or wrong", allGather ? "allgather" : "allreduce", algo);
   uint64_t shm, tcp;
   bytesByTransport(comm, &shm, &tcp);
   // Every rank's tcp bytes to rank 0, over tern itself.
@@ -208,25 +229,28 @@ int trafficBody(RankCtx& ctx, const char* algo, uint64_t* hostTcp) {
 
 TEST(TwoLevel, SendsTwoThirdsOfTheFlatRingsBytesPerHost) {
   const double buf = 4 << 20;
-  for (const char* algo : {"twolevel", "auto", "ring"}) {
-    // Rank 0 writes its host sums here (shared with the parent through a pipe).
-    Signal pipe;
-    expectAllRanksOk(runRanks(4, {{"TERN_TIMEOUT", "30"}}, [&](RankCtx& c) {
+  for (bool allGather : {false, true})
+    for (const char* algo : {"twolevel", "auto", "ring"}) {
+      // Rank 0 writes its host sums here (shared with the parent through a pipe).
+      Signal pipe;
+      expectAllRanksOk(runRanks(4, {{"TERN_TIMEOUT", "30"}}, [&](RankCtx& c) {
+        uint64_t host[2] = {0, 0};
+        int r = trafficBody(c, algo, allGather, host);
+        if (c.rank == 0) (void)!write(pipe.fd[1], host, sizeof host);
+        return r;
+      }));
       uint64_t host[2] = {0, 0};
-      int r = trafficBody(c, algo, host);
-      if (c.rank == 0) (void)!write(pipe.fd[1], host, sizeof host);
-      return r;
-    }));
-    uint64_t host[2] = {0, 0};
-    ASSERT_EQ(read(pipe.fd[0], host, sizeof host), static_cast<ssize_t>(sizeof host));
-    // Two-level: 2(H-1)/H = 1 buffer per host; the ring: 2(N-1)/N = 1.5
-    // (descriptors, padding and the small gathering allreduce on top: < 1%).
-    const double want = std::string(algo) == "ring" ? 1.5 : 1.0;
-    for (int h = 0; h < 2; ++h) {
-      EXPECT_GT(host[h], want * buf) << algo << " host " << h;
-      EXPECT_LT(host[h], want * buf * 1.01) << algo << " host " << h;
+      ASSERT_EQ(read(pipe.fd[0], host, sizeof host), static_cast<ssize_t>(sizeof host));
+      // Allreduce: two-level 2(H-1)/H = 1 buffer per host, the ring 2(N-1)/N
+      // = 1.5; allgather of 4 blocks of a quarter buffer: 2 and 3 blocks
+      // (descriptors, padding and the small gathering allreduce on top: < 1%).
+      const bool ring = std::string(algo) == "ring";
+      const double want = allGather ? (ring ? 0.75 : 0.5) : (ring ? 1.5 : 1.0);
+      for (int h = 0; h < 2; ++h) {
+        EXPECT_GT(host[h], want * buf) << algo << (allGather ? " allgather" : " allreduce") << " host " << h;
+        EXPECT_LT(host[h], want * buf * 1.01) << algo << (allGather ? " allgather" : " allreduce") << " host " << h;
+      }
     }
-  }
 }
 
 // Ranks that would plan an allreduce differently fail to make the

@@ -580,6 +580,39 @@ TEST(PlanPlay, AllReduceTwoLevel) {
       }
 }
 
+// The two-level allgather at 1-16 ranks on 1-4 hosts of as many ranks each
+// (uneven hosts take the ring, and are played too), contiguous or
+// interleaved, out of place and in place.
+TEST(PlanPlay, AllGatherTwoLevel) {
+  uint32_t seed = 11;
+  for (int hosts = 1; hosts <= 4; ++hosts)
+    for (int n = hosts; n <= 16; ++n)
+      for (int layout = 0; layout < 2; ++layout)
+        for (size_t count : {size_t(1), size_t(5), size_t(67)})
+          for (bool inPlace : {false, true}) {
+            std::vector<uint64_t> ids(n);
+            for (int r = 0; r < n; ++r) ids[r] = layout == 0 ? r * hosts / n : r % hosts;
+            const Config4 k = kConfigs[seed % 2];
+            World w(n, {k.chunk, k.fifo, 0, 0}, seed++);
+            w.setHosts(ids, "twolevel");
+            Bufs in(n), out(n);
+            fill(in, n, count);
+            for (int r = 0; r < n; ++r) {
+              out[r].assign(count * n, -1);
+              if (inPlace) std::copy(in[r].begin(), in[r].end(), out[r].begin() + r * count);
+              w.issue(r, coll(OpKind::AllGather, inPlace ? out[r].data() + r * count : in[r].data(),
+                              out[r].data(), count));
+            }
+            const std::string at = std::to_string(n) + " ranks on " + std::to_string(hosts) + " hosts (layout " +
+                                   std::to_string(layout) + "), count " + std::to_string(count);
+            ASSERT_EQ(w.run(), "") << at;
+            for (int r = 0; r < n; ++r)
+              for (int q = 0; q < n; ++q)
+                for (size_t i = 0; i < count; ++i)
+                  ASSERT_EQ(out[r][q * count + i], input(q, i)) << at << ", rank " << r;
+          }
+}
+
 TEST(PlanPlay, BroadcastAndReduce) {
   playAll("broadcast", [](World& w, int count, Bufs& in, Bufs& out, std::vector<int32_t>& aux) {
     const int root = (count * 3) % w.n();

@@ -10,7 +10,7 @@
 
 namespace tern {
 
-void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph) {
+void planAllGatherRing(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph) {
   const int n = x.nranks, r = x.pos();
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);

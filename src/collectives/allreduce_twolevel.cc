@@ -47,15 +47,17 @@ std::vector<size_t> slices(size_t count, int L) {
   return cuts;
 }
 
+// The slices as the ring's blocks (slice k: the block of local rank k).
+std::vector<Span> blocksOf(const std::vector<size_t>& cuts) {
+  std::vector<Span> b(cuts.size() - 1);
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) b[k] = Span{cuts[k], cuts[k + 1] - cuts[k]};
+  return b;
+}
+
 // The member of `cuts`' slices that holds element e (the non-empty slice
 // [cuts[i], cuts[i+1]) with e inside it).
 int holder(const std::vector<size_t>& cuts, size_t e) {
   return static_cast<int>(std::upper_bound(cuts.begin(), cuts.end(), e) - cuts.begin()) - 1;
-}
-
-RingSpan ringOf(const PlanCtx& x, const std::vector<int>& members, int pos) {
-  const int n = static_cast<int>(members.size());
-  return RingSpan{n, pos, x.conn(members[(pos + n - 1) % n]), x.conn(members[(pos + 1) % n])};
 }
 
 }  // namespace
@@ -78,8 +80,9 @@ void planAllReduceTwoLevel(const PlanCtx& x, const void* src, void* dst, size_t 
   // 1. Host sums of this rank's slice, into d (a host of one: its input is
   // the host sum; step 2 reads it from s).
   const std::vector<size_t> myCuts = slices(count, L);
+  const std::vector<Span> mySlices = blocksOf(myCuts);
   const RingSpan local = ringOf(x, mine, me);
-  if (L > 1) ringReduceScatterSteps(prog, local, myCuts.data(), s, d, esz, chunk, avg && H == 1);
+  if (L > 1) ringReduceScatterSteps(prog, local, mySlices.data(), s, d, esz, chunk, avg && H == 1);
   const char* hostSum = L > 1 ? d : s;
 
   // 2. Every segment this rank owns, with its owners on the other hosts.
@@ -103,7 +106,7 @@ void planAllReduceTwoLevel(const PlanCtx& x, const void* src, void* dst, size_t 
   }
 
   // 3. The host's slices to all its ranks.
-  if (L > 1) ringAllGatherSteps(prog, local, myCuts.data(), d, esz, chunk);
+  if (L > 1) ringAllGatherSteps(prog, local, mySlices.data(), nullptr, d, esz, chunk);
 }
 
 }  // namespace tern

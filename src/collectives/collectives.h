@@ -21,34 +21,36 @@ enum class OpKind : uint8_t {
 };
 const OpKindInfo& collectiveKind(OpKind k);
 
-// Allreduce: the algorithm chooseAllReduce picks (allreduce_choice.cc).
+// Allreduce: the algorithm chooseAlgo picks (algo_choice.cc).
 // Recursive doubling leaves ternAvg's division to the caller
 // (allReduceNeedsDivide).
 void planAllReduce(const PlanCtx& x, const void* src, void* dst, size_t count, ternDataType_t dt,
                    ternRedOp_t op, Phase* ph);
 bool allReduceNeedsDivide(const PlanCtx& x, size_t count, ternDataType_t dt, ternRedOp_t op);
 
-// The allreduce's algorithms, and the one place that chooses among them: a
-// pure function of what every rank knows alike (so every rank plans the same
-// call the same way).  A later cost model replaces the rule inside.
-enum class AllReduceAlgo : uint8_t { RecursiveDoubling, Ring, TwoLevel };
-struct AllReduceFacts {
-  const char* forced = "auto";  // TERN_ALGO: auto|ring|rd|twolevel
-  size_t bytes = 0;             // the call's payload
-  size_t smallBytes = 0;        // TERN_SMALL_THRESHOLD
+// The algorithms of the allreduce and the allgather, and the one place that
+// chooses among them: a pure function of what every rank knows alike (so
+// every rank plans the same call the same way).  A later cost model replaces
+// the rule inside.
+enum class Algo : uint8_t { RecursiveDoubling, Ring, TwoLevel };
+struct AlgoFacts {
+  OpKind kind = OpKind::AllReduce;  // AllReduce or AllGather
+  const char* forced = "auto";      // TERN_ALGO: auto|ring|rd|twolevel
+  size_t bytes = 0;                 // the call's payload (allgather: every rank's blocks)
+  size_t smallBytes = 0;            // TERN_SMALL_THRESHOLD
   int nranks = 1;
-  int hosts = 1, minLocal = 1;  // host count; fewest ranks on a host (topology/hosts.h)
+  int hosts = 1, minLocal = 1, maxLocal = 1;  // host count; fewest / most ranks on a host
 };
 // Two-level from this size under auto (with several hosts of several ranks):
-// at 2 hosts x 2 ranks it took 0.70-0.75x the ring's time at 64 KiB-64 MiB
-// over 1 Gbit/s links and 0.58-0.93x at 10 Gbit/s (perf/RESULTS.md,
-// 2026-12-04: two-level allreduce across emulated hosts); smaller sizes
-// were not measured.
+// at 2 hosts x 2 ranks the allreduce took 0.70-0.75x the ring's time at
+// 64 KiB-64 MiB over 1 Gbit/s links and 0.58-0.93x at 10 Gbit/s
+// (perf/RESULTS.md, 2026-12-04: two-level allreduce across emulated hosts);
+// smaller sizes were not measured.
 constexpr size_t kTwoLevelFromBytes = size_t(64) << 10;
-AllReduceAlgo chooseAllReduce(const AllReduceFacts& f);
-const char* algoName(AllReduceAlgo a);  // "two-level"
-// The facts of one call on x's communicator.
-AllReduceFacts allReduceFacts(const PlanCtx& x, size_t bytes);
+Algo chooseAlgo(const AlgoFacts& f);
+const char* algoName(Algo a);  // "two-level"
+// The facts of one call of `kind` on x's communicator.
+AlgoFacts algoFacts(const PlanCtx& x, OpKind kind, size_t bytes);
 
 void planAllReduceRing(const PlanCtx& x, const void* src, void* dst, size_t count,
                        ternDataType_t dt, ternRedOp_t op, Phase* ph);
@@ -94,7 +96,12 @@ void recursiveDoublingSteps(const PlanCtx& x, char* d, size_t bytes, Emit emit) 
 void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, int root, Phase* ph);
 void planReduce(const PlanCtx& x, const void* src, void* dst, size_t count, ternDataType_t dt,
                 ternRedOp_t op, int root, Phase* ph);
+// Allgather: the ring, or two-level (chooseAlgo).
 void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph);
+void planAllGatherRing(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph);
+// An allgather across hosts per local rank, then inside each host
+// (allgather_twolevel.cc); every host must have as many ranks.
+void planAllGatherTwoLevel(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph);
 void planReduceScatter(const PlanCtx& x, const void* src, void* dst, size_t recvcount,
                        ternDataType_t dt, ternRedOp_t op, Phase* ph);
 

@@ -13,34 +13,39 @@ namespace tern {
 namespace {
 
 // Rounds of chunks of at most `maxChunk` elements that the longest block needs.
-size_t roundsFor(const RingSpan& ring, const size_t* cuts, size_t maxChunk) {
+size_t roundsFor(const RingSpan& ring, const Span* blocks, size_t maxChunk) {
   size_t longest = 0;
-  for (int k = 0; k < ring.n; ++k) longest = std::max(longest, cuts[k + 1] - cuts[k]);
+  for (int k = 0; k < ring.n; ++k) longest = std::max(longest, blocks[k].n);
   return (longest + maxChunk - 1) / maxChunk;
 }
 
 // Round `c`'s chunk of the block at position k: byte offset and length (0:
 // the block has nothing left in this round).
 struct Chunk {
-  const size_t* cuts;
+  const Span* blocks;
   int n;
   size_t esz, maxChunk, c;
   size_t at(int k, size_t* off) const {
-    k = (k % n + n) % n;
-    const size_t first = std::min(cuts[k] + c * maxChunk, cuts[k + 1]);
-    *off = first * esz;
-    return std::min(maxChunk, cuts[k + 1] - first) * esz;
+    const Span& b = blocks[(k % n + n) % n];
+    const size_t done = std::min(c * maxChunk, b.n);
+    *off = (b.at + done) * esz;
+    return std::min(maxChunk, b.n - done) * esz;
   }
 };
 
 }  // namespace
 
-void ringReduceScatterSteps(Program& prog, const RingSpan& ring, const size_t* cuts, const char* s,
+RingSpan ringOf(const PlanCtx& x, const std::vector<int>& members, int pos) {
+  const int n = static_cast<int>(members.size());
+  return RingSpan{n, pos, x.conn(members[(pos + n - 1) % n]), x.conn(members[(pos + 1) % n])};
+}
+
+void ringReduceScatterSteps(Program& prog, const RingSpan& ring, const Span* blocks, const char* s,
                             char* d, size_t esz, size_t chunkBytes, bool avg) {
   const int n = ring.n, r = ring.pos;
   const size_t maxChunk = std::max<size_t>(1, chunkBytes / esz);
-  for (size_t c = 0, rounds = roundsFor(ring, cuts, maxChunk); c < rounds; ++c) {
-    const Chunk ch{cuts, n, esz, maxChunk, c};
+  for (size_t c = 0, rounds = roundsFor(ring, blocks, maxChunk); c < rounds; ++c) {
+    const Chunk ch{blocks, n, esz, maxChunk, c};
     size_t off, len = ch.at(r - 1, &off);
     prog.add({nullptr, ring.out, s + off, nullptr, len});
     for (int st = 1; st <= n - 2; ++st) {
@@ -52,14 +57,17 @@ void ringReduceScatterSteps(Program& prog, const RingSpan& ring, const size_t* c
   }
 }
 
-void ringAllGatherSteps(Program& prog, const RingSpan& ring, const size_t* cuts, char* d, size_t esz,
-                        size_t chunkBytes) {
+void ringAllGatherSteps(Program& prog, const RingSpan& ring, const Span* blocks, const char* mine,
+                        char* d, size_t esz, size_t chunkBytes) {
   const int n = ring.n, r = ring.pos;
   const size_t maxChunk = std::max<size_t>(1, chunkBytes / esz);
-  for (size_t c = 0, rounds = roundsFor(ring, cuts, maxChunk); c < rounds; ++c) {
-    const Chunk ch{cuts, n, esz, maxChunk, c};
+  const size_t own = blocks[r].at * esz;
+  for (size_t c = 0, rounds = roundsFor(ring, blocks, maxChunk); c < rounds; ++c) {
+    const Chunk ch{blocks, n, esz, maxChunk, c};
     size_t off, len = ch.at(r, &off);
-    prog.add({nullptr, ring.out, d + off, nullptr, len});
+    // This rank's block leaves from its input and lands in d on the way.
+    const char* from = mine ? mine + (off - own) : d + off;
+    prog.add({nullptr, ring.out, from, from != d + off ? d + off : nullptr, len});
     for (int t = 1; t <= n - 2; ++t) {
       len = ch.at(r - t, &off);
       prog.add({ring.in, ring.out, nullptr, d + off, len});

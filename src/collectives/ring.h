@@ -4,6 +4,7 @@
 // (allreduce_twolevel.cc).
 #pragma once
 #include <cstddef>
+#include <vector>
 
 #include "engine/program.h"
 
@@ -23,15 +24,23 @@ struct RingSpan {
 void ringAllReduceSteps(Program& prog, const RingSpan& ring, const char* s, char* d, size_t count,
                         size_t esz, size_t chunkBytes, bool avg);
 
-// Ring reduce-scatter and allgather over blocks of elements that need not be
-// equal: block k (the block of the member at position k) is elements
-// [cuts[k], cuts[k+1]) of the buffer; chunks of at most chunkBytes.
-// Reduce-scatter: every member's s summed into d's block of this rank (the
-// other blocks of d untouched); `avg` as above.  Allgather: d's block of
-// this rank to every member's d.
-void ringReduceScatterSteps(Program& prog, const RingSpan& ring, const size_t* cuts, const char* s,
+// Elements [at, at + n) of a buffer: a ring member's block.
+struct Span {
+  size_t at = 0, n = 0;
+};
+
+// Ring reduce-scatter and allgather over blocks anywhere in the buffer, of
+// any lengths: blocks[k] is the block of the member at position k; chunks of
+// at most chunkBytes.  Reduce-scatter: every member's s summed into d's block
+// of this rank (the other blocks of d untouched); `avg` as above.
+// Allgather: this rank's block to every member's d, from `mine` (its input;
+// null: it is in d already), while the others' blocks land in d.
+void ringReduceScatterSteps(Program& prog, const RingSpan& ring, const Span* blocks, const char* s,
                             char* d, size_t esz, size_t chunkBytes, bool avg);
-void ringAllGatherSteps(Program& prog, const RingSpan& ring, const size_t* cuts, char* d, size_t esz,
-                        size_t chunkBytes);
+void ringAllGatherSteps(Program& prog, const RingSpan& ring, const Span* blocks, const char* mine,
+                        char* d, size_t esz, size_t chunkBytes);
+
+// The ring of `members` (ranks in ring order) with this rank at `pos`.
+RingSpan ringOf(const PlanCtx& x, const std::vector<int>& members, int pos);
 
 }  // namespace tern

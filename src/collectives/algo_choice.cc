@@ -1,0 +1,132 @@
+// Which algorithm an allreduce or an allgather runs: one pure function of
+// facts every rank has alike (the call's size, TERN_ALGO, which every rank's
+// must equal, checked at init; the threshold; the host layout), so the ranks
+// of a call always plan it the same way.
+//
+// Allreduce:
+// - Up to TERN_SMALL_THRESHOLD bytes: recursive doubling, whatever TERN_ALGO
+//   says.  The small path (api/alone.cc) runs that schedule without asking,
+//   and a rank whose engine was busy must meet its peers' bytes with the
+//   same plan; so a forced algorithm applies above the threshold
+//   (TERN_SMALL_THRESHOLD=0 forces it at every size).
+// - TERN_ALGO=ring|rd|twolevel: that one.
+// - auto: two-level when there are several hosts, every host has more than
+//   one rank (with one rank on a host the scheme saves nothing there: that
+//   host's NIC carries 2(H-1)/H of the buffer either way) and the call has
+//   at least kTwoLevelFromBytes; else the ring.
+// Allgather (the small path plans it as the engine does, so no threshold
+// binds it): the ring, or two-level where every host has as many ranks
+// (forced, or under auto as above); uneven hosts fall back to the ring;
+// rd means the ring.
+// A cost model fitted per machine (issue 45) is to replace the auto rule.
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/log.h"
+#include "collectives/collectives.h"
+#include "topology/hosts.h"
+
+namespace tern {
+
+Algo chooseAlgo(const AlgoFacts& f) {
+  const bool severalEach = f.hosts > 1 && f.minLocal > 1;
+  if (f.kind == OpKind::AllGather) {
+    const bool even = f.minLocal == f.maxLocal;
+    if (!even || !strcmp(f.forced, "ring") || !strcmp(f.forced, "rd")) return Algo::Ring;
+    if (!strcmp(f.forced, "twolevel")) return Algo::TwoLevel;
+    return severalEach && f.bytes >= kTwoLevelFromBytes ? Algo::TwoLevel : Algo::Ring;
+  }
+  if (f.bytes <= f.smallBytes) return Algo::RecursiveDoubling;
+  if (!strcmp(f.forced, "rd")) return Algo::RecursiveDoubling;
+  if (!strcmp(f.forced, "ring")) return Algo::Ring;
+  if (!strcmp(f.forced, "twolevel")) return Algo::TwoLevel;
+  return severalEach && f.bytes >= kTwoLevelFromBytes ? Algo::TwoLevel : Algo::Ring;
+}
+
+const char* algoName(Algo a) {
+  switch (a) {
+    case Algo::RecursiveDoubling: return "recursive doubling";
+    case Algo::Ring: return "ring";
+    case Algo::TwoLevel: return "two-level";
+  }
+  return "?";
+}
+
+AlgoFacts algoFacts(const PlanCtx& x, OpKind kind, size_t bytes) {
+  AlgoFacts f;
+  f.kind = kind;
+  f.forced = x.cfg->algo.c_str();
+  f.bytes = bytes;
+  f.smallBytes = x.cfg->smallBytes;
+  f.nranks = x.nranks;
+  f.hosts = x.hosts ? x.hosts->hosts() : 1;
+  f.minLocal = x.hosts ? x.hosts->minLocal() : x.nranks;
+  f.maxLocal = x.hosts ? x.hosts->maxLocal() : x.nranks;
+  return f;
+}
+
+namespace {
+
+// The first call of each kind and algorithm in the process is logged at INFO
+// (a training loop makes thousands of calls: the rest at TRACE).
+void announce(Algo a, const AlgoFacts& f) {
+  static std::atomic<unsigned> seen{0};
+  const char* what = f.kind == OpKind::AllGather ? "allgather" : "allreduce";
+  const unsigned bit = 1u << (static_cast<unsigned>(a) + (f.kind == OpKind::AllGather ? 4 : 0));
+  if (!(seen.fetch_or(bit, std::memory_order_relaxed) & bit))
+    TERN_LOG(Info, "%s of %zu bytes: %s (TERN_ALGO=%s, %d hosts of %d-%d ranks); later choices at TRACE",
+             what, f.bytes, algoName(a), f.forced, f.hosts, f.minLocal, f.maxLocal);
+  else
+    TERN_LOG(Trace, "%s of %zu bytes: %s", what, f.bytes, algoName(a));
+}
+
+// x, or x with every rank on one host where it has no layout (a test's
+// simulated ranks), for a two-level plan.
+template <class Plan>
+void withHosts(const PlanCtx& x, Plan plan) {
+  if (x.hosts) return plan(x);
+  PlanCtx one = x;
+  const HostLayout all = groupByHost(std::vector<uint64_t>(x.nranks, 0));
+  one.hosts = &all;
+  plan(one);
+}
+
+}  // namespace
+
+bool allReduceNeedsDivide(const PlanCtx& x, size_t count, ternDataType_t dt, ternRedOp_t op) {
+  return op == ternAvg && x.nranks > 1 &&
+         chooseAlgo(algoFacts(x, OpKind::AllReduce, count * typeSize(dt))) == Algo::RecursiveDoubling;
+}
+
+void planAllReduce(const PlanCtx& x, const void* src, void* dst, size_t count, ternDataType_t dt,
+                   ternRedOp_t op, Phase* ph) {
+  ph->what = "allreduce";
+  if (x.nranks == 1) {
+    if (src != dst) x.mem->copy(dst, src, count * typeSize(dt));
+    return;
+  }
+  const AlgoFacts f = algoFacts(x, OpKind::AllReduce, count * typeSize(dt));
+  const Algo a = chooseAlgo(f);
+  if (a != Algo::RecursiveDoubling) announce(a, f);
+  switch (a) {
+    case Algo::RecursiveDoubling:
+      return planAllReduceRecursiveDoubling(x, src, dst, count, dt, op, ph);
+    case Algo::Ring:
+      return planAllReduceRing(x, src, dst, count, dt, op, ph);
+    case Algo::TwoLevel:
+      return withHosts(x, [&](const PlanCtx& y) { planAllReduceTwoLevel(y, src, dst, count, dt, op, ph); });
+  }
+}
+
+void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph) {
+  const AlgoFacts f = algoFacts(x, OpKind::AllGather, bytesPerRank * x.nranks);
+  const Algo a = x.nranks > 1 ? chooseAlgo(f) : Algo::Ring;
+  if (a != Algo::TwoLevel) return planAllGatherRing(x, src, dst, bytesPerRank, ph);
+  announce(a, f);
+  withHosts(x, [&](const PlanCtx& y) { planAllGatherTwoLevel(y, src, dst, bytesPerRank, ph); });
+}
+
+}  // namespace tern
