@@ -6,6 +6,8 @@
 //                         [--ternary] [--link tcp|ucx] [--model FILE] [--json] [--png OUT.png|OUT.svg]
 //   tern-plan fit measurements.json [--model START.json] [--out MODEL.json]
 //
+// collectives and fit read the model file TERN_MODEL_FILE names when --model is not given.
+//
 // The result JSON goes to stdout.  Exit status: 0 done; 2 an unusable input
 // or command line (one sentence on stderr naming the field or flag); 1 any
 // other failure (no split fits memory, the gantt could not be written).
@@ -254,6 +256,14 @@ std::string numbersJson(const std::vector<double>& v) {
   return out + "]";
 }
 
+// --model, else TERN_MODEL_FILE, else nullptr (the defaults).
+const char* modelPath(const Args& a) {
+  auto it = a.flags.find("--model");
+  if (it != a.flags.end()) return it->second.c_str();
+  const char* env = std::getenv("TERN_MODEL_FILE");
+  return env && *env ? env : nullptr;
+}
+
 // The query ternPlanCollectives reads, from the command line.
 std::string collectivesQuery(const Args& a) {
   auto need = [&](const std::string& flag) {
@@ -282,7 +292,7 @@ std::string collectivesQuery(const Args& a) {
                     withUnit(parts[1], {{"", 1}, {"us", 1}, {"ms", 1e3}}, "--net's latency"));
       q += buf;
     }
-  } else if (!a.flags.count("--model")) {
+  } else if (!modelPath(a)) {
     need("--net");  // without a model file the network's rate must be said
   }
   if (a.flags.count("--link")) q += ", \"link\": \"" + a.flags.at("--link") + "\"";
@@ -292,8 +302,7 @@ std::string collectivesQuery(const Args& a) {
 
 int collectives(const Args& a) {
   const std::string query = collectivesQuery(a);
-  auto it = a.flags.find("--model");
-  const char* model = it == a.flags.end() ? nullptr : it->second.c_str();
+  const char* model = modelPath(a);
   const bool json = a.flags.count("--json");
   const auto t0 = std::chrono::steady_clock::now();
   const std::string result = call("tern-plan collectives", [&](char** out) {
@@ -315,10 +324,8 @@ int collectives(const Args& a) {
 
 int fit(const Args& a) {
   const std::string measurements = readFile(a.file);
-  auto it = a.flags.find("--model");
-  const std::string model = call(a.file, [&](char** out) {
-    return ternPlanFitModel(measurements.c_str(), it == a.flags.end() ? nullptr : it->second.c_str(), out);
-  });
+  const std::string model =
+      call(a.file, [&](char** out) { return ternPlanFitModel(measurements.c_str(), modelPath(a), out); });
   if (a.flags.count("--out")) writeText(model, a.flags.at("--out"));
   else std::fputs(model.c_str(), stdout);
   return 0;

@@ -19,11 +19,20 @@ constexpr int kCodec = kLinks * kTermsPerLink;
 
 int param(Link l, int term) { return static_cast<int>(l) * kTermsPerLink + term; }
 
-// What one link class carries in a step: bytes through its endpoint, bytes reduced.
+// What one link class carries in a step: bytes through its endpoint, bytes
+// reduced.  A codec leg is the CPU's share of a ternary step instead: `bytes`
+// of the caller's data coded (its link means nothing).
 struct Leg {
   Link link;
   double bytes, reduced;
+  bool codec = false;
 };
+
+// A decode alone runs ~3.8x as fast as a decode-add-encode pass (7 against
+// 1.9 GB/s of float32, perf/RESULTS.md, 2026-11-27: ternary error feedback
+// fused into the encode pass), so an allgather hop costs this share of a
+// reduce-scatter hop's codec time.
+constexpr double kDecodeShare = 0.26;
 
 // A prediction being summed: the coefficient of every parameter, so that the
 // time is their dot product with the parameters (what the fit solves for).
@@ -32,21 +41,26 @@ class Cost {
   explicit Cost(const Model& m) : p_(paramsOf(m)) {}
 
   double legTime(const Leg& g, bool small) const {
+    if (g.codec) return g.bytes * p_[kCodec] / 1e3;
     return p_[param(g.link, small ? kSmallLatency : kLatency)] + g.bytes * p_[param(g.link, kPerByte)] / 1e3 +
            g.reduced * p_[param(g.link, kPerReduced)] / 1e3;
   }
   // `times` alike steps whose legs run at once: each step lasts as long as
-  // its slowest leg (the others wait for it in a pipelined ring).
+  // its slowest leg (the others wait for it in a pipelined ring: a chunk is
+  // coded while the one before it is on the wire).
   void steps(double times, const std::vector<Leg>& legs, bool small = false) {
     if (times <= 0 || legs.empty()) return;
     const Leg* slow = &legs[0];
     for (const Leg& g : legs)
       if (legTime(g, small) > legTime(*slow, small)) slow = &g;
+    if (slow->codec) {
+      c_[kCodec] += times * slow->bytes / 1e3;
+      return;
+    }
     c_[param(slow->link, small ? kSmallLatency : kLatency)] += times;
     c_[param(slow->link, kPerByte)] += times * slow->bytes / 1e3;
     c_[param(slow->link, kPerReduced)] += times * slow->reduced / 1e3;
   }
-  void codec(double bytes) { c_[kCodec] += bytes / 1e3; }
   void add(const Params& other) {
     for (int i = 0; i < kParams; ++i) c_[i] += other[i];
   }
@@ -171,16 +185,23 @@ Prediction fastestDense(const Call& call, const Model& m) {
 // reduce-scatter carries a chunk summed over s ranks at ternaryWidth(s) bits,
 // the k-1 allgather sends carry the full sums at ternaryWidth(k).  Sends of
 // one width are alike, so they are summed a width at a time.  `elements`:
-// the elements one step moves through the costed endpoint.
+// the elements one step moves through the costed endpoint; `coded`: the
+// bytes of the caller's data a rank's reduce-scatter hop decodes, adds and
+// encodes (an allgather hop only decodes them).
 template <typename Legs>
-void ternarySteps(Cost& c, int k, double elements, Legs legsFor) {
+void ternarySteps(Cost& c, int k, double elements, double coded, Legs legsFor) {
+  auto legs = [&](int w, double codec) {
+    std::vector<Leg> l = legsFor(elements * w / 8);
+    l.push_back({Link::Shm, codec, 0, true});
+    return l;
+  };
   for (int s = 1; s <= k - 1;) {
     const int w = ternaryWidth(s);
     const int last = std::min<long long>(k - 1, (1LL << (w - 1)) - 1);
-    c.steps(last - s + 1, legsFor(elements * w / 8));
+    c.steps(last - s + 1, legs(w, coded));
     s = last + 1;
   }
-  c.steps(k - 1, legsFor(elements * ternaryWidth(k) / 8));
+  c.steps(k - 1, legs(ternaryWidth(k), coded * kDecodeShare));
 }
 
 }  // namespace
@@ -220,9 +241,8 @@ Model defaultModel() {
   // 2026-11-28): a nominal 100 Gbit/s NIC at 88% of its rate, 3 us a step.
   m.links[2] = {3.0, 3.0, 0.08 / kTcpWireShare, 0.05};
   // The codec on one AVX-512 core (2026-11-27: ternary error feedback fused
-  // into the encode pass): decode-add-encode ~1.9 GB/s of float32 input
-  // (0.53 ns a byte), decode ~7 GB/s (0.14).
-  m.codecNsPerByte = 0.67;
+  // into the encode pass): decode-add-encode ~1.9 GB/s of float32 input.
+  m.codecNsPerByte = 0.53;
   m.source = "defaults: this host's figures in perf/RESULTS.md (shm; tcp at 1 Gbit/s) and a nominal ucx";
   return m;
 }
@@ -320,28 +340,26 @@ Prediction predict(Algo a, const Call& call, const Model& m) {
     }
     case Algo::Ternary: {
       // The scales (an allreduce-max of a float per block), then the ring at
-      // growing widths over every rank; each rank codes and decodes its
-      // whole buffer once.
+      // growing widths over every rank, each hop coding a chunk of S/N.
       Call scales = call;
       scales.bytes = 4 * std::ceil(count / call.blockSize);
       c.add(fastestDense(scales, m).coeff);
-      ternarySteps(c, N, count / N, [&](double bytes) { return flatLegs(call, bytes, 0); });
-      c.codec(S);
+      ternarySteps(c, N, count / N, S / N, [&](double bytes) { return flatLegs(call, bytes, 0); });
       break;
     }
     case Algo::TernaryTwoLevel: {
       // Dense inside each host, the ternary ring across hosts on each rank's
       // slice (widths grow with H, not N), dense allgather inside.  A host's
       // rails together send 1/H of the buffer per step at the step's width;
-      // the busiest rank codes its whole slice.
+      // the busiest rank codes 1/H of its slice per hop.
       insideHosts(c, lay, S, true);
       const double slice = count / lay.minLocal();
       Call scales = call;
       scales.layout = evenLayout(H, 1);
       scales.bytes = 4 * std::ceil(slice / call.blockSize);
       c.add(fastestDense(scales, m).coeff);
-      ternarySteps(c, H, count / H, [&](double bytes) { return std::vector<Leg>{{call.net, bytes, 0}}; });
-      c.codec(slice * call.dtypeBytes);
+      ternarySteps(c, H, count / H, slice * call.dtypeBytes / H,
+                   [&](double bytes) { return std::vector<Leg>{{call.net, bytes, 0}}; });
       insideHosts(c, lay, S, false);
       break;
     }

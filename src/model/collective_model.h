@@ -54,11 +54,10 @@ struct LinkParams {
 
 struct Model {
   std::array<LinkParams, kLinks> links;
-  // The ternary codec per byte of the caller's data that a rank codes: its
-  // decode-add-encode passes over the reduce-scatter's chunks and its
-  // decodes of the allgather's, each once over the whole buffer (codec/).
-  // One term: a rank always does as much of one as of the other, so no
-  // measurement could tell two apart.
+  // The ternary codec per byte of the caller's data in a reduce-scatter
+  // hop's decode-add-encode pass (codec/); an allgather hop's decode is a
+  // fixed share of it.  One term: a rank always does as much of one as of
+  // the other, so no measurement could tell two terms apart.
   double codecNsPerByte = 0;
   std::string source;  // where the figures come from, one sentence
 };

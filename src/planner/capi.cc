@@ -179,7 +179,7 @@ TERN_PLAN_API int ternPlanCollectives(const char* query_json, const char* model_
 
 TERN_PLAN_API int ternPlanFitModel(const char* measurements_json, const char* model_path, char** out) {
   return guarded(out, [&] {
-    const auto ms = tern::model::parseMeasurements(need(measurements_json, "measurements"), "the measurements");
+    const auto ms = tern::model::parseMeasurements(need(measurements_json, "measurements"), "the measurement list");
     return tern::model::modelJson(tern::model::fit(ms, modelAt(model_path)).model);
   });
 }
