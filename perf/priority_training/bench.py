@@ -17,8 +17,8 @@ and their maximum, the iteration time with perfect overlap.
 A variant may carry tern settings after "@" ("tac@TERN_BULK_QUEUED=0+TERN_X=1"):
 it then runs on a process group of its own, whose communicator was made with
 them (an A/B of an engine setting interleaved in one job).  The settings
-partition_kb and credit_kb are the scheduler's instead, for this variant
-("tac@partition_kb=4096+credit_kb=8192").
+partition_kb, credit_kb and fusion_kb are the scheduler's instead, for this
+variant ("tac@partition_kb=4096+credit_kb=8192", "tac@fusion_kb=0": no fusion).
 Each round runs every variant once, in turn (interleaved: the shared host's
 load drifts), each from the same initial weights on the same batches of
 Fashion-MNIST: `warmup` iterations, then `iters` timed ones (from a barrier
@@ -85,7 +85,7 @@ def step_plain(model, opt, x, y):
 _groups = {}
 
 
-SCHEDULER_SETTINGS = {"partition_kb": "partition_bytes", "credit_kb": "credit_bytes"}
+SCHEDULER_SETTINGS = {"partition_kb": "partition_bytes", "credit_kb": "credit_bytes", "fusion_kb": "fusion_bytes"}
 
 
 def split_settings(settings):
@@ -153,7 +153,8 @@ def run_variant(variant, cfg, data, record):
     if not variant.startswith("ddp"):
         sched = tern.torch.PriorityScheduler(
             model, opt, policy=variant, sample_batch=data[0][0], partition_bytes=sched_cfg["partition_bytes"],
-            credit_bytes=sched_cfg["credit_bytes"], bandwidth_gbps=cfg["bandwidth_gbps"], record=record)
+            credit_bytes=sched_cfg["credit_bytes"], bandwidth_gbps=cfg["bandwidth_gbps"], record=record,
+            fusion_bytes=sched_cfg.get("fusion_bytes"))
 
     def step(x, y):
         if sched is None:

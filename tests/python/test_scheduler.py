@@ -76,15 +76,16 @@ def train_scheduled(rank, policy, ternary=None, make_opt=sgd):
     lr = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.7)
     data = batches(rank)
     sched = PriorityScheduler(model, opt, policy=policy, sample_batch=data[0][0], ternary=ternary,
-                              partition_bytes=4096, credit_bytes=8192)
+                              partition_bytes=4096, credit_bytes=8192, record=True)
     for x, y in data:
         loss_of(model, x, y).backward()
         sched.step()
         lr.step()
     sched.synchronize()
     levels = sched.levels()
+    fused = sorted({s["param"] for s in sched.spans() if s["kind"] == "allreduce" and "+" in s["param"]})
     sched.close()
-    return [p.detach().clone() for p in model.parameters()], levels, state_of(opt, model)
+    return [p.detach().clone() for p in model.parameters()], levels, state_of(opt, model), fused
 
 
 def equal(a, b):
@@ -96,11 +97,12 @@ def same_as_ddp(rank, n, store_path):
     want, want_state = train_ddp(rank)
     out = {}
     for policy in ("tic", "tac", "layer", "fifo"):
-        got, levels, state = train_scheduled(rank, policy)
+        got, levels, state, fused = train_scheduled(rank, policy)
         out[policy] = {"equal": equal(want, got), "state": equal(want_state, state) and len(state) == 8,
-                       "levels": levels, "flat": torch.cat([w.reshape(-1) for w in got]).tolist()}
+                       "levels": levels, "flat": torch.cat([w.reshape(-1) for w in got]).tolist(),
+                       "fused": fused}
     want, want_state = train_ddp(rank, make_opt=adam)
-    got, _, state = train_scheduled(rank, "tac", make_opt=adam)
+    got, _, state, _ = train_scheduled(rank, "tac", make_opt=adam)
     out["adam"] = {"equal": equal(want, got), "state": equal(want_state, state) and len(state) == 24}
     dist.destroy_process_group()
     return out
@@ -120,6 +122,10 @@ def test_weights_equal_plain_ddp_bitwise(tmp_path):
     assert layer["0.weight"] == 0 and layer["6.weight"] > layer["4.weight"] > layer["0.weight"]
     assert len(set(res[0]["tac"]["levels"].values())) > 1
     assert set(res[0]["fifo"]["levels"].values()) == {4}
+    # below fusion_bytes (partition_bytes, 4096 here), gradients that follow each
+    # other at one level share an allreduce: fifo's single level fuses the first
+    # layer's bias and weight (2.2 KB), and the weights above still equal DDP's
+    assert res[0]["fifo"]["fused"] == ["0.bias+1"], res[0]["fifo"]["fused"]
 
 
 def three_ranks(rank, n, store_path):

@@ -11,9 +11,12 @@ parameter at priority levels from the computation graph (docs/DESIGN.md,
     sched.synchronize()                   # the last updates, before evaluating or saving
 
 Each gradient is scaled by 1/world (as DDP does), split into partitions of
-`partition_bytes` and allreduced at its parameter's level; a thread issues
-the ready partitions most urgent level first while at most `credit_bytes`
-are in flight.  When a parameter's last partition arrives, the thread
+`partition_bytes` and allreduced at its parameter's level; small gradients
+that become ready one after another at the same level are fused into one
+allreduce of up to `fusion_bytes` (as DDP's buckets and Horovod's fusion
+buffer do: a ResNet-50 has 161 parameter tensors, most of them a few KB);
+a thread issues the ready partitions most urgent level first while at most
+`credit_bytes` are in flight.  When a parameter's last partition arrives, the thread
 updates that parameter with its own copy of the user's optimizer (same
 class, same hyper-parameters, the user optimizer's state object), and a
 forward pre-hook on the module that owns it lets the next forward of that
@@ -40,22 +43,46 @@ _TERNARY_HANDLE_BASE = 0x7363 << 32  # distinct from TernaryState's bucket handl
 
 
 class _Slot:
-    """One parameter: its partitions, its reduced gradient, its own optimizer."""
+    """One parameter: its reduced gradient, its own optimizer, its unit."""
 
-    def __init__(self, index, name, param, level, group, optimizer, partition_elems):
+    def __init__(self, index, name, param, level, group, optimizer):
         self.index, self.name, self.param, self.level, self.group = index, name, param, level, group
         self.proxy = param.detach()  # same storage: the update reaches the parameter through it
         hyper = {k: v for k, v in group.items() if k != "params"}
         self.optimizer = type(optimizer)([dict(hyper, params=[self.proxy])], lr=hyper["lr"])
         self.optimizer.state[self.proxy] = optimizer.state[param]  # one state, saved by the user's
-        n = param.numel()
-        self.chunks = [(o, min(partition_elems, n - o)) for o in range(0, n, partition_elems)]
-        self.nbytes = [c * param.element_size() for _, c in self.chunks]
         self.done = threading.Event()
         self.done.set()
         self.buf = self.hyper = None
+        self.iteration = 0
+        self.unit, self.offset = None, 0  # where its gradient travels: a unit, from this element
+
+
+class _Unit:
+    """What goes on the wire: one parameter's gradient in partitions, or several
+    small ones fused into one buffer (kept across iterations: no allocation per
+    step), reduced as one and then handed back to each parameter as a view."""
+
+    def __init__(self, index, members, partition_elems):
+        self.index, self.members, self.level = index, members, members[0].level
+        n = sum(s.param.numel() for s in members)
+        self.chunks = [(o, min(partition_elems, n - o)) for o in range(0, n, partition_elems)]
+        size = members[0].param.element_size()
+        self.nbytes = [c * size for _, c in self.chunks]
+        self.flat = None
+        if len(members) > 1:
+            self.flat = torch.empty(n, dtype=members[0].param.dtype)
+        offset = 0
+        for s in members:
+            s.unit, s.offset = self, offset
+            offset += s.param.numel()
+        self.pending = len(members)  # members whose gradient has yet to arrive this iteration
         self.left = self.iteration = 0
-        self.ternary = False  # this iteration's gradient goes by ternary allreduce
+        self.ternary = False  # this iteration's gradients go by ternary allreduce
+
+    @property
+    def buf(self):
+        return self.flat if self.flat is not None else self.members[0].buf
 
 
 class PriorityScheduler:
@@ -70,7 +97,9 @@ class PriorityScheduler:
     input of the model, traced once (forward + backward) for the levels.
     ternary: a tern.torch.TernaryState to reduce with ternary allreduce
     (its warmup_steps and codec options apply).  record: keep a span per
-    allreduce partition and per update (spans()).
+    allreduce partition and per update (spans()).  fusion_bytes: gradients smaller
+    than this that become ready one after another at one level travel in one
+    allreduce of up to this many bytes (default partition_bytes; 0: each alone).
 
     Every parameter must get a gradient each iteration (as with DDP's
     find_unused_parameters=False), one backward per step; gradients are
@@ -80,20 +109,25 @@ class PriorityScheduler:
     """
 
     def __init__(self, ddp_model, optimizer, policy="tac", sample_batch=None, ternary=None,
-                 partition_bytes=1 << 20, credit_bytes=4 << 20, bandwidth_gbps=1.0, record=False):
+                 partition_bytes=1 << 20, credit_bytes=4 << 20, bandwidth_gbps=1.0, record=False,
+                 fusion_bytes=None):
         scheduler_plan.check_policy(policy)
         _check_optimizer(optimizer)
         if sample_batch is None:
             raise ValueError("PriorityScheduler needs sample_batch, an input of the model to trace once.")
         if partition_bytes <= 0 or credit_bytes <= 0:
             raise ValueError("partition_bytes and credit_bytes must be positive.")
+        fusion_bytes = partition_bytes if fusion_bytes is None else fusion_bytes
+        if fusion_bytes < 0:
+            raise ValueError("fusion_bytes must be 0 (no fusion) or positive.")
         self.ddp, self.policy, self.ternary = ddp_model, policy, ternary
         self.pg = ddp_model.process_group
         self._tern_pg = tern_group(self.pg)  # refuses other backends: levels are tern's
         self.world = dist.get_world_size(self.pg)
         self.plan = _shared_plan(ddp_model.module, sample_batch, policy, bandwidth_gbps, self.pg)
-        self._slots = _make_slots(ddp_model.module, optimizer, self.plan, partition_bytes)
-        self._seq = _level_sequences(self._slots, self.plan["backward"])
+        self._slots = _make_slots(ddp_model.module, optimizer, self.plan)
+        self._units = _make_units(self._slots, self.plan["backward"], partition_bytes, fusion_bytes)
+        self._seq = _level_sequences(self._units)
         self._cursor = [0] * scheduler_plan.LEVELS
         self._credit, self._in_flight = credit_bytes, [0] * scheduler_plan.LEVELS
         self._ready, self._finished = set(), []
@@ -162,22 +196,31 @@ class PriorityScheduler:
         self._wait(slot)  # its previous update (the forward pre-hook has normally waited already)
         grad = slot.param.grad
         slot.param.grad = None
-        slot.iteration = self.iteration
-        slot.ternary = self.ternary is not None and self.iteration >= self.ternary.warmup_steps
-        # The gradient is ours (param.grad is cleared), so it is reduced and
-        # scaled in place: a fresh buffer per parameter and iteration costs a
-        # page fault per 4 KiB where the allocator hands large freed blocks
-        # back to the kernel (~100 ms for 25 MB on a VM, a stall in the backward).
-        slot.buf = grad.detach().reshape(-1).contiguous()
-        if not slot.ternary:  # ternary allreduce averages; dense sums, so DDP's division
-            slot.buf.mul_(1.0 / self.world)
+        unit = slot.unit
+        slot.iteration = unit.iteration = self.iteration
+        unit.ternary = self.ternary is not None and self.iteration >= self.ternary.warmup_steps
+        scale = 1.0 if unit.ternary else 1.0 / self.world  # ternary allreduce averages; dense sums (DDP's division)
+        grad = grad.detach().reshape(-1)
+        if unit.flat is not None:  # into its place in the fused buffer, scaled on the way
+            slot.buf = unit.flat[slot.offset:slot.offset + grad.numel()]
+            torch.mul(grad, scale, out=slot.buf)
+        else:
+            # The gradient is ours (param.grad is cleared), so it is reduced and
+            # scaled in place: a fresh buffer per parameter and iteration costs a
+            # page fault per 4 KiB where the allocator hands large freed blocks
+            # back to the kernel (~100 ms for 25 MB on a VM, a stall in the backward).
+            slot.buf = grad.contiguous()
+            if scale != 1.0:
+                slot.buf.mul_(scale)
         slot.hyper = {k: v for k, v in slot.group.items() if k != "params"}  # this step's lr
-        slot.left = len(slot.chunks)
         slot.done.clear()
         with self._cv:
             self._arrived += 1
-            self._ready.update((slot.index, c) for c in range(len(slot.chunks)))
-            self._cv.notify()
+            unit.pending -= 1
+            if not unit.pending:  # its last member: the unit goes
+                unit.pending, unit.left = len(unit.members), len(unit.chunks)
+                self._ready.update((unit.index, c) for c in range(len(unit.chunks)))
+                self._cv.notify()
 
     def _wait(self, slot):
         while not slot.done.wait(0.05):
@@ -223,7 +266,7 @@ class PriorityScheduler:
         for level, seq in enumerate(self._seq):
             while seq and seq[self._cursor[level]] in self._ready:
                 item = seq[self._cursor[level]]
-                nbytes = self._slots[item[0]].nbytes[item[1]]
+                nbytes = self._units[item[0]].nbytes[item[1]]
                 upto = sum(self._in_flight[:level + 1])
                 if upto and upto + nbytes > self._credit:
                     return out  # and every less urgent level waits too
@@ -234,16 +277,16 @@ class PriorityScheduler:
         return out
 
     def _issue(self, item):
-        slot = self._slots[item[0]]
-        offset, count = slot.chunks[item[1]]
-        part = slot.buf[offset:offset + count]
-        set_priority(slot.level)  # this thread's level: the backend issues at it
+        unit = self._units[item[0]]
+        offset, count = unit.chunks[item[1]]
+        part = unit.buf[offset:offset + count]
+        set_priority(unit.level)  # this thread's level: the backend issues at it
         started = time.perf_counter()
-        if slot.ternary:
-            work = self._tern_pg.allreduce_ternary(part, _TERNARY_HANDLE_BASE + (slot.index << 16) + item[1])
+        if unit.ternary:
+            work = self._tern_pg.allreduce_ternary(part, _TERNARY_HANDLE_BASE + (unit.index << 16) + item[1])
         else:
             work = dist.all_reduce(part, group=self.pg, async_op=True)
-        self._waiters[slot.level].put((item, started, work))
+        self._waiters[unit.level].put((item, started, work))
 
     def _wait_level(self, level):
         """One thread per level waits on its works in issue order (a level's
@@ -265,22 +308,26 @@ class PriorityScheduler:
     def _complete(self, item, started):
         """Release the credit, wake the scheduler."""
         ended = time.perf_counter()
-        slot = self._slots[item[0]]
+        unit = self._units[item[0]]
         with self._cv:
-            self._in_flight[slot.level] -= slot.nbytes[item[1]]
+            self._in_flight[unit.level] -= unit.nbytes[item[1]]
             self._finished.append(item)
             if self._record:
-                self._spans.append(dict(iteration=slot.iteration, param=slot.name, level=slot.level,
-                                        kind="allreduce", chunk=item[1], bytes=slot.nbytes[item[1]],
+                self._spans.append(dict(iteration=unit.iteration, param=_unit_name(unit), level=unit.level,
+                                        kind="allreduce", chunk=item[1], bytes=unit.nbytes[item[1]],
                                         start=started - self.t0, end=ended - self.t0))
             self._cv.notify()
 
     def _arrive(self, item):
-        """A partition is reduced; the parameter's last one updates it."""
-        slot = self._slots[item[0]]
-        slot.left -= 1
-        if slot.left:
+        """A partition is reduced; the unit's last one updates its parameters."""
+        unit = self._units[item[0]]
+        unit.left -= 1
+        if unit.left:
             return
+        for slot in unit.members:
+            self._update(slot)
+
+    def _update(self, slot):
         started = time.perf_counter()
         opt = slot.optimizer
         opt.param_groups[0].update(slot.hyper)
@@ -318,7 +365,7 @@ def _shared_plan(module, sample_batch, policy, bandwidth_gbps, pg):
     return box[0]
 
 
-def _make_slots(module, optimizer, plan, partition_bytes):
+def _make_slots(module, optimizer, plan):
     group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
     slots = []
     for name, p in module.named_parameters():
@@ -328,17 +375,50 @@ def _make_slots(module, optimizer, plan, partition_bytes):
             raise ValueError(f"parameter {name} is not in the optimizer; PriorityScheduler updates every "
                              "parameter of the model that requires a gradient.")
         level = plan["level"].get(name, scheduler_plan.LEVELS - 1)  # untraced: bulk
-        elems = max(1, partition_bytes // p.element_size())
-        slots.append(_Slot(len(slots), name, p, level, group_of[id(p)], optimizer, elems))
+        slots.append(_Slot(len(slots), name, p, level, group_of[id(p)], optimizer))
     return slots
 
 
-def _level_sequences(slots, backward):
-    """Per level, its partitions in the order the traced backward readied them."""
+def _make_units(slots, backward, partition_bytes, fusion_bytes):
+    """The units in the order the traced backward readies their gradients: a
+    gradient of at least `fusion_bytes` alone, smaller ones that follow each other
+    at one level (and one dtype) fused while their sum stays within it.  Every
+    rank fuses the same way: the order and the levels are rank 0's plan."""
     rank = {name: i for i, name in enumerate(backward)}
-    seq = [[] for _ in range(scheduler_plan.LEVELS)]
+    groups, run, run_bytes = [], [], 0
     for slot in sorted(slots, key=lambda s: (rank.get(s.name, len(rank)), s.index)):
-        seq[slot.level].extend((slot.index, c) for c in range(len(slot.chunks)))
+        nbytes = slot.param.numel() * slot.param.element_size()
+        joins = (run and nbytes < fusion_bytes and run_bytes + nbytes <= fusion_bytes
+                 and run[0].level == slot.level and run[0].param.dtype == slot.param.dtype)
+        if not joins:
+            if run:
+                groups.append(run)
+            run, run_bytes = [], 0
+        run.append(slot)
+        run_bytes += nbytes
+        if nbytes >= fusion_bytes:  # too big to share: alone
+            groups.append(run)
+            run, run_bytes = [], 0
+    if run:
+        groups.append(run)
+    units = []
+    for members in groups:
+        elems = max(1, partition_bytes // members[0].param.element_size())
+        units.append(_Unit(len(units), members, elems))
+    return units
+
+
+def _unit_name(unit):
+    """A span's param: the parameter's name, or "first+N" for a fused unit."""
+    first = unit.members[0].name
+    return first if len(unit.members) == 1 else f"{first}+{len(unit.members) - 1}"
+
+
+def _level_sequences(units):
+    """Per level, its units' partitions in the order the traced backward readies them."""
+    seq = [[] for _ in range(scheduler_plan.LEVELS)]
+    for unit in units:
+        seq[unit.level].extend((unit.index, c) for c in range(len(unit.chunks)))
     return seq
 
 
