@@ -125,7 +125,7 @@ std::string call(const std::string& file, F f) {
   int rc = f(&out);
   std::string text = out ? out : "the planner returned nothing.";
   ternPlanFree(out);
-  if (rc != 0) throw Exit{rc == 2 ? kInputError : kFailure, file + ": " + text};
+  if (rc != 0) throw Exit{rc == 2 ? kInputError : kFailure, file.empty() ? text : file + ": " + text};
   return text;
 }
 
@@ -305,7 +305,7 @@ int collectives(const Args& a) {
   const char* model = modelPath(a);
   const bool json = a.flags.count("--json");
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string result = call("tern-plan collectives", [&](char** out) {
+  const std::string result = call("", [&](char** out) {
     return ternPlanCollectives(query.c_str(), model, json ? 0 : 1, out);
   });
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
