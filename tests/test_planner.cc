@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <random>
 #include <string>
 
+#include "model/model_file.h"
 #include "planner/gantt.h"
 #include "planner/json.h"
 #include "planner/kfkb.h"
@@ -846,6 +848,46 @@ TEST(PlannerCli, FitWritesAModelFile) {
   CliRun c = ternPlan("collectives --hosts 2 --ranks-per-host 1 --sizes 1M --json --model " + out, true);
   ASSERT_EQ(c.status, 0) << c.out;
   EXPECT_NE(c.out.find("fitted to 3 measurements"), std::string::npos) << c.out;
+}
+
+// tern-plan calibrate on a stand-in benchmark: an nccl-tests table whose
+// times follow TERN_ALGO, which fails unless each forced algorithm runs with
+// TERN_SMALL_THRESHOLD=0 (the small path's run keeps the threshold).
+TEST(PlannerCli, CalibrateTimesEachForcedAlgorithmAndFits) {
+  const std::string bench = writeTemp("bench.sh", R"(case "$TERN_ALGO:$TERN_SMALL_THRESHOLD:$*" in
+  rd::*) t=10 ;;
+  rd:0:*) t=12 ;;
+  ring:0:*) t=15 ;;
+  twolevel:0:*) t=9 ;;
+  ::*"-T 1") t=5 ;;
+  *) exit 3 ;;
+esac
+echo "#       size         count      type   redop    root     time"
+for b in 8 1024 65536 1048576; do
+  echo "[0] $b $((b / 4)) float sum -1 $((t + b / 1000)).0 0.1 0.1 0 $((t + b / 1000)).5 0.1 0.1 0"
+done
+)");
+  const std::string ms = ::testing::TempDir() + "calibrated_ms.json", out = ::testing::TempDir() + "calibrated.json";
+  CliRun r = ternPlan("calibrate --hosts 2 --ranks 4 --ternary --measurements " + ms + " --out " + out + " -- sh " + bench);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream in(ms);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto rows = [&](const std::string& algo) {
+    size_t n = 0;
+    for (size_t at = 0; (at = text.find("\"algorithm\": \"" + algo + "\"", at)) != std::string::npos; ++at) ++n;
+    return n;
+  };
+  EXPECT_EQ(rows("small"), 4u) << text;  // 8 and 1024 B, out of place and in place
+  EXPECT_EQ(rows("rd"), 8u);
+  EXPECT_EQ(rows("ring"), 8u);
+  EXPECT_EQ(rows("twolevel"), 8u);
+  EXPECT_EQ(rows("ternary"), 4u);        // from 64 KiB
+  EXPECT_NE(text.find("\"link\": \"tcp\", \"hosts\": 2, \"ranks\": 4, \"bytes\": 1048576, \"time_us\": 1063.5"),
+            std::string::npos) << text;
+  EXPECT_NE(tern::model::loadModelFile(out).source.find("fitted to 32 measurements"), std::string::npos);
+  CliRun bad = ternPlan("calibrate --hosts 2 --ranks 4 -- sh -c 'exit 3'");
+  EXPECT_EQ(bad.status, 1) << bad.out;
+  EXPECT_NE(bad.out.find("the benchmark sh failed (status 3)"), std::string::npos) << bad.out;
 }
 
 }  // namespace

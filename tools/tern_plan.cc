@@ -5,6 +5,8 @@
 //   tern-plan collectives --hosts H --ranks-per-host L[,L1,...] --net RATE[:LATENCY] --sizes LIST
 //                         [--ternary] [--link tcp|ucx] [--model FILE] [--json] [--png OUT.png|OUT.svg]
 //   tern-plan fit measurements.json [--model START.json] [--out MODEL.json]
+//   tern-plan calibrate --hosts H (--ranks N | --ranks-per-host L[,L1,...]) [--link tcp|ucx] [--ternary]
+//                       [--model START.json] [--out MODEL.json] [--measurements OUT.json] -- BENCHMARK...
 //
 // collectives and fit read the model file TERN_MODEL_FILE names when --model is not given.
 //
@@ -42,7 +44,9 @@ const char kUsage[] =
     "       tern-plan priorities GRAPH.json [--policy tic|tac]\n"
     "       tern-plan collectives --hosts H --ranks-per-host L[,L1,...] --net RATE[:LATENCY] --sizes LIST\n"
     "                             [--ternary] [--link tcp|ucx] [--model FILE] [--json] [--png OUT.png|OUT.svg]\n"
-    "       tern-plan fit MEASUREMENTS.json [--model START.json] [--out MODEL.json]\n";
+    "       tern-plan fit MEASUREMENTS.json [--model START.json] [--out MODEL.json]\n"
+    "       tern-plan calibrate --hosts H (--ranks N | --ranks-per-host L[,L1,...]) [--link tcp|ucx] [--ternary]\n"
+    "                           [--model START.json] [--out MODEL.json] [--measurements OUT.json] -- BENCHMARK...\n";
 
 struct Exit {
   int code;
@@ -52,6 +56,7 @@ struct Exit {
 struct Args {
   std::string command, file;
   std::map<std::string, std::string> flags;
+  std::vector<std::string> rest;  // after "--": calibrate's benchmark command
 };
 
 // What each command takes: a file first or not, flags with a value, switches.
@@ -66,6 +71,8 @@ const Command kCommands[] = {
     {"collectives", false, {"--hosts", "--ranks-per-host", "--net", "--sizes", "--link", "--model", "--png"},
      {"--ternary", "--json"}},
     {"fit", true, {"--model", "--out"}, {}},
+    {"calibrate", false, {"--hosts", "--ranks", "--ranks-per-host", "--link", "--model", "--out", "--measurements"},
+     {"--ternary"}},
 };
 
 bool has(const std::vector<std::string>& list, const std::string& s) {
@@ -75,11 +82,13 @@ bool has(const std::vector<std::string>& list, const std::string& s) {
 // The command, its file and its flags (a switch's value is "1").
 Args parseArgs(int argc, char** argv) {
   if (argc < 2) throw Exit{kInputError, ""};
-  Args a{argv[1], "", {}};
+  Args a{argv[1], "", {}, {}};
   const Command* cmd = nullptr;
   for (const Command& c : kCommands)
     if (a.command == c.name) cmd = &c;
-  if (!cmd) throw Exit{kInputError, "unknown command \"" + a.command + "\" (schedule, priorities, collectives or fit)."};
+  if (!cmd)
+    throw Exit{kInputError,
+               "unknown command \"" + a.command + "\" (schedule, priorities, collectives, fit or calibrate)."};
   int i = 2;
   if (cmd->file) {
     if (argc < 3) throw Exit{kInputError, ""};
@@ -87,6 +96,10 @@ Args parseArgs(int argc, char** argv) {
   }
   for (; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--" && a.command == "calibrate") {
+      a.rest.assign(argv + i + 1, argv + argc);
+      break;
+    }
     if (has(cmd->switches, flag)) {
       a.flags[flag] = "1";
       continue;
@@ -133,33 +146,44 @@ bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// Starts argv (envp: its environment) with one end of a new pipe as its file
+// descriptor `childFd` (0: we write to it; 1: we read what it prints);
+// *ours gets the other end.  Returns posix_spawnp's error (0: it started).
+int spawnWithPipe(char* const* argv, char* const* envp, int childFd, pid_t* pid, int* ours) {
+  int fds[2];
+  if (pipe(fds) != 0) throw Exit{kFailure, std::string("cannot make a pipe: ") + std::strerror(errno) + "."};
+  const int theirs = childFd == 0 ? fds[0] : fds[1];
+  *ours = childFd == 0 ? fds[1] : fds[0];
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, theirs, childFd);
+  posix_spawn_file_actions_addclose(&actions, *ours);
+  const int err = posix_spawnp(pid, argv[0], &actions, nullptr, argv, envp);
+  posix_spawn_file_actions_destroy(&actions);
+  close(theirs);
+  if (err != 0) close(*ours);
+  return err;
+}
+
 // python3 (TERN_PYTHON, else Debian's /usr/bin/python3, else PATH's) runs
 // the compiled-in src/planner/svg_to_png.py with the SVG chart on its stdin.
 void drawPng(const std::string& svg, const std::string& path, const char* what) {
   const char* python = std::getenv("TERN_PYTHON");
   if (!python) python = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
-  int fds[2];
-  if (pipe(fds) != 0) throw Exit{kFailure, std::string("cannot make a pipe: ") + std::strerror(errno) + "."};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[0], 0);
-  posix_spawn_file_actions_addclose(&actions, fds[1]);
   const char* argv[] = {python, "-c", kGanttScript, path.c_str(), nullptr};
   pid_t pid;
-  int err = posix_spawnp(&pid, python, &actions, nullptr, const_cast<char* const*>(argv), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[0]);
+  int in;
+  const int err = spawnWithPipe(const_cast<char* const*>(argv), environ, 0, &pid, &in);
   if (err != 0) {
-    close(fds[1]);
     throw Exit{kFailure, std::string("cannot run ") + python + " for the PNG " + what + ": " + std::strerror(err) +
                              " (an .svg " + what + " needs no Python)."};
   }
   for (size_t off = 0; off < svg.size();) {  // a dead child closes the pipe: stop writing
-    ssize_t n = write(fds[1], svg.data() + off, svg.size() - off);
+    ssize_t n = write(in, svg.data() + off, svg.size() - off);
     if (n <= 0) break;
     off += static_cast<size_t>(n);
   }
-  close(fds[1]);
+  close(in);
   int status = 0;
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
@@ -272,7 +296,7 @@ std::string collectivesQuery(const Args& a) {
   };
   std::vector<double> perHost;
   for (const std::string& l : split(need("--ranks-per-host"), ','))
-    perHost.push_back(number(Args{"", "", {{"--ranks-per-host", l}}}, "--ranks-per-host", 0, true));
+    perHost.push_back(number(Args{"", "", {{"--ranks-per-host", l}}, {}}, "--ranks-per-host", 0, true));
   const double hosts = number(a, "--hosts", perHost.size() > 1 ? perHost.size() : 0, true);
   if (hosts == 0) need("--hosts");
   // ranks_per_host: one number for every host, or a list (one per host).
@@ -331,6 +355,114 @@ int fit(const Args& a) {
   return 0;
 }
 
+// Runs `argv` with `env` over this process's environment and returns its
+// stdout (its stderr goes to ours).
+std::string runCapture(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+  std::vector<std::string> vars;
+  for (char** e = environ; *e; ++e) {
+    const std::string v = *e;
+    if (!env.count(v.substr(0, v.find('=')))) vars.push_back(v);
+  }
+  for (const auto& [k, v] : env) vars.push_back(k + "=" + v);
+  std::vector<char*> cargv, cenv;
+  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& v : vars) cenv.push_back(const_cast<char*>(v.c_str()));
+  cargv.push_back(nullptr);
+  cenv.push_back(nullptr);
+  pid_t pid;
+  int from;
+  const int err = spawnWithPipe(cargv.data(), cenv.data(), 1, &pid, &from);
+  if (err != 0) throw Exit{kFailure, "cannot run " + argv[0] + ": " + std::strerror(err) + "."};
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(from, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(from);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw Exit{kFailure, "the benchmark " + argv[0] + " failed (status " + std::to_string(WEXITSTATUS(status)) + ")."};
+  return out;
+}
+
+// (bytes, time_us) of every row of an nccl-tests-style table (build/perf's
+// *_perf, lines maybe prefixed "[rank] " by ternrun): size, count, type,
+// redop, root, then time, algbw, busbw, #wrong out of place and the same in
+// place.  Both times are kept: two timings of one call.
+std::vector<std::pair<double, double>> benchmarkRows(const std::string& out) {
+  std::vector<std::pair<double, double>> rows;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> f;
+    std::istringstream words(line);
+    for (std::string w; words >> w;) f.push_back(w);
+    if (!f.empty() && f[0].front() == '[') f.erase(f.begin());
+    if (f.size() < 6 || f[0].find_first_not_of("0123456789") != std::string::npos) continue;
+    for (size_t t : {size_t(5), size_t(9)})
+      if (t < f.size() && std::strtod(f[t].c_str(), nullptr) > 0)
+        rows.push_back({std::strtod(f[0].c_str(), nullptr), std::strtod(f[t].c_str(), nullptr)});
+  }
+  return rows;
+}
+
+// Times every algorithm that can be forced (TERN_ALGO; TERN_SMALL_THRESHOLD=0
+// so that it holds at every size) with the benchmark the command runs on the
+// job's ranks, and fits the model to the timings: the small path below
+// TERN_SMALL_THRESHOLD (32 KiB), two-level only across hosts, the ternary
+// allreduce (-T 1) from TERN_TERNARY_MIN_BYTES (64 KiB).
+int calibrate(const Args& a) {
+  if (a.rest.empty()) throw Exit{kInputError, "tern-plan calibrate needs the benchmark's command after --."};
+  const long long hosts = static_cast<long long>(number(a, "--hosts", 0, true));
+  if (hosts == 0) throw Exit{kInputError, "tern-plan calibrate needs --hosts."};
+  std::string layout;
+  if (a.flags.count("--ranks-per-host")) {
+    std::vector<double> per;
+    for (const std::string& l : split(a.flags.at("--ranks-per-host"), ','))
+      per.push_back(number(Args{"", "", {{"--ranks-per-host", l}}, {}}, "--ranks-per-host", 0, true));
+    if (per.size() == 1) per.assign(hosts, per[0]);
+    if (static_cast<long long>(per.size()) != hosts)
+      throw Exit{kInputError, "--ranks-per-host lists " + std::to_string(per.size()) + " hosts, not " +
+                                  std::to_string(hosts) + "."};
+    layout = "\"ranks_per_host\": " + numbersJson(per);
+  } else {
+    const double ranks = number(a, "--ranks", 0, true);
+    if (ranks == 0) throw Exit{kInputError, "tern-plan calibrate needs --ranks or --ranks-per-host."};
+    layout = "\"ranks\": " + whole(ranks);
+  }
+  const std::string link = hosts == 1 ? "shm" : a.flags.count("--link") ? a.flags.at("--link") : "tcp";
+  struct Run {
+    const char* algo;
+    std::map<std::string, std::string> env;
+    bool ternary;
+    double lo, hi;  // the sizes it measures
+  };
+  std::vector<Run> runs = {{"small", {{"TERN_ALGO", "rd"}, {"TERN_SMALL_PATH", "1"}}, false, 0, 32768},
+                           {"rd", {{"TERN_ALGO", "rd"}, {"TERN_SMALL_THRESHOLD", "0"}}, false, 0, 1e300},
+                           {"ring", {{"TERN_ALGO", "ring"}, {"TERN_SMALL_THRESHOLD", "0"}}, false, 0, 1e300}};
+  if (hosts > 1) runs.push_back({"twolevel", {{"TERN_ALGO", "twolevel"}, {"TERN_SMALL_THRESHOLD", "0"}}, false, 0, 1e300});
+  if (a.flags.count("--ternary")) runs.push_back({"ternary", {}, true, 65536, 1e300});
+  std::string ms = "{\"measurements\": [";
+  size_t count = 0;
+  for (const Run& r : runs) {
+    std::vector<std::string> argv = a.rest;
+    if (r.ternary) argv.insert(argv.end(), {"-T", "1"});
+    std::fprintf(stderr, "# calibrate: %s\n", r.algo);
+    for (const auto& [bytes, us] : benchmarkRows(runCapture(argv, r.env))) {
+      if (bytes < r.lo || bytes > r.hi) continue;
+      ms += std::string(count++ ? ",\n  " : "\n  ") + "{\"algorithm\": \"" + r.algo + "\", \"link\": \"" + link +
+            "\", \"hosts\": " + std::to_string(hosts) + ", " + layout + ", \"bytes\": " + whole(bytes) +
+            ", \"time_us\": " + std::to_string(us) + "}";
+    }
+  }
+  ms += "]}\n";
+  if (count == 0) throw Exit{kFailure, "the benchmark printed no rows of timings (an nccl-tests-style table)."};
+  if (a.flags.count("--measurements")) writeText(ms, a.flags.at("--measurements"));
+  const std::string model =
+      call("the calibration", [&](char** out) { return ternPlanFitModel(ms.c_str(), modelPath(a), out); });
+  if (a.flags.count("--out")) writeText(model, a.flags.at("--out"));
+  else std::fputs(model.c_str(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -338,6 +470,7 @@ int main(int argc, char** argv) {
     Args a = parseArgs(argc, argv);
     if (a.command == "collectives") return collectives(a);
     if (a.command == "fit") return fit(a);
+    if (a.command == "calibrate") return calibrate(a);
     return a.command == "schedule" ? schedule(a) : priorities(a);
   } catch (const Exit& e) {
     std::fprintf(stderr, "%s", e.message.empty() ? kUsage : ("tern-plan: " + e.message + "\n").c_str());
