@@ -798,6 +798,9 @@ TEST(PlannerCli, CollectivesPredictsAndChooses) {
   EXPECT_EQ(member(*byAlgo["ternary"], "bits", "").number, 14);
   EXPECT_EQ(member(*byAlgo["ternary-twolevel"], "bits", "").number, 11);
   EXPECT_EQ(member(member(member(doc, "choice", ""), "67108864", ""), "algorithm", "").string, "twolevel");
+  // With codes up to 16 bits (a wider codec), the two-level ternary would run and win.
+  CliRun w = ternPlan("collectives --hosts 512 --ranks-per-host 8 --net 10 --sizes 64M --ternary --max-bits 16", true);
+  EXPECT_NE(w.out.find("   ternary-twolevel "), std::string::npos) << w.out;
   CliRun t = ternPlan("collectives --hosts 2 --ranks-per-host 3,1 --net 1gbit:20us --sizes 8,1K..4K,64M", true);
   ASSERT_EQ(t.status, 0) << t.out;
   EXPECT_NE(t.out.find("2 hosts (3+1) = 4 ranks"), std::string::npos) << t.out;
@@ -824,6 +827,7 @@ TEST(PlannerCli, CollectivesAndFitRefuseBadInputWithASentence) {
       {"collectives --hosts 2 --ranks-per-host 2,2,2 --net 1 --sizes 1M", "ranks_per_host lists 3 hosts, not 2"},
       {"collectives --hosts 2 --ranks-per-host 2 --net 1 --sizes 1M..1K", "must be whole bytes"},
       {"collectives --hosts 2 --ranks-per-host 2 --net 1 --sizes 1M --link shm", "link must be tcp or ucx"},
+      {"collectives --hosts 4096 --ranks-per-host 512 --net 1 --sizes 1M", "at most 1048576 ranks, not 2097152"},
       {"collectives --hosts 2 --ranks-per-host 2 --sizes 1M --model " + model, "the field links is missing"},
       {"collectives --hosts 2 --ranks-per-host 2 --sizes 1M --model /nonexistent.json", "cannot read the model file"},
       {"fit " + writeTemp("ms.json", "{\"measurements\": [{\"algorithm\": \"ring\"}]}"),

@@ -4,6 +4,7 @@
 //   tern-plan priorities graph.json [--policy tic|tac]
 //   tern-plan collectives --hosts H --ranks-per-host L[,L1,...] --net RATE[:LATENCY] --sizes LIST
 //                         [--ternary] [--link tcp|ucx] [--model FILE] [--json] [--png OUT.png|OUT.svg]
+//                         [--max-bits W]   (the widest ternary code that may run: the codec's 10)
 //   tern-plan fit measurements.json [--model START.json] [--out MODEL.json]
 //   tern-plan calibrate --hosts H (--ranks N | --ranks-per-host L[,L1,...]) [--link tcp|ucx] [--ternary]
 //                       [--model START.json] [--out MODEL.json] [--measurements OUT.json] -- BENCHMARK...
@@ -44,6 +45,7 @@ const char kUsage[] =
     "       tern-plan priorities GRAPH.json [--policy tic|tac]\n"
     "       tern-plan collectives --hosts H --ranks-per-host L[,L1,...] --net RATE[:LATENCY] --sizes LIST\n"
     "                             [--ternary] [--link tcp|ucx] [--model FILE] [--json] [--png OUT.png|OUT.svg]\n"
+    "                             [--max-bits W]\n"
     "       tern-plan fit MEASUREMENTS.json [--model START.json] [--out MODEL.json]\n"
     "       tern-plan calibrate --hosts H (--ranks N | --ranks-per-host L[,L1,...]) [--link tcp|ucx] [--ternary]\n"
     "                           [--model START.json] [--out MODEL.json] [--measurements OUT.json] -- BENCHMARK...\n";
@@ -68,7 +70,8 @@ struct Command {
 const Command kCommands[] = {
     {"schedule", true, {"--gantt", "--network-now", "--microbatches"}, {}},
     {"priorities", true, {"--policy"}, {}},
-    {"collectives", false, {"--hosts", "--ranks-per-host", "--net", "--sizes", "--link", "--model", "--png"},
+    {"collectives", false,
+     {"--hosts", "--ranks-per-host", "--net", "--sizes", "--link", "--model", "--png", "--max-bits"},
      {"--ternary", "--json"}},
     {"fit", true, {"--model", "--out"}, {}},
     {"calibrate", false, {"--hosts", "--ranks", "--ranks-per-host", "--link", "--model", "--out", "--measurements"},
@@ -321,6 +324,7 @@ std::string collectivesQuery(const Args& a) {
   }
   if (a.flags.count("--link")) q += ", \"link\": \"" + a.flags.at("--link") + "\"";
   if (a.flags.count("--ternary")) q += ", \"ternary\": true";
+  if (a.flags.count("--max-bits")) q += ", \"max_bits\": " + whole(number(a, "--max-bits", 0, true));
   return q + "}";
 }
 

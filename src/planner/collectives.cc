@@ -1,7 +1,6 @@
 #include "planner/collectives.h"
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -83,18 +82,24 @@ CollectivesQuery parseCollectivesQuery(const Json& doc) {
   expectOnlyFields(doc, {"hosts", "ranks_per_host", "sizes", "ternary", "link", "gbps", "latency_us", "dtype_bytes",
                          "small_bytes", "ternary_min_bytes", "max_bits"}, "");
   CollectivesQuery q;
-  const int hosts = static_cast<int>(expectIntegerIn(member(doc, "hosts", ""), "hosts", 1, 1 << 20));
+  constexpr int kMostRanks = 1 << 20;  // recursive doubling's rounds look at every rank
+  const int hosts = static_cast<int>(expectIntegerIn(member(doc, "hosts", ""), "hosts", 1, kMostRanks));
   const Json& per = member(doc, "ranks_per_host", "");
+  std::vector<double> counts;
   if (per.type == Json::Type::Array) {
-    for (double v : positiveIntegers(per, "ranks_per_host", 1 << 20)) q.layout.ranksPerHost.push_back(static_cast<int>(v));
-    if (q.layout.hosts() != hosts)
-      throw InputError("ranks_per_host lists " + std::to_string(q.layout.hosts()) + " hosts, not " +
+    counts = positiveIntegers(per, "ranks_per_host", kMostRanks);
+    if (static_cast<int>(counts.size()) != hosts)
+      throw InputError("ranks_per_host lists " + std::to_string(counts.size()) + " hosts, not " +
                        std::to_string(hosts) + ".");
   } else {
-    q.layout = model::evenLayout(hosts, static_cast<int>(expectIntegerIn(per, "ranks_per_host", 1, 1 << 20)));
+    counts.assign(hosts, static_cast<double>(expectIntegerIn(per, "ranks_per_host", 1, kMostRanks)));
   }
-  if (static_cast<double>(hosts) * q.layout.ranks() / hosts > (1 << 24))
-    throw InputError("more than 16777216 ranks is more than the simulator takes.");
+  double ranks = 0;
+  for (double c : counts) ranks += c;
+  if (ranks > kMostRanks)
+    throw InputError("the simulator takes at most " + std::to_string(kMostRanks) + " ranks, not " + jsonNumber(ranks) +
+                     ".");
+  for (double c : counts) q.layout.ranksPerHost.push_back(static_cast<int>(c));
   q.sizes = positiveIntegers(member(doc, "sizes", ""), "sizes", int64_t(1) << 50);
   if (const Json* t = doc.find("ternary")) {
     if (t->type != Json::Type::Bool) throw InputError("ternary must be true or false.");
