@@ -138,10 +138,9 @@ void recursiveDoubling(Cost& c, const Call& call, double S, bool small) {
 void insideHosts(Cost& c, const Layout& lay, double S, bool reduce) {
   double worst = -1;
   int worstL = 1;
-  Cost probe = c;
   for (int L : std::set<int>(lay.ranksPerHost.begin(), lay.ranksPerHost.end())) {
     if (L < 2) continue;
-    const double t = (L - 1) * probe.legTime({Link::Shm, S / L, reduce ? S / L : 0}, false);
+    const double t = (L - 1) * c.legTime({Link::Shm, S / L, reduce ? S / L : 0}, false);
     if (t > worst) worst = t, worstL = L;
   }
   if (worstL > 1) c.steps(worstL - 1, {{Link::Shm, S / worstL, reduce ? S / worstL : 0}});
@@ -153,18 +152,22 @@ void insideHosts(Cost& c, const Layout& lay, double S, bool reduce) {
 // ring among its owners.  Even hosts: 1.
 int segmentsPerRank(const Layout& lay) {
   const std::set<int> sizes(lay.ranksPerHost.begin(), lay.ranksPerHost.end());
-  std::set<std::pair<int, int>> cuts;  // k/M in lowest terms, 0 < k < M
+  using Fraction = std::pair<long long, long long>;  // k/q in lowest terms
+  auto less = [](const Fraction& a, const Fraction& b) { return a.first * b.second < b.first * a.second; };
+  std::vector<Fraction> cuts;  // every host's cuts k/M, 0 < k < M, once each, in order
   for (int M : sizes)
     for (int k = 1; k < M; ++k) {
       const int g = std::gcd(k, M);
-      cuts.insert({k / g, M / g});
+      cuts.push_back({k / g, M / g});
     }
+  std::sort(cuts.begin(), cuts.end(), less);
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
   int most = 1;
   for (int M : sizes)
-    for (int j = 0; j < M; ++j) {
-      int inside = 0;  // cuts strictly inside (j/M, (j+1)/M)
-      for (const auto& [k, q] : cuts) inside += 1LL * j * q < 1LL * k * M && 1LL * k * M < 1LL * (j + 1) * q;
-      most = std::max(most, inside + 1);
+    for (int j = 0; j < M; ++j) {  // cuts strictly inside (j/M, (j+1)/M)
+      const auto lo = std::upper_bound(cuts.begin(), cuts.end(), Fraction{j, M}, less);
+      const auto hi = std::lower_bound(cuts.begin(), cuts.end(), Fraction{j + 1, M}, less);
+      most = std::max(most, static_cast<int>(hi - lo) + 1);
     }
   return most;
 }
