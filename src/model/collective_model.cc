@@ -107,7 +107,7 @@ void recursiveDoubling(Cost& c, const Call& call, double S, bool small) {
   while (p * 2 <= N) p *= 2;
   const int rem = N - p;
   std::vector<int> crossing(lay.hosts());
-  // The legs of a round whose pairs are (a, pairOf(a)) for the `a` listed.
+  // One round of the pairs pairOf(0..pairs-1), each (sender, partner).
   auto round = [&](int pairs, auto pairOf, double reduced) {
     std::fill(crossing.begin(), crossing.end(), 0);
     bool inside = false;
@@ -311,7 +311,7 @@ Prediction predict(Algo a, const Call& call, const Model& m) {
   if (a == Algo::Ternary) out.bits = ternaryWidth(N);
   if (a == Algo::TernaryTwoLevel) out.bits = ternaryWidth(H);
   if (N == 1) {
-    out.applies = a != Algo::TernaryTwoLevel && !isTernary(a);
+    out.applies = !isTernary(a);
     if (!out.applies) out.why = "one rank: nothing to sum";
     return out;
   }
@@ -330,7 +330,8 @@ Prediction predict(Algo a, const Call& call, const Model& m) {
       // buffer in all (its rails share it), the busiest rank (on the smallest
       // host) adds (H-1)/H of its slice, and each of its segments is a ring of
       // 2(H-1) steps; 3. allgather in every host.  The stages run one after
-      // the other (one program: perf/RESULTS.md, 2026-12-04, two-level).
+      // the other, as the plan's one program runs them (perf/RESULTS.md,
+      // 2026-12-04: two-level allreduce across emulated hosts).
       insideHosts(c, lay, S, true);
       const double slice = S / lay.minLocal();
       Params inter{};
