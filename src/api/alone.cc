@@ -14,12 +14,26 @@ namespace tern {
 
 namespace {
 
-// Only host buffers and built-in operations (a PreMulSum op scales its input
-// first: the engine's), between ranks, outside a group.
-bool applies(const Comm* c, const CollArgs& a, int* level) {
-  return c->nranks > 1 && static_cast<int>(a.op) < ternNumOps &&
-         c->mayRunAlone(a.count * typeSize(a.dt)) && soloCall(level);
+// What the engine decides from (engine/inline_choice.h): a call run
+// without an operation.
+InlineWork callWork(const CollArgs& a) {
+  InlineWork w;
+  w.bytes = a.count * typeSize(a.dt);
+  w.preMul = static_cast<int>(a.op) >= ternNumOps;
+  w.anySource = a.source != nullptr;
+  w.withoutOperation = true;
+  return w;
 }
+
+// A call outside a group (its level: the thread's priority) that the engine runs inline.
+bool applies(const Comm* c, const CollArgs& a, int* level) {
+  InlineWork w = callWork(a);
+  w.waitsNow = soloCall(level);
+  return runsInline(c->inlineSettings(), w);
+}
+
+// What the inline runner keeps between calls (the token's holder only).
+KeptPlans& kept(Comm* c) { return c->engine->inlineRunner().kept(); }
 
 // The engine carries the operation from where the path left it; the caller
 // waits.
@@ -38,10 +52,10 @@ OpPtr operationFor(Comm* c, const CollArgs& a, const PlanCtx& x, uint64_t seq, i
 
 // A kept call's key, and whether a call repeats it (the same arguments at
 // the same level).
-Comm::AloneKey keyOf(const CollArgs& a, int level) {
+KeptPlans::Key keyOf(const CollArgs& a, int level) {
   return {static_cast<int>(a.kind), level, a.dt, a.op, a.root, a.src, a.dst, a.count};
 }
-bool sameKey(const Comm::AloneKey& k, const CollArgs& a, int level) {
+bool sameKey(const KeptPlans::Key& k, const CollArgs& a, int level) {
   return k.level == level && k.kind == static_cast<int>(a.kind) && k.src == a.src && k.dst == a.dst &&
          k.count == a.count && k.dt == a.dt && k.op == a.op && k.root == a.root;
 }
@@ -56,32 +70,34 @@ bool allReduceAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
   uint64_t seq;
   if (!c->claimAlone(level, &seq)) return false;
   const bool keep = a.kind == OpKind::AllReduce;
-  const bool again = keep && sameKey(c->aloneStepsKey, a, level);
-  OpDesc desc = again ? c->aloneStepsDesc : callDesc(c, a, level);
+  InlineRunner& runner = c->engine->inlineRunner();
+  KeptPlans& k = runner.kept();
+  const bool again = keep && sameKey(k.stepsKey, a, level);
+  OpDesc desc = again ? k.stepsDesc : callDesc(c, a, level);
   desc.seq = seq;
   const size_t bytes = a.count * typeSize(a.dt);
   const PlanCtx x = c->planCtx(level);
   int token = 0;  // a barrier is a one-integer allreduce (tasks.cc)
   char* d = keep ? static_cast<char*>(a.dst) : reinterpret_cast<char*>(&token);
   if (keep && a.src != a.dst) x.mem->copy(d, a.src, bytes);
-  if (c->aloneSteps.empty()) c->aloneSteps.resize(kMaxRecursiveDoublingSteps);
-  Step* steps = c->aloneSteps.data();
-  size_t n = again ? c->aloneStepsN : 0, scratchWhole = 0;
+  if (k.steps.empty()) k.steps.resize(kMaxRecursiveDoublingSteps);
+  Step* steps = k.steps.data();
+  size_t n = again ? k.stepsN : 0, scratchWhole = 0;
   if (!again) {
     recursiveDoublingSteps(x, d, bytes, [&](const Step& s) { steps[n++] = s; });
-    c->aloneStepsKey = keep ? keyOf(a, level) : Comm::AloneKey{};
-    c->aloneStepsDesc = desc;
-    c->aloneStepsN = n;
-    c->aloneStepsWhole = 0;
+    k.stepsKey = keep ? keyOf(a, level) : KeptPlans::Key{};
+    k.stepsDesc = desc;
+    k.stepsN = n;
+    k.stepsWhole = 0;
   }
   const Reduction red{a.dt, keep ? a.op : ternMax};
-  const size_t done = c->engine->inlineRunner().runStepsAlone(desc, steps, n, red, x.nranks, *x.mem,
-                                               keep ? &c->aloneStepsWhole : &scratchWhole);
+  const size_t done =
+      runner.runStepsAlone(desc, steps, n, red, x.nranks, *x.mem, keep ? &k.stepsWhole : &scratchWhole);
   if (done < n) {
     CollArgs inPlace = a;
     if (keep) inPlace.src = inPlace.dst;
     OpPtr op = operationFor(c, inPlace, x, desc.seq, level);
-    c->engine->inlineRunner().handOverAt(op, done);
+    runner.handOverAt(op, done);
     *r = waitFor(c, std::move(op));
     return true;
   }
@@ -90,16 +106,16 @@ bool allReduceAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
   return true;
 }
 
-// The communicator's scratch phase planned anew for the call, kept for the
-// calls that repeat it (the token held: Comm::claimAlone).  Planning a two-rank broadcast cost ~1,700 of its
+// The engine's kept phase planned anew for the call, kept for the calls
+// that repeat it (the token held: Comm::claimAlone).  Planning a two-rank broadcast cost ~1,700 of its
 // ~5,500 instructions per call (callgrind; perf/RESULTS.md, 2026-11-29: rooted
 // collectives stop waiting for their peers' descriptors).
 Phase& planAnew(Comm* c, const OpDesc& desc, const CollArgs& a, int level, const PlanCtx& x) {
-  Phase& ph = c->alonePhase;
+  Phase& ph = kept(c).phase;
   resetPhase(ph);
   planPure(a, x, &ph);
-  c->alonePlannedKey = keyOf(a, level);
-  c->alonePlannedFor = desc;
+  kept(c).phaseKey = keyOf(a, level);
+  kept(c).phaseDesc = desc;
   return ph;
 }
 
@@ -109,7 +125,7 @@ Phase& rewound(Phase& ph) {
 }
 
 // Other collectives whose plan does no local work: planned into the
-// communicator's scratch phase (once for a call that repeats) and run from
+// engine's kept phase (once for a call that repeats) and run from
 // it; handed over, the operation plans the same again and starts each
 // program where this one stood.
 [[gnu::always_inline]] inline bool plannedAlone(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
@@ -118,10 +134,10 @@ Phase& rewound(Phase& ph) {
   uint64_t seq;
   if (!c->claimAlone(level, &seq)) return false;
   // The kept plan is read and replaced only while the token is held.
-  const bool again = sameKey(c->alonePlannedKey, a, level);
-  OpDesc desc = again ? c->alonePlannedFor : callDesc(c, a, level);
+  const bool again = sameKey(kept(c).phaseKey, a, level);
+  OpDesc desc = again ? kept(c).phaseDesc : callDesc(c, a, level);
   desc.seq = seq;
-  Phase& ph = again ? rewound(c->alonePhase) : planAnew(c, desc, a, level, x);
+  Phase& ph = again ? rewound(kept(c).phase) : planAnew(c, desc, a, level, x);
   AloneGreetings greeted;
   if (c->engine->inlineRunner().runPhaseAlone(desc, ph, *x.mem, x.nranks, greeted)) {
     *r = ternSuccess;
@@ -136,8 +152,7 @@ Phase& rewound(Phase& ph) {
 }  // namespace
 
 bool mayRecord(const Comm* c, const CollArgs& a) {
-  return (a.kind == OpKind::Send || a.kind == OpKind::Recv) && a.source == nullptr && c->nranks > 1 &&
-         c->mayRunAlone(a.count * typeSize(a.dt));
+  return (a.kind == OpKind::Send || a.kind == OpKind::Recv) && runsInline(c->inlineSettings(), callWork(a));
 }
 
 OpPtr recordedOp(Comm* c, const P2pCall& call) {
@@ -148,10 +163,10 @@ OpPtr recordedOp(Comm* c, const P2pCall& call) {
 
 namespace {
 
-static_assert(kMaxTransfers <= Comm::AloneTransfers::kMax, "a group's transfers fit what the communicator keeps");
+static_assert(kMaxTransfers <= KeptPlans::Transfers::kMax, "a group's transfers fit what the engine keeps");
 
 // Whether the group's calls are the ones kept, in the same order.
-bool sameTransfers(const Comm::AloneTransfers& m, const P2pCall* calls, size_t n) {
+bool sameTransfers(const KeptPlans::Transfers& m, const P2pCall* calls, size_t n) {
   if (m.n != n) return false;
   for (size_t i = 0; i < n; ++i)
     if (!sameKey(m.keys[i], calls[i].a, calls[i].level)) return false;
@@ -172,7 +187,7 @@ bool shareStream(const P2pCall* calls, size_t n) {
 // The calls' descriptors (their sequence numbers aside) and steps, kept for
 // a group that repeats them (the token held: Comm::claimTransfers).
 void keepTransfers(Comm* c, const P2pCall* calls, size_t n) {
-  Comm::AloneTransfers& m = c->aloneTransfers;
+  KeptPlans::Transfers& m = kept(c).transfers;
   for (size_t i = 0; i < n; ++i) {
     const PlanCtx x = c->planCtx(calls[i].level);
     m.keys[i] = keyOf(calls[i].a, calls[i].level);
@@ -191,7 +206,7 @@ bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
   for (size_t i = 0; i < n; ++i) t[i] = {calls[i].a.root, calls[i].level, calls[i].a.kind == OpKind::Send};
   uint64_t seqs[kMaxTransfers];
   if (!c->claimTransfers(t, seqs, n)) return false;
-  Comm::AloneTransfers& m = c->aloneTransfers;
+  KeptPlans::Transfers& m = kept(c).transfers;
   if (!sameTransfers(m, calls, n)) keepTransfers(c, calls, n);
   for (size_t i = 0; i < n; ++i) m.descs[i].seq = seqs[i];
   bool done[kMaxTransfers];

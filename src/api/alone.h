@@ -1,13 +1,15 @@
 // The small path at the API: a blocking collective of a few KiB on an idle
 // communicator runs on the caller's thread with no operation and no engine
-// round (engine/small_path.cc), and hands over to the engine only when it
+// round (engine/inline_runner.cc), and hands over to the engine only when it
 // must: an allreduce or barrier runs its recursive-doubling steps (no plan
 // either); allgather, reduce-scatter, broadcast, reduce, gather, scatter and
-// all-to-all run their plan (planPure) from scratch the communicator keeps.
+// all-to-all run their plan (planPure), kept by the engine (engine/kept_plans.h).
 // A group's small sends and receives on one communicator are recorded
 // instead of made into operations (api/group.cc) and run at its end as
 // transfers (transfersAlone); a blocking one outside a group too.  The rest
 // take the operation-based small path (ternComm::issueAlone, api/group.cc).
+// Whether a call runs inline at all is the engine's decision
+// (engine/inline_choice.h, runsInline); this layer only asks it.
 #pragma once
 #include <memory>
 

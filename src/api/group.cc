@@ -166,7 +166,9 @@ ternResult_t runBlocking(PerThread& t, const IssuedOps& ops) {
   // Device buffers on a stream: the call only enqueues (as NCCL's), so
   // nobody waits for those here; the progress thread drives them.
   bool onStream = std::any_of(ops.begin(), ops.end(), [](const auto& o) { return o.second->streamMem != nullptr; });
-  if (!nonblocking && !onStream && runAloneIfIdle(t, ops)) return waitAll(ops);
+  // Whether they run inline is the engine's decision (runsInline: blocking
+  // host-memory work only), asked through ternComm::issueAlone.
+  if (runAloneIfIdle(t, ops)) return waitAll(ops);
   issueAll(t, ops, nonblocking || onStream);
   if (nonblocking) return ternInProgress;
   return onStream ? waitAll(ops, true) : waitAll(ops);

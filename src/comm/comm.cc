@@ -188,10 +188,6 @@ void ternComm::number(Operation& op) {
   TERN_LOG(Trace, "issue %s", describe(op.desc).c_str());
 }
 
-bool ternComm::mayRunAlone(size_t bytes) const {
-  return cfg.smallPath && cfg.blocking && !trace && bytes <= cfg.smallBytes;
-}
-
 bool ternComm::claimAlone(int level, uint64_t* seq) {
   std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
   if (!engine->inlineRunner().claimIdle()) return false;
@@ -208,25 +204,8 @@ bool ternComm::claimTransfers(const Transfer* t, uint64_t* seqs, size_t n) {
   return true;
 }
 
-// What the small path takes: host buffers, no PreMulSum scaling, no receive
-// from any source, each operation small; several only as transfers on
-// distinct streams (a send and a receive per peer at most: each stream's
-// messages then go in issue order, whole).
-bool ternComm::takesAlone(const std::vector<OpPtr>& ops) const {
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Operation& op = *ops[i];
-    if (op.unordered || op.standing || op.streamMem || op.premul.count || op.anySource ||
-        !mayRunAlone(op.desc.count * typeSize(static_cast<ternDataType_t>(op.desc.dtype))) ||
-        (ops.size() > 1 && op.collective))
-      return false;
-    for (size_t j = 0; j < i; ++j)
-      if (ops[j]->peer == op.peer && ops[j]->send == op.send && ops[j]->level == op.level) return false;
-  }
-  return !ops.empty();
-}
-
 bool ternComm::issueAlone(const std::vector<OpPtr>& ops) {
-  if (!takesAlone(ops)) return false;
+  if (!runsInline(inlineSettings(), ops)) return false;
   {
     std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
     if (!engine->inlineRunner().claimIdle()) return false;

@@ -39,40 +39,6 @@ struct ternComm : public tern::EngineHost {
   // What layers above keep with the communicator (the ternary allreduce's
   // options, call index and residuals: collectives/ternary.h).
   tern::Attachments attached;
-  // The call whose plan, steps or transfers the small path keeps
-  // (api/alone.cc): its arguments and level (level -1: none kept).  All of the small path's
-  // kept state is read and written only by the drive token's holder.
-  struct AloneKey {
-    int kind = 0, level = -1, dt = 0, op = 0, root = 0;
-    const void* src = nullptr;
-    const void* dst = nullptr;
-    size_t count = 0;
-  };
-  // The small path's schedule (api/alone.cc): room for the most steps a
-  // rank has; the allreduce they were made for, its descriptor, their count
-  // and how many of them were found to go whole (Executor::runStepsAlone).
-  std::vector<tern::Step> aloneSteps;
-  AloneKey aloneStepsKey;
-  tern::OpDesc aloneStepsDesc;
-  size_t aloneStepsN = 0, aloneStepsWhole = 0;
-  // The same for other collectives' plans (planPure): the phase, the call it
-  // was planned for and its descriptor; a loop that repeats it (training, a
-  // benchmark) plans once (api/alone.cc, planAnew).
-  tern::Phase alonePhase;
-  AloneKey alonePlannedKey;
-  tern::OpDesc alonePlannedFor;
-  // The same for the sends and receives a group last ran alone
-  // (api/alone.cc, transfersAlone): their keys, descriptors and steps, made
-  // once for a group that repeats them.
-  struct AloneTransfers {
-    static constexpr size_t kMax = 16;
-    size_t n = 0;  // 0: none kept
-    AloneKey keys[kMax];
-    tern::OpDesc descs[kMax];
-    tern::Step steps[kMax];
-    bool whole = false;  // every step found to go whole (Executor::runTransfersAlone)
-  } aloneTransfers;
-
   std::atomic<int> asyncError{ternSuccess};         // first failure, sticky
   std::atomic<bool> aborted{false};
   // Threads inside an API call that uses this communicator (api/): destroy
@@ -109,10 +75,13 @@ struct ternComm : public tern::EngineHost {
   // issue as usual); true when numbered and complete or handed to the
   // engine: wait for them.
   bool issueAlone(const std::vector<tern::OpPtr>& ops);
-  // Whether an operation of `bytes` may take the small path at all, and the
-  // path's start: the drive token if the engine is idle, and the level's
-  // next sequence number (false: neither).
-  bool mayRunAlone(size_t bytes) const;
+  // What the decision to run work inline (engine/inline_choice.h) needs to
+  // know of this communicator.
+  tern::InlineSettings inlineSettings() const {
+    return {cfg.smallPath, cfg.blocking, trace != nullptr, cfg.smallBytes, nranks};
+  }
+  // The small path's start: the drive token if the engine is idle, and the
+  // level's next sequence number (false: neither).
   bool claimAlone(int level, uint64_t* seq);
   // The same for a group's transfers without operations (api/alone.cc):
   // transfer t[i] with its peer at its level; sends take the next number of
@@ -172,7 +141,6 @@ struct ternComm : public tern::EngineHost {
   uint64_t lastErrorStamp = 0;
   tern::SpinLock issueMu;  // held for a few hundred instructions (base/spin_lock.h)
   void number(tern::Operation& op);  // its plan context and sequence number (issueMu held)
-  bool takesAlone(const std::vector<tern::OpPtr>& ops) const;
   uint64_t collSeq[tern::kLevels] = {};
   std::vector<uint64_t> p2pSeq;            // sends issued, [peer * kLevels + level]
 };

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "engine/drive_token.h"
+#include "engine/inline_choice.h"
+#include "engine/kept_plans.h"
 #include "engine/stepper.h"
 
 namespace tern {
@@ -63,6 +65,8 @@ class InlineRunner {
   // *whole: the steps were found to go whole before; set once they are.
   bool runTransfersAlone(const OpDesc* descs, const Step* steps, size_t n, int nranks, const MemOps& mem,
                          bool* whole, bool* done);
+  // What it keeps between calls (the token's holder only).
+  KeptPlans& kept() { return kept_; }
   // Calls it completed, and operations it handed to the engine.
   uint64_t done() const { return done_.load(std::memory_order_relaxed); }
   uint64_t handed() const { return handed_.load(std::memory_order_relaxed); }
@@ -83,6 +87,7 @@ class InlineRunner {
   Admission& admission_;
   Levels& levels_;
   Stepper& stepper_;
+  KeptPlans kept_;
   std::atomic<uint64_t> done_{0}, handed_{0};  // the token's holder writes
 };
 

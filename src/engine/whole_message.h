@@ -79,7 +79,7 @@ inline Head headOf(size_t align, uint64_t pos, bool greeted) {
 enum class Try { kDone, kWait, kEngine };
 
 // A step's work on its whole payload.  The path runs host buffers only
-// (Comm::takesAlone, callAlone), so a plain step's copies are memcpy here,
+// (runsInline, inline_choice.h), so a plain step's copies are memcpy here,
 // without executeStep's call and MemOps' virtual one (~60 of an 8-byte
 // broadcast's instructions); reductions are executeStep's.
 inline void runWhole(const MemOps& mem, const Step& s, const char* in, char* out, const Reduction& red, int nranks) {
