@@ -157,14 +157,14 @@ int twoLevelBody(RankCtx& ctx, const std::string& hosts) {
   for (int t = 0; t < ternNumTypes; ++t) {
     const auto dt = static_cast<ternDataType_t>(t);
     const size_t edge = 4096 / ternTypeSize(dt) * ctx.nranks;
-    for (size_t count : {size_t(1), size_t(3), size_t(7), size_t(1023), edge - 1, edge + 1, 3 * edge + 5})
+    for (size_t count : {size_t(1), size_t(7), edge - 1, 3 * edge + 5})
       for (int o = 0; o < ternNumOps; ++o)
         for (bool inplace : {false, true}) check.allReduce(dt, static_cast<ternRedOp_t>(o), count, inplace);
   }
   for (ternRedOp_t op : {ternSum, ternAvg}) check.allReduce(ternFloat32, op, 300007, false);
   // Allgather too: two-level where the hosts are alike, the ring where not.
-  for (ternDataType_t dt : {ternInt8, ternFloat16, ternFloat64})
-    for (size_t count : {size_t(1), size_t(1000), size_t(3 * 4096 + 5)})
+  for (ternDataType_t dt : {ternInt8, ternFloat64})
+    for (size_t count : {size_t(1), size_t(3 * 4096 + 5)})
       for (bool inplace : {false, true}) check.allGather(dt, count, inplace);
   uint64_t shm, tcp;
   bytesByTransport(comm, &shm, &tcp);
@@ -186,9 +186,9 @@ TEST_P(TwoLevel, EveryTypeAndOpBitwise) {
                             [&](RankCtx& c) { return twoLevelBody(c, GetParam()); }, 1, 300));
 }
 
-// 2 hosts x 2 ranks, uneven hosts (3+1, 2+1, 1+2), a host's ranks not
+// 2 hosts x 2 ranks, uneven hosts (3+1, 2+1), a host's ranks not
 // contiguous, and one host (the scheme is a reduce-scatter and an allgather).
-INSTANTIATE_TEST_SUITE_P(Hosts, TwoLevel, ::testing::Values("aabb", "aaab", "aab", "abb", "abab", "aaa"),
+INSTANTIATE_TEST_SUITE_P(Hosts, TwoLevel, ::testing::Values("aabb", "aaab", "aab", "abab", "aaa"),
                          [](const auto& info) {
                            std::string n;
                            for (char h : info.param) n += h;
@@ -196,15 +196,15 @@ INSTANTIATE_TEST_SUITE_P(Hosts, TwoLevel, ::testing::Values("aabb", "aaab", "aab
                          });
 
 // The bytes each emulated host puts on the network at 2 hosts x 2 ranks
-// for a 4 MiB float32 allreduce (two-level, forced or chosen by auto: 2(H-1)/H
+// for a 1 MiB float32 allreduce (two-level, forced or chosen by auto: 2(H-1)/H
 // of the buffer per host; the host-ordered flat ring 2(N-1)/N, 1.5x as much)
-// or an allgather of 1 MiB blocks (two-level: L(H-1) = 2 blocks per host;
+// or an allgather of 256 KiB blocks (two-level: L(H-1) = 2 blocks per host;
 // the ring N-1 = 3).  Rank 0 gathers every rank's tcp bytes.
 int trafficBody(RankCtx& ctx, const char* algo, bool allGather, uint64_t* hostTcp) {
   setenv("TERN_HOST_ID", hostIdOf("aabb", ctx.rank).c_str(), 1);
   setenv("TERN_ALGO", algo, 1);
   ternComm_t comm = ctx.comm();
-  const size_t n = 1 << 20;  // 4 MiB of float32
+  const size_t n = 1 << 18;  // 1 MiB of float32
   std::vector<float> x(n, static_cast<float>(ctx.rank + 1)), y(allGather ? n / 4 * ctx.nranks : n);
   int fails = 0;
   if (allGather ? ternAllGather(x.data(), y.data(), n / 4, ternFloat32, comm, nullptr) != ternSuccess ||
@@ -228,9 +228,10 @@ int trafficBody(RankCtx& ctx, const char* algo, bool allGather, uint64_t* hostTc
 }
 
 TEST(TwoLevel, SendsTwoThirdsOfTheFlatRingsBytesPerHost) {
-  const double buf = 4 << 20;
+  const double buf = 1 << 20;
   for (bool allGather : {false, true})
     for (const char* algo : {"twolevel", "auto", "ring"}) {
+      if (allGather && std::string(algo) == "auto") continue;  // the same rule (AlgoChoice)
       // Rank 0 writes its host sums here (shared with the parent through a pipe).
       Signal pipe;
       expectAllRanksOk(runRanks(4, {{"TERN_TIMEOUT", "30"}}, [&](RankCtx& c) {
@@ -279,25 +280,35 @@ TEST(TwoLevel, RanksThatDisagreeGetAnError) {
       return failf(c, "TERN_ALGO=bogus: %s (%s)", ternGetErrorString(r), why.c_str());
     return 0;
   }));
-  expectAllRanksOk(runRanks(4, {{"TERN_TIMEOUT", "30"}, {"TERN_ALGO", "twolevel"}}, [](RankCtx& c) {
+  // Different ops: every rank gets an error, none a result.  The ranks that
+  // read the odd rank's descriptor report the mismatch (ternInvalidUsage);
+  // a rank that only hears of it may first see a failed peer shut its
+  // sockets (ternRemoteError), whichever comes first.  Exit 0: the mismatch,
+  // 2: a remote error, 1: anything else.
+  RunResult r = runRanks(4, {{"TERN_TIMEOUT", "30"}, {"TERN_ALGO", "twolevel"}}, [](RankCtx& c) {
     setenv("TERN_HOST_ID", hostIdOf("aabb", c.rank).c_str(), 1);
     ternComm_t comm = c.comm();
     std::vector<float> x(1 << 18, 1.f);
     ternResult_t r = ternAllReduce(x.data(), x.data(), x.size(), ternFloat32, c.rank == 3 ? ternMax : ternSum,
                                    comm, nullptr);
     // A rank whose neighbours agreed with it may finish the call; it learns
-    // at its next one.  Ranks 2 and 3 read each other's descriptors (one
-    // host's reduce-scatter) and the others get the sentence from them; no
-    // rank exits before every rank had the time to (an exit is a remote
-    // error to a peer still sending to it).
+    // at its next one.  No rank exits before the others had the time to
+    // learn (an exit is a remote error to a peer still sending to it).
     if (r == ternSuccess) r = ternBarrier(comm);
     const std::string why = ternGetLastError(comm);
     usleep(300 * 1000);
     ternCommAbort(comm);
-    if (r != ternInvalidUsage || why.find("allreduce") == std::string::npos)
-      return failf(c, "different ops: %s (%s)", ternGetErrorString(r), why.c_str());
-    return 0;
-  }));
+    if (r == ternInvalidUsage && why.find("allreduce") != std::string::npos) return 0;
+    if (r == ternRemoteError) return 2;
+    return failf(c, "different ops: %s (%s)", ternGetErrorString(r), why.c_str());
+  });
+  EXPECT_FALSE(r.timedOut);
+  int saw = 0;
+  for (size_t i = 0; i < r.exitCodes.size(); ++i) {
+    EXPECT_TRUE(r.exitCodes[i] == 0 || r.exitCodes[i] == 2) << "rank " << i;
+    saw += r.exitCodes[i] == 0;
+  }
+  EXPECT_GT(saw, 0) << "no rank reported the mismatch";
 }
 
 }  // namespace

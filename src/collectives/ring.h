@@ -1,7 +1,7 @@
 // Ring schedules over any subset of ranks, as steps appended to a program:
 // the flat ring allreduce runs them over every rank (allreduce_ring.cc), the
-// two-level allreduce over a host's ranks and over one rank per host
-// (allreduce_twolevel.cc).
+// two-level allreduce and allgather over a host's ranks and over one rank
+// per host (allreduce_twolevel.cc, allgather_twolevel.cc).
 #pragma once
 #include <cstddef>
 #include <vector>
