@@ -123,7 +123,8 @@ TEST(AlgoChoice, PureFunctionOfTheFacts) {
   // Allgather: no small threshold binds it, rd is the ring, uneven hosts the ring.
   const tern::OpKind ag = tern::OpKind::AllGather;
   EXPECT_EQ(chooseAlgo(facts("auto", big, 2, 2, 4, ag)), Algo::TwoLevel);
-  EXPECT_EQ(chooseAlgo(facts("auto", mid, 2, 2, 4, ag)), Algo::Ring);
+  EXPECT_EQ(chooseAlgo(facts("auto", tern::kTwoLevelAllGatherFromBytes - 8, 2, 2, 4, ag)), Algo::Ring);
+  EXPECT_EQ(chooseAlgo(facts("auto", tern::kTwoLevelAllGatherFromBytes, 2, 2, 4, ag)), Algo::TwoLevel);
   EXPECT_EQ(chooseAlgo(facts("twolevel", 64, 2, 2, 4, ag)), Algo::TwoLevel);
   EXPECT_EQ(chooseAlgo(facts("twolevel", big, 2, 1, 4, ag, 3)), Algo::Ring);
   EXPECT_EQ(chooseAlgo(facts("auto", big, 3, 2, 7, ag, 3)), Algo::Ring);

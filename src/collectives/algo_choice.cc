@@ -16,8 +16,8 @@
 //   at least kTwoLevelFromBytes; else the ring.
 // Allgather (the small path plans it as the engine does, so no threshold
 // binds it): the ring, or two-level where every host has as many ranks
-// (forced, or under auto as above); uneven hosts fall back to the ring;
-// rd means the ring.
+// (forced, or under auto as above from kTwoLevelAllGatherFromBytes of
+// output); uneven hosts fall back to the ring; rd means the ring.
 // A cost model fitted per machine (issue 45) is to replace the auto rule.
 #include <atomic>
 #include <cstring>
@@ -37,7 +37,7 @@ Algo chooseAlgo(const AlgoFacts& f) {
     const bool even = f.minLocal == f.maxLocal;
     if (!even || !strcmp(f.forced, "ring") || !strcmp(f.forced, "rd")) return Algo::Ring;
     if (!strcmp(f.forced, "twolevel")) return Algo::TwoLevel;
-    return severalEach && f.bytes >= kTwoLevelFromBytes ? Algo::TwoLevel : Algo::Ring;
+    return severalEach && f.bytes >= kTwoLevelAllGatherFromBytes ? Algo::TwoLevel : Algo::Ring;
   }
   if (f.bytes <= f.smallBytes) return Algo::RecursiveDoubling;
   if (!strcmp(f.forced, "rd")) return Algo::RecursiveDoubling;

@@ -47,6 +47,9 @@ struct AlgoFacts {
 // (perf/RESULTS.md, 2026-12-04: two-level allreduce across emulated hosts);
 // smaller sizes were not measured.
 constexpr size_t kTwoLevelFromBytes = size_t(64) << 10;
+// The allgather's (its output's bytes): 1.00-1.16x the ring's busbw from 1
+// MiB to 64 MiB at 1 Gbit/s, noisy below (same section, loaded host).
+constexpr size_t kTwoLevelAllGatherFromBytes = size_t(1) << 20;
 Algo chooseAlgo(const AlgoFacts& f);
 const char* algoName(Algo a);  // "two-level"
 // The facts of one call of `kind` on x's communicator.
