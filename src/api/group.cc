@@ -174,7 +174,7 @@ ternResult_t runBlocking(PerThread& t, const IssuedOps& ops) {
   return onStream ? waitAll(ops, true) : waitAll(ops);
 }
 
-// The group's operations on streams begin now, at its end (api.cc's
+// The group's operations on streams begin now, at its end (checks.cc's
 // streamOps left them unbegun): every one follows its stream's earlier work
 // before any holds its stream, so none waits for another's hold (a send
 // and a recv on one stream that only the peer's matching pair completes).

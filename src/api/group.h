@@ -39,7 +39,7 @@ ternResult_t launchOp(Comm* c, OpPtr op);
 // Waits for issued operations; records failures on their communicators.
 // hostOnly: not the operations on a stream (nobody waits for those).
 ternResult_t waitAll(const IssuedOps& ops, bool hostOnly = false);
-// A thread inside a call on a communicator (api.cc, with the registry):
+// A thread inside a call on a communicator (comm_api.cc, with the registry):
 // ternCommDestroy and ternCommAbort free it only after every such thread has
 // left, so a watchdog thread's abort never frees what a caller blocked in a
 // collective still uses.  enterComm is false once the comm is unregistered.
@@ -48,7 +48,7 @@ void leaveComm(Comm* c);
 // The same for a thread's one call at a time (a blocking collective, a
 // group's recorded transfers at its end): through the thread's call slot
 // when it is free, one store in and one out, where enterComm takes the
-// registry's lock and a locked add each way (api.cc, with why it is safe);
+// registry's lock and a locked add each way (comm_api.cc, with why it is safe);
 // else through enterComm.  `entered` is false when the comm is not live.
 struct CallSlot;
 class InCall {
@@ -64,13 +64,19 @@ class InCall {
   Comm* c_;
   CallSlot* slot_ = nullptr;
 };
-// api.cc's checks, for the API's other files: a live, healthy communicator
-// that `call` has entered (made first, so that nothing the checks read can
-// be freed under them by another thread's ternCommAbort; else the code,
-// with the sentence recorded), and a failure recorded on the thread and the
-// communicator.
-ternResult_t checkLiveComm(const InCall& call, Comm* c);
+// A failure recorded on the thread and the communicator (comm_api.cc).
 ternResult_t failOn(Comm* c, ternResult_t code, const std::string& msg);
+// Why a communicator cannot be used (checkLiveComm found it so), recorded.
+[[gnu::noinline, gnu::cold]] ternResult_t commRefused(const InCall& call, Comm* c);
+// Every call's first check, inline: a live, healthy communicator that
+// `call` has entered (made first thing in every API function: from then on
+// ternCommAbort on another thread waits for the call to return before it
+// frees anything, so the checks' reads of the communicator cannot meet a
+// freed one); the sentences are commRefused's.
+inline ternResult_t checkLiveComm(const InCall& call, Comm* c) {
+  if (__builtin_expect(call.entered && c->asyncError.load() == ternSuccess, 1)) return ternSuccess;
+  return commRefused(call, c);
+}
 // A request that is never waited on is released by ternCommDestroy of any
 // communicator it has operations on (after they completed).
 void releaseRequestsOf(const Comm* c);

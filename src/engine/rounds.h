@@ -25,7 +25,6 @@ class Rounds {
   void idleWait(unsigned& idle, const Operation* op);
 
  private:
-  bool held(const Levels::List& list, bool urgentWaiting);
   bool visit(Levels::List& list, size_t budget, bool* moved, bool* pumped);
   void poll(const Operation* op);
 
