@@ -1,3 +1,5 @@
+// Rounds (rounds.h): one round over the levels, the priority hold, and the
+// idle wait between rounds.
 #include "engine/rounds.h"
 
 #include <immintrin.h>
@@ -22,6 +24,16 @@ namespace {
 constexpr size_t kBudgetAlone = 512 << 10;
 constexpr size_t kBudgetYielding = 16 << 10;
 
+// Whether an operation of a level is exchanging with its peers, so that its
+// next bytes come at the link's pace: it has heard a peer's descriptor (the
+// peer issued it too), or it only sends (its bytes are on the link whether
+// or not the peer reads yet).  One that has sent its first bytes and waits
+// for a peer that has not issued it moves nothing until that peer comes.
+bool engaged(const Levels::List& list) {
+  return std::any_of(list.begin(), list.end(),
+                     [](const OpPtr& o) { return !o->greetedIn.empty() || (o->send && !o->collective); });
+}
+
 }  // namespace
 
 Rounds::Rounds(double holdSec, Admission& admission, Levels& levels, Stepper& stepper, Health& health,
@@ -40,9 +52,15 @@ Rounds::Rounds(double holdSec, Admission& admission, Levels& levels, Stepper& st
 // of ours would share that link.  Measured (perf/RESULTS.md, 2026-11-24): at
 // 1 Gbit/s a bulk allreduce that filled in whenever the urgent one waited
 // took half the link, and the urgent one took 2.1x its solo time; held, 1.05-1.16x.
-// Once the urgent level has been quiet for hold_ (it waits on a peer that
-// has not issued it yet, say) less urgent work fills in again in small
-// slices, so a peer blocked in our bulk operation still gets it done.
+// Once the urgent level has been quiet for hold_ less urgent work fills in
+// again in small slices, so a peer blocked in our bulk operation still gets
+// it done.  A move starts the hold only where the urgent level is engaged
+// with its peers (above): an urgent allreduce that one rank has issued and
+// its peer not yet sends its first bytes and then waits, and holding bulk
+// then left the link idle (PriorityScheduler on ResNet-50's ~130 small urgent
+// tensors per backward: 1.12x plain DDP held, 1.16x with no hold at all;
+// perf/RESULTS.md, 2026-12-04: PriorityScheduler near the ideal on an
+// emulated accelerator).
 bool Rounds::round() {
   stepper_.admit();
   heldFrom_ = kLevels;
@@ -59,7 +77,7 @@ bool Rounds::round() {
                list.end());
     if (moved || pumped) {  // serve the most urgent levels again first
       health_.busyRound();
-      if (moved && levels_.anyActiveBelow(list)) heldUntil_ = Clock::now() + hold_;
+      if (moved && levels_.anyActiveBelow(list) && engaged(list)) heldUntil_ = Clock::now() + hold_;
       return true;
     }
     // A level whose operations only listen (stream receivers) holds nobody back.
