@@ -11,9 +11,11 @@
 //   (TERN_SMALL_THRESHOLD=0 forces it at every size).
 // - TERN_ALGO=ring|rd|twolevel: that one.
 // - auto: two-level when there are several hosts, every host has more than
-//   one rank (with one rank on a host the scheme saves nothing there: that
-//   host's NIC carries 2(H-1)/H of the buffer either way) and the call has
-//   at least kTwoLevelFromBytes; else the ring.
+//   one rank and the call has at least kTwoLevelFromBytes; else the ring.
+//   (Uneven hosts such as 3+1 send fewer bytes two-level too, 2(H-1)/H of
+//   the buffer per NIC, but a rank alone on its host then runs every
+//   segment's ring in turn; not measured, so auto leaves them on the ring.
+//   With one rank per host two-level is the flat ring.)
 // Allgather (the small path plans it as the engine does, so no threshold
 // binds it): the ring, or two-level where every host has as many ranks
 // (forced, or under auto as above from kTwoLevelAllGatherFromBytes of
