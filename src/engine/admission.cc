@@ -1,3 +1,4 @@
+// Admission (admission.h): what is submitted and not yet complete.
 #include "engine/admission.h"
 
 namespace tern {

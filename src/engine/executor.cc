@@ -1,3 +1,5 @@
+// Executor (executor.h): submit, wait (who drives), drain, and the progress
+// thread's loop, over the engine's parts.
 #include "engine/executor.h"
 
 #include <pthread.h>

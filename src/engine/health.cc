@@ -1,3 +1,5 @@
+// Health (health.h): idle checks, dead and stalled peers, timeouts, and
+// the descriptors connections still owe at destroy.
 #include "engine/health.h"
 
 #include <thread>

@@ -1,3 +1,5 @@
+// Levels (levels.h): the active lists per priority level and the order
+// within a level.
 #include "engine/levels.h"
 
 #include <time.h>

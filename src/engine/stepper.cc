@@ -1,3 +1,4 @@
+// Stepper (stepper.h): one operation's way through the engine, a step at a time.
 #include "engine/stepper.h"
 
 #include <algorithm>

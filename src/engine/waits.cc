@@ -1,3 +1,4 @@
+// Waits (waits.h): who sleeps and who wakes them.
 #include "engine/waits.h"
 
 #include <sys/eventfd.h>
