@@ -71,7 +71,7 @@ struct ternComm : public tern::EngineHost {
   void issue(const std::vector<tern::OpPtr>& ops, bool wake);
   // A blocking small call (or a group's transfers) of host buffers on an
   // idle communicator: numbered and run on the caller's thread
-  // (Executor::runAlone).  False when it does not apply (nothing done:
+  // (InlineRunner::runAlone).  False when it does not apply (nothing done:
   // issue as usual); true when numbered and complete or handed to the
   // engine: wait for them.
   bool issueAlone(const std::vector<tern::OpPtr>& ops);
