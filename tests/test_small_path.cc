@@ -1,4 +1,4 @@
-// The small path (engine/small_path.cc, api/alone.cc): a blocking small
+// The small path (engine/inline_runner.cc, api/alone.cc): a blocking small
 // collective on an idle communicator runs on the caller's thread with whole
 // messages and hands over to the engine when it must.  Real processes over
 // shm.  White-box: the engine's counters say which path each rank took, so

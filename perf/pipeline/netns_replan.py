@@ -61,10 +61,15 @@ def one_run(compare, a, fixed, out):
         worker = threading.Thread(target=lambda: result.update(report=run(cfg, out)))
         worker.start()
         wait_for_batch(progress, a.switch_at, worker)
+        # Changing every link's rate takes a tc call per link, and small
+        # batches go on meanwhile: the probe at the boundary after batch
+        # `before` is the first that may see it, and every link is at the
+        # new rate from the batch after `switched`.
+        before = last_batch(progress)
         ns.set_rate(a.after)
-        switched = last_batch(progress)  # every link is at the new rate from the batch after this one
+        switched = last_batch(progress)
         worker.join()
-        result["report"]["switched_after"] = switched
+        result["report"]["switched_before"], result["report"]["switched_after"] = before, switched
         with open(os.path.join(out, "report.json"), "w") as f:
             json.dump(result["report"], f)
         return result["report"]

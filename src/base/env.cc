@@ -79,7 +79,7 @@ Config readConfig() {
   // than one in use (engine/executor.cc urgentInUse, transport/tcp.cc).
   c.bulkQueued = static_cast<size_t>(std::max<long long>(envInt("TERN_BULK_QUEUED", 256 << 10, bad), 0));
   c.tcpUnstaged = static_cast<size_t>(std::max<long long>(envInt("TERN_TCP_UNSTAGED", 64 << 10, bad), 0));
-  c.smallPath = envInt("TERN_SMALL_PATH", 1, bad) != 0;  // engine/small_path.cc
+  c.smallPath = envInt("TERN_SMALL_PATH", 1, bad) != 0;  // the inline runner (engine/inline_runner.cc)
   // Small operations over shm cross in flagged cache lines (transport/ll.h).
   // 24: a descriptor and its payload fill one line.  Messages of two lines
   // and more measured slower than the fifo on the 2-core test host

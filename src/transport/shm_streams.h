@@ -1,6 +1,6 @@
 // The two fifos of a shared-memory connection and the per-message work on
 // them, inline.  ShmConn's stream methods are these; the small path
-// (engine/small_path.cc) calls them directly through Conn::shm, without the
+// (engine/inline_runner.cc, whole_message.h) calls them directly through Conn::shm, without the
 // virtual call and the out-of-line fifo call per operation on a stream that
 // cost as much as the work on an 8-byte message.
 #pragma once

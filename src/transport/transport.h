@@ -219,7 +219,7 @@ class Conn {
   virtual void recvFound(const char* at, size_t n) { (void)at, (void)n; }
   // A shared-memory connection's fifos (transport/shm_streams.h), which its
   // stream methods above are; nullptr for other transports.  The small path
-  // calls them directly (engine/small_path.cc).
+  // calls them directly (engine/inline_runner.cc).
   ShmStreams* shm = nullptr;
   // A sibling's connection (nullptr: this is one): its liveness is ours.
   Conn* owner = nullptr;

@@ -319,7 +319,9 @@ def test_run_times_out_on_a_worker_that_never_gets_ready(tmp_path):
 
 
 def test_run_gives_up_on_a_launcher_that_never_starts(tmp_path):
-    c = Cluster(tmp_path, stuck="ErrImagePull")
+    # workers Ready at the first poll: on a loaded host one poll of the stand-in
+    # took longer than the 0.3 s meant for the launcher, and the workers' wait failed first
+    c = Cluster(tmp_path, stuck="ErrImagePull", ready_after=0)
     p = c.run(*JOB[:-1], "0.3", "--", "prog")
     assert p.returncode == 1
     assert ("the launcher demo-launcher-x7k2p did not start within 0.3 s (Pending (ErrImagePull)); "
