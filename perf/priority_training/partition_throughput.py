@@ -37,8 +37,9 @@ def variants(dist, set_priority, buf):
     parts = buf.numel() * 4 // PARTITION
     step = buf.numel() // parts
 
-    def credit(k, first=0, level=None, queue=None):
-        q = [] if queue is None else queue
+    def credit(k, first=0):
+        """Partitions first.. issued with at most k in flight; the last k returned unwaited."""
+        q = []
         for i in range(first, parts):
             if len(q) >= k:
                 q.pop(0).wait()
