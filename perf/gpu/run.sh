@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One command on a bare GPU machine: builds tern with CUDA and runs every GPU
 # check that exists, each reported PASS/FAIL/SKIP; exits non-zero if any failed.
-#   perf/gpu/run.sh [elements]
+#   perf/gpu/run.sh
+#   GPU_STEPS="devperf ddp" perf/gpu/run.sh   (these steps alone, in this order; the
+#     names are the functions below; ELEMENTS: the kernel check's size)
 #   NCCL_TESTS_DIR=/path/to/nccl-tests perf/gpu/run.sh   (also nccl-tests through the shim)
 #   TERN_GPU_PREBUILT=1 BUILD_DIR=build-gpu perf/gpu/run.sh   (BUILD_DIR was built on
 #     another host at this same path, e.g. one with the toolchain but no GPU: nothing
@@ -56,12 +58,23 @@ failed=0
 # hung step was waiting on (the two-rank deadlock of perf/RESULTS.md,
 # 2026-11-27: GPU checks on an H200, was found this way).
 backtraces() {
-  local dbg
+  local dbg n=0
   dbg=$(command -v cuda-gdb || command -v gdb) || { echo "(no cuda-gdb or gdb for backtraces)"; return; }
-  for p in $(pgrep -g "$1"); do
+  # The launchers (ternrun, mp.spawn) say little: the deepest processes first,
+  # at most BACKTRACE_PROCS of them, 20 s each, so that a hang's report fits
+  # the lease (three Python ranks' full backtraces took minutes on an H200).
+  for p in $(descendants "$1" | tac); do
+    [ "$n" -ge "${BACKTRACE_PROCS:-3}" ] && { echo "(more processes left out)"; break; }
+    n=$((n + 1))
     echo "--- pid $p: $(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-120)"
-    timeout 30 "$dbg" -q -batch -p "$p" -ex 'thread apply all bt 20' 2>&1 | grep -E '^#|^Thread' | head -200
+    timeout 20 "$dbg" -q -batch -p "$p" -ex 'thread apply all bt 12' 2>&1 |
+      grep -E '^#|^Thread' | grep -vE 'libcudadebugger|\?\? \(\) from /lib' | head -80
   done
+}
+descendants() {  # descendants PID: PID and every process below it, parents first
+  local p
+  echo "$1"
+  for p in $(pgrep -P "$1"); do descendants "$p"; done
 }
 step() {  # step NAME COMMAND...: runs it (at most STEP_TIMEOUT s), prints the verdict
   local name=$1 rc
@@ -94,52 +107,51 @@ else
   build_gpu_checks "$build" || exit 1
 fi
 
-step "ternary kernels vs CPU and copy bandwidth" "$build/perf/ternary_gpu_check" "${1:-67108864}"
-if [ -x "$build/tests/test_ternary_nvcc" ]; then
+# Each check is a function; GPU_STEPS names which run, in that order.  The
+# default runs the device-buffer checks first (two ranks on device buffers
+# were the open question of the first GPU session), nccl-tests last (slowest).
+kernels() {
+  step "ternary kernels vs CPU and copy bandwidth" "$build/perf/ternary_gpu_check" "${ELEMENTS:-67108864}"
+}
+nvcc_math() {
+  have tests/test_ternary_nvcc || return 0
   step "nvcc element math" "$build/tests/test_ternary_nvcc"
+}
+shim() {
+  have tests/test_nccl_shim || return 0
   # Prebuilt: three tests read the build host's nccl.h or run its cmake; they ran there.
-  skip='^$'
+  local skip='^$'
   [ "${TERN_GPU_PREBUILT:-0}" = 1 ] && skip='EveryHeaderFunction|WithoutAuditTheRealNcclLoads|AuditRedirectsLibnccl'
   step "NCCL shim tests (host path)" bash -c "cd '$build' && ctest -R 'NcclShim' -E '$skip' --output-on-failure"
-fi
-
-shim_dir=$(cd "$build/nccl_shim" && pwd)
-# Which libnccl torch bound, and that importing it resolved every symbol.
-torch_probe='import torch, torch.distributed as dist
+}
+torch_import() {  # which libnccl torch bound, and that importing it resolved every symbol
+  "$py" -c "import torch" 2>/dev/null || { echo "SKIP import torch: no torch for $py"; return 0; }
+  local probe='import torch, torch.distributed as dist
 v = torch.cuda.nccl.version()
 print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "nccl", v,
       "(tern shim)" if tuple(v[:2]) == (2, 23) else "(NOT the shim: a real NCCL was found first)")
 assert dist.is_nccl_available()'
-if "$py" -c "import torch" 2>/dev/null; then
   # A wheel whose RPATH names its bundled NCCL can win over LD_LIBRARY_PATH:
   # the print says which one came; LD_AUDIT below must always give the shim.
   step "import torch with the shim first on LD_LIBRARY_PATH" \
-    env LD_LIBRARY_PATH="$shim_dir:${LD_LIBRARY_PATH:-}" "$py" -c "$torch_probe"
+    env LD_LIBRARY_PATH="$shim_dir:${LD_LIBRARY_PATH:-}" "$py" -c "$probe"
   step "import torch under LD_AUDIT (must be the shim)" \
-    env LD_AUDIT="$shim_dir/libtern_nccl_audit.so" "$py" -c "$torch_probe
+    env LD_AUDIT="$shim_dir/libtern_nccl_audit.so" "$py" -c "$probe
 assert tuple(v[:2]) == (2, 23)"
-else
-  echo "SKIP import torch: no torch for $py"
-fi
-
-# ---- CUDA memory type (helper `cudamem`): MemOps on a stream, pointer kinds, pinned staging ----
-if [ -x "$build/tests/test_memory_cuda" ]; then
+}
+cudamem() {  # MemOps on a stream, pointer kinds, pinned staging
+  have tests/test_memory_cuda || return 0
   step "CUDA memory type (reduce, codec, fences, holds, pointer kinds, staging)" \
     perf/gpu/cuda_memory.sh "$build"
-else
-  echo "SKIP the CUDA memory type: test_memory_cuda was not built (no GoogleTest)"
-fi
-
-# ---- Device buffers on a CUDA stream (helper `gpupath`) ----
-if [ -x "$build/tests/test_device_colls" ]; then
+}
+device_colls() {  # device buffers on a CUDA stream through tern's engine
+  have tests/test_device_colls || return 0
   step "device collectives vs host path, stream order, ternary device = CPU (test_device_colls)" \
-    "$build/tests/test_device_colls"
-else
-  echo "SKIP device collectives: test_device_colls was not built (no GoogleTest)"
-fi
-
-# ---- CUDA IPC between the ranks of this host (helper `ipc`) ----
-if [ -x "$build/tests/test_device_colls" ]; then
+    "$build/tests/test_device_colls" --gtest_filter="${DEVICE_COLLS_FILTER:-*}"
+}
+ipc() {  # CUDA IPC between the ranks of this host
+  have tests/test_device_colls || return 0
+  local gpus ipc_log
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   echo "CUDA IPC check: 2 ranks on $([ "$gpus" -gt 1 ] && echo "GPUs 0 and 1" || echo "one GPU (2 processes share it)")"
   ipc_log=$(mktemp)
@@ -148,42 +160,45 @@ if [ -x "$build/tests/test_device_colls" ]; then
   echo "paths the engine logged (INFO):"
   grep -oE '(device buffers over IPC|streams through the fifo|cannot be exported)[^(]*' "$ipc_log" | sort | uniq -c
   rm -f "$ipc_log"
-else
-  echo "SKIP CUDA IPC: test_device_colls was not built (no GoogleTest)"
-fi
-
-# ---- tern's device allreduce against the host-staging limit (10) ----
-step "device allreduce 1 MiB-1 GiB, 2 ranks, beside the staging limit (device_allreduce_perf)" \
-  tools/ternrun -n 2 "$build/perf/device_allreduce_perf" -b 1M -e 1G -n 10
-
-# ---- torch.distributed "nccl" on the shim: DDP losses equal to the real NCCL's ----
-if "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  ddp=$(mktemp -d)
+}
+devperf() {  # tern's device allreduce against the host-staging limit
+  step "device allreduce 1 MiB-1 GiB, 2 ranks, beside the staging limit (device_allreduce_perf)" \
+    tools/ternrun -n 2 "$build/perf/device_allreduce_perf" -b 1M -e 1G -n "${DEVPERF_ITERS:-10}"
+}
+ddp() {  # torch.distributed "nccl" on the shim: DDP losses equal to the real NCCL's
+  "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null || { echo "SKIP DDP: no torch with CUDA for $py"; return 0; }
+  local d gpus
+  d=$(mktemp -d)
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   step "DDP, backend nccl on the shim (LD_AUDIT), 2 ranks" \
-    env LD_AUDIT="$shim_dir/libtern_nccl_audit.so" "$py" perf/gpu/ddp_loss.py run --world 2 --out "$ddp/shim.json"
+    env LD_AUDIT="$shim_dir/libtern_nccl_audit.so" "$py" perf/gpu/ddp_loss.py run --world 2 --out "$d/shim.json"
   step "DDP step emulated in one process (reference)" \
-    "$py" perf/gpu/ddp_loss.py reference --world 2 --out "$ddp/emulated.json"
-  step "DDP losses: shim = emulated step" "$py" perf/gpu/ddp_loss.py compare "$ddp/shim.json" "$ddp/emulated.json"
+    "$py" perf/gpu/ddp_loss.py reference --world 2 --out "$d/emulated.json"
+  step "DDP losses: shim = emulated step" "$py" perf/gpu/ddp_loss.py compare "$d/shim.json" "$d/emulated.json"
   if [ "$gpus" -ge 2 ]; then
     step "DDP, backend nccl on the real NCCL, 2 ranks" \
-      env -u LD_AUDIT "$py" perf/gpu/ddp_loss.py run --world 2 --out "$ddp/real.json"
-    step "DDP losses: shim = real NCCL" "$py" perf/gpu/ddp_loss.py compare "$ddp/shim.json" "$ddp/real.json"
+      env -u LD_AUDIT "$py" perf/gpu/ddp_loss.py run --world 2 --out "$d/real.json"
+    step "DDP losses: shim = real NCCL" "$py" perf/gpu/ddp_loss.py compare "$d/shim.json" "$d/real.json"
   else
     echo "NOTE: one GPU: the real NCCL refuses two ranks on one device (duplicate GPU), so the shim's"
     echo "      losses are compared with DDP's step emulated in one process only"
   fi
-  rm -rf "$ddp"
-else
-  echo "SKIP DDP: no torch with CUDA for $py"
-fi
-
-# ---- nccl-tests last: the slowest step, and only 1 rank on a one-GPU machine ----
-if [ -n "${NCCL_TESTS_DIR:-}" ]; then
+  rm -rf "$d"
+}
+nccltests() {  # the slowest step, and only 1 rank on a one-GPU machine
+  [ -n "${NCCL_TESTS_DIR:-}" ] || { echo "SKIP nccl-tests: set NCCL_TESTS_DIR to a checkout of NVIDIA/nccl-tests"; return 0; }
   step "nccl-tests all_reduce_perf, tern (shim) vs the real NCCL" \
     env BUILD_DIR="$build" NCCL_TESTS_REAL="${NCCL_TESTS_REAL:-auto}" perf/gpu/nccl_tests.sh "$NCCL_TESTS_DIR"
-else
-  echo "SKIP nccl-tests: set NCCL_TESTS_DIR to a checkout of NVIDIA/nccl-tests"
-fi
+}
+have() {  # have PATH: the binary was built (GoogleTest-based ones may not be)
+  [ -x "$build/$1" ] && return 0
+  echo "SKIP $1: not built (no GoogleTest?)"
+  return 1
+}
+
+shim_dir=$(cd "$build/nccl_shim" && pwd)
+for s in ${GPU_STEPS:-device_colls ipc devperf ddp kernels nvcc_math cudamem shim torch_import nccltests}; do
+  "$s"
+done
 echo "$failed step(s) failed"
 exit $((failed > 0))
