@@ -8,11 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <vector>
 
 #include "codec/half.h"
 #include "memory/buffer_kind.h"
 #include "memory/fence_ring.h"
+#include "memory/host_staging.h"
 #include "memory/memory.h"
 #include "memory/staging_pool.h"
 #include "memory/staging_ring.h"
@@ -209,6 +212,22 @@ TEST(FenceRing, AFullRingWaitsForItsOldestFenceOnly) {
   EXPECT_EQ(err, 0);
 }
 
+// wait(f) blocks on f's event alone and marks every earlier fence done.
+TEST(FenceRing, WaitBlocksOnItsFenceAlone) {
+  SimEvents dev;
+  FenceRing<SimEvents> ring(dev);
+  int err = 0;
+  uint64_t f1 = ring.fence(&err), f2 = ring.fence(&err), f3 = ring.fence(&err);
+  EXPECT_EQ(ring.wait(f2), 0);
+  EXPECT_EQ(dev.waits, 1);
+  EXPECT_EQ(dev.clock, 2u);
+  EXPECT_TRUE(ring.done(f1, &err));
+  EXPECT_TRUE(ring.done(f2, &err));
+  EXPECT_FALSE(ring.done(f3, &err));
+  EXPECT_EQ(ring.wait(f1), 0);  // already done: no wait
+  EXPECT_EQ(dev.waits, 1);
+}
+
 TEST(FenceRing, AFailedFenceCountsAsReachedWithItsError) {
   SimEvents dev;
   FenceRing<SimEvents> ring(dev);
@@ -302,7 +321,7 @@ TEST_F(StagingPoolTest, AllocatorFailureIsAnEmptyBuffer) {
 
 // The pinned ring of the CUDA type's staging: pieces come back in fence
 // order, a piece never straddles the end, and a full ring says so (its
-// caller then copies without staging).
+// caller settles and takes again: host_staging.h).
 TEST(StagingRing, PiecesAreFreedByTheirFenceInOrder) {
   StagingRing r(1024);
   EXPECT_EQ(r.take(100, 1), 0u);    // 128 bytes
@@ -336,6 +355,124 @@ TEST(StagingRing, PaddingBeforeAWrapIsFreedWithItsPiece) {
   EXPECT_EQ(r.take(2000, 5), StagingRing::kNone);  // larger than the ring
   EXPECT_EQ(r.take(0, 5), 0u);                     // a record alone still takes a piece
   EXPECT_EQ(r.used(), StagingRing::kAlign);
+}
+
+// A device for the host staging: enqueued copies run when the device
+// clock passes them; fence f marks the work enqueued before it.
+struct QueuedDevice {
+  std::vector<std::function<void()>> work;
+  size_t ran = 0;
+  std::vector<size_t> fences;  // fence f covers work[0, fences[f - 1])
+  int waits = 0;
+  HostStaging<QueuedDevice>* staging = nullptr;
+  void toDevice(void* d, const void* p, size_t n) { work.push_back([=] { memcpy(d, p, n); }); }
+  void toHost(void* p, const void* d, size_t n) { work.push_back([=] { memcpy(p, d, n); }); }
+  uint64_t fence() {
+    fences.push_back(work.size());
+    staging->fenced(fences.size());
+    return fences.size();
+  }
+  void wait(uint64_t f) {
+    ++waits;
+    runTo(fences[f - 1]);
+  }
+  void runTo(size_t k) {
+    while (ran < k) work[ran++]();
+  }
+  void runAll() { runTo(work.size()); }
+};
+
+struct Staged : ::testing::Test {
+  explicit Staged(size_t ringBytes = 64 << 10) : pinned(ringBytes), staging(dev) {
+    dev.staging = &staging;
+    staging.attach(pinned.data(), pinned.size());
+  }
+  std::vector<char> pinned;
+  QueuedDevice dev;
+  HostStaging<QueuedDevice> staging;
+};
+
+std::vector<char> bytes(size_t n, char first) {
+  std::vector<char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>(first + i);
+  return v;
+}
+
+// A copy to the host lands on the polling thread once its fence is
+// reached, never before: the executor reads it only after done(fence).
+TEST_F(Staged, ACopyToTheHostLandsWhenItsFenceIsReached) {
+  std::vector<char> device = bytes(1000, 1), host(1000, 0);
+  staging.toHost(host.data(), device.data(), host.size());
+  const uint64_t f = dev.fence();
+  dev.runAll();
+  EXPECT_EQ(host, std::vector<char>(1000, 0));  // the device copied into the piece only
+  EXPECT_EQ(staging.pendingWrites(), 1u);
+  staging.reached(f);
+  EXPECT_EQ(host, device);
+  EXPECT_EQ(staging.pendingWrites(), 0u);
+  EXPECT_EQ(dev.waits, 0);  // nothing blocked
+}
+
+// A copy to the device reads the host bytes at the call (the executor
+// keeps them until the fence), so a later change of them does not leak in.
+TEST_F(Staged, ACopyToTheDeviceReadsTheHostBytesAtTheCall) {
+  std::vector<char> host = bytes(3000, 7), device(3000, 0);
+  const std::vector<char> sent = host;
+  staging.toDevice(device.data(), host.data(), host.size());
+  host.assign(host.size(), 0);
+  dev.runAll();
+  EXPECT_EQ(device, sent);
+  EXPECT_EQ(dev.waits, 0);
+}
+
+// A burst that reads back what it just staged to the host (a reduce into a
+// fifo slot, then that slot encoded): the read waits for the write, which
+// stream order gave the host functions.
+TEST_F(Staged, AReadOfAWriteStillInFlightSettlesItFirst) {
+  std::vector<char> a = bytes(500, 3), slot(500, 0), b(500, 0), other(500, 0);
+  staging.toHost(slot.data(), a.data(), slot.size());
+  staging.toDevice(b.data(), slot.data() + 100, 200);  // overlaps the pending write
+  EXPECT_EQ(dev.waits, 1);
+  EXPECT_EQ(staging.settles(), 1u);
+  dev.runAll();
+  EXPECT_TRUE(std::equal(b.begin(), b.begin() + 200, a.begin() + 100));
+  staging.toHost(slot.data(), a.data(), slot.size());
+  staging.hostToHost(other.data(), slot.data(), slot.size());  // host to host waits too
+  EXPECT_EQ(other, a);
+  staging.toHost(slot.data(), b.data(), 10);
+  staging.hostToHost(other.data(), a.data(), 10);  // disjoint: no wait
+  EXPECT_EQ(staging.settles(), 2u);
+}
+
+// Two writes to one place land in the order they were made.
+TEST_F(Staged, TwoWritesToOnePlaceLandInOrder) {
+  std::vector<char> first = bytes(64, 1), second = bytes(64, 50), host(64, 0);
+  staging.toHost(host.data(), first.data(), 64);
+  staging.toHost(host.data(), second.data(), 64);
+  const uint64_t f = dev.fence();
+  dev.runAll();
+  staging.reached(f);
+  EXPECT_EQ(host, second);
+}
+
+struct SmallRing : Staged {
+  SmallRing() : Staged(4096) {}
+};
+
+// Copies larger than the ring go in pieces of a quarter of it; a full ring
+// settles (its pieces are then all free) and goes on.
+TEST_F(SmallRing, LargeCopiesGoInPiecesThroughAFullRing) {
+  std::vector<char> host = bytes(10000, 5), device(10000, 0), back(10000, 0);
+  staging.toDevice(device.data(), host.data(), host.size());
+  EXPECT_GE(staging.settles(), 1u);
+  dev.runAll();
+  EXPECT_EQ(device, host);
+  staging.toHost(back.data(), device.data(), back.size());
+  const uint64_t f = dev.fence();
+  dev.runAll();
+  staging.reached(f);
+  EXPECT_EQ(back, host);
+  EXPECT_EQ(staging.pendingWrites(), 0u);
 }
 
 }  // namespace

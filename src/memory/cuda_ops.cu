@@ -20,9 +20,9 @@
 #include "memory/cuda_reduce.h"
 #include "memory/cuda_runtime_probe.h"
 #include "memory/fence_ring.h"
+#include "memory/host_staging.h"
 #include "memory/memory.h"
 #include "memory/staging_pool.h"
-#include "memory/staging_ring.h"
 #include "memory/ternary_sync_table.h"
 #include "memory/stream_hold.h"
 #include "memory/work_streams.h"
@@ -253,16 +253,11 @@ class CudaOps : public MemOps {
     if (p != d) toHost(p, d, bytes);
   }
 
-  // Staging.  A piece of the pinned ring (staging_ring.h, freed by the
-  // fence after it) holds a HostCopy record and the bytes; a host function
-  // on the work stream copies between the host memory and the piece in
-  // stream order, so later work and the fence see the bytes, and DMA does
-  // the rest.  Where the ring has no room (or no pinned memory exists) CUDA
-  // copies from / to the pageable memory itself, after the stream's
-  // earlier work (correct, but the calling thread waits).
+  // Staging: host_staging.h says how bytes cross between host memory and
+  // the device with no host function on the stream.  Where no pinned memory
+  // exists CUDA copies from / to the pageable memory itself, after the
+  // stream's earlier work (correct, but the calling thread waits).
   bool ring() const;  // borrows the pinned ring (false: no pinned memory)
-  char* piece(size_t bytes) const;
-  void hostCopy(char* piece, void* dst, const void* src, size_t bytes) const;
   void toDevice(void* d, const void* host, size_t bytes) const;
   void toHost(void* host, const void* d, size_t bytes) const;
   void hostToHost(void* dst, const void* src, size_t bytes) const;
@@ -283,9 +278,21 @@ class CudaOps : public MemOps {
   mutable std::vector<StagingPool::Buffer> blocks_;  // lent by deviceScratchPool
   mutable std::vector<void*> late_;                  // cudaMallocAsync'ed after the hold
   mutable bool held_ = false;                        // hold() ran: allocate stream-ordered
-  mutable StagingPool::Buffer pinned_;           // the ring's memory, lent by the pool
-  mutable std::unique_ptr<StagingRing> staging_;
-  mutable uint64_t nextFence_ = 1;               // the fence that covers pieces taken now
+  mutable StagingPool::Buffer pinned_;  // the staging's memory, lent by the pool
+  // The staging's view of this operation: its copies, fences and waits.
+  struct StagingDev {
+    const CudaOps* ops;
+    void toDevice(void* d, const void* pinned, size_t bytes) {
+      ops->check(cudaMemcpyAsync(d, pinned, bytes, cudaMemcpyHostToDevice, ops->s_), "copy to device");
+    }
+    void toHost(void* pinned, const void* d, size_t bytes) {
+      ops->check(cudaMemcpyAsync(pinned, d, bytes, cudaMemcpyDeviceToHost, ops->s_), "copy to host");
+    }
+    uint64_t fence() { return ops->fence(); }
+    void wait(uint64_t f) { ops->check(ops->ring_.wait(f), "fence wait"); }
+  };
+  mutable StagingDev stagingDev_{this};
+  mutable HostStaging<StagingDev> staging_{stagingDev_};
   mutable const float* scalesOf_ = nullptr;  // the host vector scales_ copies
   mutable cudaEvent_t after_ = nullptr;  // the caller's earlier work
   mutable std::unique_ptr<StreamHold> hold_;
@@ -338,73 +345,37 @@ const void* CudaOps::in(const void* p, size_t bytes, int k) const {
 
 constexpr size_t kRingBytes = size_t(4) << 20;  // 16 bursts of 256 KiB
 
-struct HostCopy {
-  void* dst;
-  const void* src;
-  size_t bytes;
-};
-constexpr size_t kRecord = StagingRing::kAlign;  // a piece starts with its record
-static_assert(sizeof(HostCopy) <= kRecord, "a record fits its slot");
-
-void CUDART_CB runHostCopy(void* record) {
-  const auto* c = static_cast<const HostCopy*>(record);
-  memcpy(c->dst, c->src, c->bytes);
-}
-
 bool CudaOps::ring() const {
-  if (pinned_.p) return true;
+  if (staging_.attached()) return true;
   StagingPool* pool = pinnedStagingPool();
   if (!pool) return false;
   pinned_ = pool->borrow(kRingBytes);
   if (!pinned_.p) return false;
-  staging_ = std::make_unique<StagingRing>(pinned_.bytes);
+  staging_.attach(static_cast<char*>(pinned_.p), pinned_.bytes);
   return true;
-}
-
-char* CudaOps::piece(size_t bytes) const {
-  if (!ring()) return nullptr;
-  const size_t off = staging_->take(kRecord + bytes, nextFence_);
-  return off == StagingRing::kNone ? nullptr : static_cast<char*>(pinned_.p) + off;
-}
-
-void CudaOps::hostCopy(char* piece, void* dst, const void* src, size_t bytes) const {
-  *reinterpret_cast<HostCopy*>(piece) = HostCopy{dst, src, bytes};
-  check(cudaLaunchHostFunc(s_, runHostCopy, piece), "staging copy");
 }
 
 void CudaOps::toDevice(void* d, const void* host, size_t bytes) const {
   countStaged(bytes);
-  char* p = piece(bytes);
-  if (!p) {  // pageable: CUDA reads the host bytes at once, so the stream must be there first
-    check(cudaStreamSynchronize(s_), "stream synchronize");
-    check(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, s_), "copy to device");
-    return;
-  }
-  hostCopy(p, p + kRecord, host, bytes);
-  check(cudaMemcpyAsync(d, p + kRecord, bytes, cudaMemcpyHostToDevice, s_), "copy to device");
+  if (ring()) return staging_.toDevice(d, host, bytes);
+  // pageable: CUDA reads the host bytes at once, so the stream must be there first
+  check(cudaStreamSynchronize(s_), "stream synchronize");
+  check(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, s_), "copy to device");
 }
 
 void CudaOps::toHost(void* host, const void* d, size_t bytes) const {
   countStaged(bytes);
-  char* p = piece(bytes);
-  if (!p) {  // pageable: returns once the stream got there and the bytes are in place
-    check(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, s_), "copy to host");
-    return;
-  }
-  check(cudaMemcpyAsync(p + kRecord, d, bytes, cudaMemcpyDeviceToHost, s_), "copy to host");
-  hostCopy(p, host, p + kRecord, bytes);
+  if (ring()) return staging_.toHost(host, d, bytes);
+  // pageable: returns once the stream got there and the bytes are in place
+  check(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, s_), "copy to host");
 }
 
-// Host to host (a task's vector to a fifo slot): in stream order too, as
-// earlier staged work may still be writing the source.
+// Host to host (a task's vector to a fifo slot): after the staged writes
+// to either range, which land on this thread once their fence is reached.
 void CudaOps::hostToHost(void* dst, const void* src, size_t bytes) const {
-  char* p = piece(0);
-  if (!p) {
-    check(cudaStreamSynchronize(s_), "stream synchronize");
-    memcpy(dst, src, bytes);
-    return;
-  }
-  hostCopy(p, dst, src, bytes);
+  if (ring()) return staging_.hostToHost(dst, src, bytes);
+  check(cudaStreamSynchronize(s_), "stream synchronize");
+  memcpy(dst, src, bytes);
 }
 
 void CudaOps::copy(void* dst, const void* src, size_t bytes) const {
@@ -577,7 +548,7 @@ uint64_t CudaOps::fence() const {
   int e = 0;
   const uint64_t f = ring_.fence(&e);
   check(e, "fence");
-  nextFence_ = f + 1;  // pieces taken from now on are this next one's
+  staging_.fenced(f);  // pieces taken from now on are the next fence's
   return f;
 }
 
@@ -587,7 +558,7 @@ bool CudaOps::done(uint64_t f) const {
   int e = 0;
   const bool reached = ring_.done(f, &e);
   check(e, "fence");
-  if (reached && staging_) staging_->release(f);
+  if (reached) staging_.reached(f);  // the staged writes land, their pieces are free
   return reached;
 }
 

@@ -7,7 +7,7 @@
 // are a parameter: CUDA events in cuda_ops.cu, a simulated device clock in
 // tests/test_memory.cc (the ring's bookkeeping needs no GPU).
 //   Ev::record(slot) -> 0 or an error; Ev::query(slot) -> 0 (reached),
-//   kNotReady, or an error; Ev::wait(slot) -> 0 or an error.
+//   kNotReady, or an error; Ev::wait(slot) -> 0 or an error (blocks).
 #pragma once
 #include <cstdint>
 
@@ -48,6 +48,15 @@ class FenceRing {
       }
     }
     return true;
+  }
+
+  // Returns once fence f (so every earlier one) is reached: the thread
+  // blocks on f's event alone.  0 or the first failure.
+  int wait(uint64_t f) {
+    if (f <= completed_ || f > issued_) return 0;
+    const int e = ev_.wait(slot(f));
+    completed_ = f;
+    return e;
   }
 
   static unsigned slot(uint64_t f) { return static_cast<unsigned>(f % kSlots); }
