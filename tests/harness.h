@@ -55,10 +55,14 @@ inline std::string testName(std::string t) {
   return t;
 }
 
-// Names a (transport, nranks) test parameter "shm_2ranks".
+// Names a (transport, nranks) test parameter "shm_2ranks", and a
+// (transport, nranks, path) one "shm_2ranks_staged".
 template <class Info>
 std::string transportRanksName(const Info& info) {
-  return testName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+  std::string name = testName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+  if constexpr (std::tuple_size_v<std::decay_t<decltype(info.param)>> > 2)
+    name += "_" + testName(std::get<2>(info.param));
+  return name;
 }
 
 // Prints a failure message from a rank (prefixed) and returns 1.

@@ -107,17 +107,23 @@ int ipcBody(RankCtx& ctx) {
 
 int errorFeedbackBody(RankCtx& ctx) { return onGpu(ctx, errorFeedbackSteps); }
 
-using Param = std::tuple<std::string, int>;
+// The staged path (memory/staged.h, small calls by default) and the
+// engine's device path (TERN_STAGED_MAX_BYTES=0).
+using Param = std::tuple<std::string, int, std::string>;
 class DeviceColls : public ::testing::TestWithParam<Param> {};
 
 TEST_P(DeviceColls, EveryCollectiveOnDeviceBuffersMatchesTheHostPathInStreamOrder) {
-  auto [transport, nranks] = GetParam();
-  expectAllRanksOk(runRanks(nranks, transportEnv(transport), gpuBody, 2, 300));
+  auto [transport, nranks, path] = GetParam();
+  auto env = transportEnv(transport);
+  if (path == "engine") env["TERN_STAGED_MAX_BYTES"] = "0";
+  expectAllRanksOk(runRanks(nranks, env, gpuBody, 2, 300));
 }
 
 TEST(DeviceCollsIpc, PlainTransfersGoDeviceToDeviceOverCudaIpc) {
   printf("CUDA IPC: 2 ranks on %s\n", deviceCount > 1 ? "two GPUs" : "one GPU (two processes share it)");
-  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_SHM_IPC", "1"}}), ipcBody, 2, 300));
+  // IPC is the engine's device path: calls this small would be staged.
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_SHM_IPC", "1"}, {"TERN_STAGED_MAX_BYTES", "0"}}),
+                            ipcBody, 2, 300));
 }
 
 TEST(DeviceCollsErrorFeedback, ResidualsOnTheDeviceMatchTheHostPathOverCalls) {
@@ -126,7 +132,8 @@ TEST(DeviceCollsErrorFeedback, ResidualsOnTheDeviceMatchTheHostPathOverCalls) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceColls,
-                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3)),
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3),
+                                            ::testing::Values("staged", "engine")),
                          [](const auto& info) { return transportRanksName(info); });
 
 // The device count, asked in a child process so this one stays without a

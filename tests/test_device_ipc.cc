@@ -36,8 +36,11 @@ namespace {
 constexpr size_t kCount = 100000;  // 400 KB: all-to-all's blocks go as plain transfers too
 constexpr size_t kBytes = kCount * 4;
 
+// IPC is the engine's device path: calls this small would otherwise be
+// staged through pinned host memory (memory/staged.h).
 std::map<std::string, std::string> ipcEnv(std::map<std::string, std::string> extra = {}) {
   extra["TERN_SHM_IPC"] = "1";
+  extra["TERN_STAGED_MAX_BYTES"] = "0";
   return transportEnv("shm", extra);
 }
 

@@ -25,7 +25,9 @@
 #include "device_cases.h"
 #include "harness.h"
 #include "memory/cuda_runtime_probe.h"
+#include "base/env.h"
 #include "memory/simulated.h"
+#include "memory/staged.h"
 #include "sim_device.h"
 
 using namespace terntest;
@@ -33,18 +35,68 @@ namespace sim = tern::sim;
 
 namespace {
 
+// Small calls take the staged path (memory/staged.h) unless
+// TERN_STAGED_MAX_BYTES=0 sends them down the engine's device path: the
+// suite runs both, and checks which one its calls took.
 int deviceBody(RankCtx& ctx) {
   sim::enable();
   Device d = simDevice(sim::newStream());
-  return deviceSuite(ctx, d);
+  int fails = deviceSuite(ctx, d);
+  const bool staged = tern::envInt("TERN_STAGED_MAX_BYTES", 1) != 0;
+  if (staged != (tern::stagedCalls() > 0))
+    fails += failf(ctx, "%zu calls staged with TERN_STAGED_MAX_BYTES %s", tern::stagedCalls(),
+                   staged ? "on" : "0");
+  return fails;
 }
 
-using Param = std::tuple<std::string, int>;
+using Param = std::tuple<std::string, int, std::string>;
 class DeviceSim : public ::testing::TestWithParam<Param> {};
 
 TEST_P(DeviceSim, EveryCollectiveOnAStreamMatchesTheHostPathInStreamOrder) {
-  auto [transport, nranks] = GetParam();
-  expectAllRanksOk(runRanks(nranks, transportEnv(transport), deviceBody, 2, 120));
+  auto [transport, nranks, path] = GetParam();
+  auto env = transportEnv(transport);
+  if (path == "engine") env["TERN_STAGED_MAX_BYTES"] = "0";
+  expectAllRanksOk(runRanks(nranks, env, deviceBody, 2, 120));
+}
+
+// The caller blocks on its stream right after each call (a synchronize,
+// `tensor.cpu()`), with the simulated driver's lock modelled: a caller
+// blocked there holds it and every enqueue needs it, as on the H200 where
+// two ranks deadlocked this way (perf/RESULTS.md, 2026-12-04: GPU checks on
+// an H200).  The staged path's executor makes no device call, so every call
+// completes; the engine's device path enqueues from the executor and hangs
+// here (run by hand with TERN_STAGED_MAX_BYTES=0: the ranks time out).
+int blockedCallerBody(RankCtx& ctx) {
+  sim::enable();
+  sim::modelDriverLock(true);
+  ternComm_t comm = ctx.comm();
+  sim::Stream* s = sim::newStream();
+  const size_t count = 4096, bytes = count * 4;
+  void* buf = sim::alloc(bytes);
+  std::vector<float> in(count), out(count);
+  int fails = 0;
+  for (int step = 0; step < 20 && !fails; ++step) {
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((ctx.rank + 1) * (step + i % 7));
+    sim::memcpyAsync(s, buf, in.data(), bytes);
+    if (ternAllReduce(buf, buf, count, ternFloat32, ternSum, comm, reinterpret_cast<ternStream_t>(s)) !=
+        ternSuccess)
+      fails += failf(ctx, "allreduce: %s", ternGetLastError(comm));
+    sim::synchronize(s);  // the caller blocked in the "driver", as cudaStreamSynchronize
+    sim::memcpyAsync(s, out.data(), buf, bytes);
+    sim::synchronize(s);
+    const float ranks = static_cast<float>(ctx.nranks * (ctx.nranks + 1) / 2);
+    for (size_t i = 0; i < count && !fails; ++i)
+      if (out[i] != ranks * static_cast<float>(step + i % 7))
+        fails += failf(ctx, "step %d element %zu: %g", step, i, out[i]);
+  }
+  if (tern::stagedCalls() < 20) fails += failf(ctx, "only %zu calls were staged", tern::stagedCalls());
+  sim::modelDriverLock(false);
+  return fails;
+}
+
+TEST(DeviceSimStaged, ACallerBlockedOnItsStreamAfterEachCallDoesNotStopTheCollective) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm"), blockedCallerBody, 1, 60));
+  expectAllRanksOk(runRanks(3, transportEnv("tcp"), blockedCallerBody, 1, 60));
 }
 
 // Every message of the cases above on shm's low-latency stream (transport/ll.h):
@@ -55,7 +107,8 @@ TEST(DeviceSimSmall, EveryCollectiveOnTheLowLatencyStream) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceSim,
-                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3)),
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3),
+                                            ::testing::Values("staged", "engine")),
                          [](const auto& info) { return transportRanksName(info); });
 
 // Error feedback on device buffers: residuals on the (simulated) device,

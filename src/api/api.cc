@@ -30,7 +30,7 @@ TernaryState& ternaryOf(ternComm* c) { return ternaryState(c->attached, c->cfg.t
 ternResult_t launch(const InCall& call, ternComm* c, CollArgs args, ternStream_t stream = nullptr,
                     std::unique_ptr<Task> task = nullptr) {
   std::unique_ptr<MemOps> mem;
-  if (stream) TERN_CHECK(streamOps(c, args, stream, collectiveKind(args.kind).name, &mem));
+  if (stream) TERN_CHECK(streamOps(c, &args, !task, stream, collectiveKind(args.kind).name, &mem));
   // A send or receive of an open group is only recorded (runRecorded
   // enters the communicator again at the group's end).
   ternResult_t alone;

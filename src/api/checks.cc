@@ -8,7 +8,11 @@
 #include "api/group.h"
 #include "api/premul.h"
 #include "base/error.h"
+#include "base/env.h"
+#include "base/log.h"
 #include "memory/buffer_kind.h"
+#include "memory/simulated.h"
+#include "memory/staged.h"
 
 namespace tern {
 
@@ -111,12 +115,58 @@ ternResult_t streamBuffers(ternComm* c, const CollArgs& a, const char* what, Mem
 // Inside a group they are begun at the group's end (group.cc), as NCCL
 // does: a send and a recv of one group on one stream must not wait for
 // each other's hold.
-ternResult_t streamOps(ternComm* c, const CollArgs& a, ternStream_t stream, const char* what,
-                       std::unique_ptr<MemOps>* mem) {
+// The bytes of a call's buffers on this rank (0 where it does not use one:
+// usedBuffers' rule).  Counts are per rank for allgather and reduce-scatter,
+// per block for all-to-all, gather and scatter.
+StagedBuffers stagedBuffers(const ternComm* c, const CollArgs& a) {
+  const size_t one = a.count * ternTypeSize(a.dt), all = one * static_cast<size_t>(c->nranks);
+  StagedBuffers b;
+  BufferKind kinds[2];
+  const void* ptrs[2];
+  const int n = usedBuffers(c, a, kinds, ptrs);
+  for (int i = 0; i < n; ++i) {
+    const bool src = ptrs[i] == a.src && std::string(kinds[i].name) == "sendbuff";
+    const bool many = src ? (a.kind == OpKind::ReduceScatter || a.kind == OpKind::AllToAll ||
+                             a.kind == OpKind::Scatter)
+                          : (a.kind == OpKind::AllGather || a.kind == OpKind::AllToAll ||
+                             a.kind == OpKind::Gather);
+    if (src) b.src = a.src, b.srcBytes = many ? all : one;
+    else b.dst = a.dst, b.dstBytes = many ? all : one;
+  }
+  return b;
+}
+
+const StagedDevice* stagedDeviceFor(MemType t) {
+  return t == MemType::Cuda ? cudaStagedDevice() : t == MemType::Simulated ? sim::stagedDevice() : nullptr;
+}
+
+// The staged path for this call (memory/staged.h), or nullptr: the engine's
+// device path (larger buffers, groups, PreMulSum, tasks) takes it then.
+std::unique_ptr<MemOps> stagedOps(ternComm* c, CollArgs* a, MemType type, ternStream_t stream) {
+  static const size_t maxBytes = static_cast<size_t>(envInt("TERN_STAGED_MAX_BYTES", 64 << 20));
+  const StagedDevice* dev = stagedDeviceFor(type);
+  if (!dev || groupOpen() || static_cast<int>(a->op) >= ternNumOps) return nullptr;
+  StagedBuffers b = stagedBuffers(c, *a);
+  if (b.srcBytes > maxBytes || b.dstBytes > maxBytes) return nullptr;
+  std::string why;
+  std::unique_ptr<MemOps> ops = makeStagedOps(*dev, stream, &b, &why);
+  if (!ops) {
+    TERN_LOG(Info, "%s on a stream takes the engine's device path: %s", collectiveKind(a->kind).name,
+             why.c_str());
+    return nullptr;
+  }
+  a->src = b.src;
+  a->dst = static_cast<void*>(b.dst);
+  return ops;
+}
+
+ternResult_t streamOps(ternComm* c, CollArgs* a, bool stageable, ternStream_t stream,
+                       const char* what, std::unique_ptr<MemOps>* mem) {
   MemType type;
   int device;
-  TERN_CHECK(streamBuffers(c, a, what, &type, &device));
-  *mem = makeStreamOps(type, stream, device);
+  TERN_CHECK(streamBuffers(c, *a, what, &type, &device));
+  if (stageable) *mem = stagedOps(c, a, type, stream);
+  if (!*mem) *mem = makeStreamOps(type, stream, device);
   if (!*mem)
     return failOn(c, ternUnhandledCudaError,
                   std::string(what) + ": could not set up the device operation (no work stream)");

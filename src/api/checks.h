@@ -49,8 +49,11 @@ inline ternResult_t checkRank(ternComm* c, int r, const char* role, const char* 
 }
 
 // A call on a stream: its buffers' memory type (device memory only) and its
-// memory operations, begun now outside a group (checks.cc says why).
-ternResult_t streamOps(ternComm* c, const CollArgs& a, ternStream_t stream, const char* what,
-                       std::unique_ptr<MemOps>* mem);
+// memory operations, begun now outside a group (checks.cc says why).  A call
+// that can be staged (memory/staged.h: outside a group, a built-in op, no
+// task, buffers up to TERN_STAGED_MAX_BYTES) has a->src / a->dst replaced by
+// their pinned copies.
+ternResult_t streamOps(ternComm* c, CollArgs* a, bool stageable, ternStream_t stream,
+                       const char* what, std::unique_ptr<MemOps>* mem);
 
 }  // namespace tern

@@ -11,6 +11,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,11 +85,26 @@ static_assert(sizeof(SimHandle) <= sizeof(IpcHandle::data), "fits the handle");
 
 }  // namespace
 
+std::shared_mutex gDriver;
+std::atomic<bool> gModelDriverLock{false};
+
+// An enqueue's hold on the modelled driver lock (modelDriverLock).
+struct DriverLock {
+  DriverLock() : on(gModelDriverLock.load()) {
+    if (on) gDriver.lock();
+  }
+  ~DriverLock() {
+    if (on) gDriver.unlock();
+  }
+  bool on;
+};
+
 class Stream {
  public:
   Stream() : t_([this] { nameThisThread("tern-simstream"); loop(); }) { t_.detach(); }  // lives as long as the process
 
   uint64_t enqueue(std::function<void()> w) {
+    DriverLock driver;
     std::lock_guard<std::mutex> lk(m_);
     q_.push_back(std::move(w));
     cv_.notify_all();
@@ -219,7 +235,14 @@ void* resolve(const void* p) {
 
 Stream* newStream() { return new Stream; }
 void enqueue(Stream* s, std::function<void()> work) { s->enqueue(std::move(work)); }
-void synchronize(Stream* s) { s->waitFor(s->record()); }
+void synchronize(Stream* s) {
+  const uint64_t ev = s->record();
+  if (!gModelDriverLock) return s->waitFor(ev);
+  std::shared_lock<std::shared_mutex> driver(gDriver);  // held while blocked, as the driver's
+  s->waitFor(ev);
+}
+
+void modelDriverLock(bool on) { gModelDriverLock = on; }
 
 void memcpyAsync(Stream* s, void* dst, const void* src, size_t bytes) {
   s->enqueue([=] { memcpy(resolve(dst), resolve(src), bytes); });

@@ -70,6 +70,12 @@ class Stream;
 Stream* newStream();  // lives until the process exits
 void enqueue(Stream* s, std::function<void()> work);
 void synchronize(Stream* s);
+// Test hook modelling the CUDA driver's lock: a thread blocked in
+// synchronize() holds it shared, and every enqueue takes it exclusively.
+// On a GPU, an executor that enqueues device work while the caller waits
+// on its held stream deadlocks that way (perf/RESULTS.md, 2026-12-04: GPU
+// checks on an H200); with this on, it deadlocks here too.
+void modelDriverLock(bool on);
 // Copies on the stream between host and (simulated) device memory.
 void memcpyAsync(Stream* s, void* dst, const void* src, size_t bytes);
 

@@ -38,49 +38,89 @@ FlagPage& flags() {
 }
 
 using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+using WriteValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
 WaitValue32 waitValue32() {
   static const auto fn = reinterpret_cast<WaitValue32>(driverFunction("cuStreamWaitValue32"));
   return fn;
 }
 
-// The fallback: one thread polls the flag (sleeping between reads).
+WriteValue32 writeValue32() {
+  static const auto fn = reinterpret_cast<WriteValue32>(driverFunction("cuStreamWriteValue32"));
+  return fn;
+}
+
+// The fallbacks where a device refuses stream memory operations: one thread
+// polls the flag (sleeping between reads), or writes it.
 __global__ void waitFlag(const volatile uint32_t* flag, uint32_t target) {
   while (static_cast<int32_t>(*flag - target) < 0) __nanosleep(2000);
 }
 
+__global__ void writeFlag(volatile uint32_t* flag, uint32_t v) {
+  __threadfence_system();  // the copies before it are visible first
+  *flag = v;
+}
+
 }  // namespace
 
-std::unique_ptr<StreamHold> StreamHold::make() {
-  if (!cudaUsable()) return nullptr;
+bool takeStreamFlag(uint32_t* slot) {
+  if (!cudaUsable()) return false;
   FlagPage& f = flags();
   std::lock_guard<std::mutex> lk(f.m);
-  if (!f.host || f.freeSlots.empty()) return nullptr;
-  uint32_t slot = f.freeSlots.back();
+  if (!f.host || f.freeSlots.empty()) return false;
+  *slot = f.freeSlots.back();
   f.freeSlots.pop_back();
-  return std::unique_ptr<StreamHold>(new StreamHold(slot));
+  return true;
+}
+
+void giveBackStreamFlag(uint32_t slot) {
+  FlagPage& f = flags();
+  std::lock_guard<std::mutex> lk(f.m);
+  f.freeSlots.push_back(slot);
+}
+
+volatile uint32_t* streamFlag(uint32_t slot) { return flags().host + slot; }
+
+int streamWaitFlag(void* stream, uint32_t slot, uint32_t v) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  uint32_t* dev = flags().dev + slot;
+  int e = CUDA_ERROR_NOT_SUPPORTED;
+  if (WaitValue32 fn = waitValue32())  // a device without stream memory operations refuses it
+    e = fn(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(dev), v, CU_STREAM_WAIT_VALUE_GEQ);
+  if (e != 0) {
+    waitFlag<<<1, 1, 0, s>>>(dev, v);
+    e = cudaGetLastError();
+  }
+  return e;
+}
+
+int streamWriteFlag(void* stream, uint32_t slot, uint32_t v) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  uint32_t* dev = flags().dev + slot;
+  int e = CUDA_ERROR_NOT_SUPPORTED;
+  if (WriteValue32 fn = writeValue32())
+    e = fn(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(dev), v, CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (e != 0) {
+    writeFlag<<<1, 1, 0, s>>>(dev, v);
+    e = cudaGetLastError();
+  }
+  return e;
+}
+
+std::unique_ptr<StreamHold> StreamHold::make() {
+  uint32_t slot;
+  return takeStreamFlag(&slot) ? std::unique_ptr<StreamHold>(new StreamHold(slot)) : nullptr;
 }
 
 StreamHold::~StreamHold() {
   if (held_) release();
-  FlagPage& f = flags();
-  std::lock_guard<std::mutex> lk(f.m);
-  f.freeSlots.push_back(slot_);
+  giveBackStreamFlag(slot_);
 }
 
 int StreamHold::hold(void* stream) {
   if (held_) return 0;  // later work already waits behind the first hold
-  FlagPage& f = flags();
-  target_ = f.host[slot_] + 1;  // values only grow: older waits stay satisfied
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  int e = CUDA_ERROR_NOT_SUPPORTED;
-  if (WaitValue32 fn = waitValue32())  // a device without stream memory operations refuses it
-    e = fn(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(f.dev + slot_), target_,
-           CU_STREAM_WAIT_VALUE_GEQ);
-  if (e != 0) {
-    waitFlag<<<1, 1, 0, s>>>(f.dev + slot_, target_);
-    e = cudaGetLastError();
-  }
+  target_ = flags().host[slot_] + 1;  // values only grow: older waits stay satisfied
+  const int e = streamWaitFlag(stream, slot_, target_);
   held_ = e == 0;
   return e;
 }

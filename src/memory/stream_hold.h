@@ -13,6 +13,16 @@
 
 namespace tern {
 
+// The page's slots one by one, for staged calls (staged.h): the host reads
+// and writes a slot with plain loads and stores; a stream waits on it
+// (flag >= v, as hold() does) or sets it when it gets there
+// (cuStreamWriteValue32, or a one-thread kernel).  0 or the error as int.
+bool takeStreamFlag(uint32_t* slot);
+void giveBackStreamFlag(uint32_t slot);
+volatile uint32_t* streamFlag(uint32_t slot);
+int streamWaitFlag(void* stream, uint32_t slot, uint32_t v);
+int streamWriteFlag(void* stream, uint32_t slot, uint32_t v);
+
 class StreamHold {
  public:
   // nullptr without a usable device or when every slot is taken.
