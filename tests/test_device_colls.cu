@@ -131,6 +131,60 @@ TEST(DeviceCollsErrorFeedback, ResidualsOnTheDeviceMatchTheHostPathOverCalls) {
   expectAllRanksOk(runRanks(3, transportEnv("tcp"), errorFeedbackBody, 3, 300));
 }
 
+// CUDA graph capture (the same check as DeviceSimCapture, with real graphs):
+// 10 allreduces and their copies captured on one stream, the graph replayed
+// 10 times with new inputs in pinned host memory: 100 allreduces, each
+// checked.  PyTorch's default (global) capture mode.
+int captureBody(RankCtx& ctx) {
+  const int dev = ctx.rank % deviceCount;
+  if (cudaSetDevice(dev) != cudaSuccess) return failf(ctx, "cudaSetDevice(%d) failed", dev);
+  ternComm_t comm = ctx.comm();
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  constexpr int kCalls = 10, kReplays = 10;
+  const size_t count = 2048, bytes = count * 4;
+  float *in, *out;
+  cudaHostAlloc(&in, kCalls * bytes, cudaHostAllocDefault);
+  cudaHostAlloc(&out, kCalls * bytes, cudaHostAllocDefault);
+  std::vector<void*> buf(kCalls);
+  for (void*& b : buf) cudaMalloc(&b, bytes);
+  int fails = 0;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) != cudaSuccess)
+    return failf(ctx, "cudaStreamBeginCapture failed");
+  for (int k = 0; k < kCalls; ++k) {
+    cudaMemcpyAsync(buf[k], in + k * count, bytes, cudaMemcpyHostToDevice, s);
+    if (ternAllReduce(buf[k], buf[k], count, ternFloat32, ternSum, comm, reinterpret_cast<ternStream_t>(s)) !=
+        ternSuccess)
+      fails += failf(ctx, "captured allreduce %d: %s", k, ternGetLastError(comm));
+    cudaMemcpyAsync(out + k * count, buf[k], bytes, cudaMemcpyDeviceToHost, s);
+  }
+  cudaGraph_t g = nullptr;
+  if (cudaStreamEndCapture(s, &g) != cudaSuccess) return fails + failf(ctx, "cudaStreamEndCapture failed");
+  cudaGraphExec_t x;
+  if (cudaGraphInstantiate(&x, g, 0) != cudaSuccess) return fails + failf(ctx, "cudaGraphInstantiate failed");
+  const float sumRanks = static_cast<float>(ctx.nranks * (ctx.nranks + 1) / 2);
+  for (int r = 0; r < kReplays && !fails; ++r) {
+    for (int k = 0; k < kCalls; ++k)
+      for (size_t i = 0; i < count; ++i) in[k * count + i] = static_cast<float>((ctx.rank + 1) * (r * kCalls + k + i % 5));
+    cudaGraphLaunch(x, s);
+    cudaStreamSynchronize(s);
+    for (int k = 0; k < kCalls; ++k)
+      for (size_t i = 0; i < count && !fails; ++i)
+        if (out[k * count + i] != sumRanks * static_cast<float>(r * kCalls + k + i % 5))
+          fails += failf(ctx, "replay %d call %d element %zu: %g", r, k, i, out[k * count + i]);
+  }
+  cudaGraphExecDestroy(x);
+  cudaGraphDestroy(g);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fails += failf(ctx, "CUDA error: %s", cudaGetErrorString(e));
+  return fails;
+}
+
+TEST(DeviceCollsCapture, AGraphOfTenAllreducesReplaysTenTimesWithCorrectResults) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm"), captureBody, 1, 120));
+  expectAllRanksOk(runRanks(3, transportEnv("tcp"), captureBody, 1, 120));
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceColls,
                          ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3),
                                             ::testing::Values("staged", "engine")),

@@ -24,11 +24,28 @@ namespace {
 // options resolved at init (collectives/ternary.h).
 TernaryState& ternaryOf(ternComm* c) { return ternaryState(c->attached, c->cfg.ternary); }
 
+// A captured call's submission at each replay of its graph (a host node, on
+// CUDA's thread): a fresh operation on the call's pinned buffers, at the
+// priority of the capture.  The communicator must outlive the graph, as
+// with NCCL.
+StagedSubmitFor replayOn(ternComm* c) {
+  const int level = currentPriority();
+  return [c, level](std::shared_ptr<CollArgs> args) -> StagedSubmit {
+    return [c, level, args](std::unique_ptr<MemOps> mem) {
+      OpPtr op = c->engine->newOperation();
+      op->streamMem = std::move(mem);
+      makeOp(c, op, *args, nullptr, level);
+      launchOp(c, std::move(op));
+    };
+  };
+}
+
 // Runs an operation now, or adds it to the open group.  With a stream (device
 // buffers) it is only enqueued: the call returns, and a failure shows up as
 // the communicator's asynchronous error.
 ternResult_t launch(const InCall& call, ternComm* c, CollArgs args, ternStream_t stream = nullptr,
                     std::unique_ptr<Task> task = nullptr) {
+  if (stream && capturedStream(c, args, stream)) return captureCall(c, args, !task, stream, replayOn(c));
   std::unique_ptr<MemOps> mem;
   if (stream) TERN_CHECK(streamOps(c, &args, !task, stream, collectiveKind(args.kind).name, &mem));
   // A send or receive of an open group is only recorded (runRecorded

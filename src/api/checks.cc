@@ -140,14 +140,20 @@ const StagedDevice* stagedDeviceFor(MemType t) {
   return t == MemType::Cuda ? cudaStagedDevice() : t == MemType::Simulated ? sim::stagedDevice() : nullptr;
 }
 
-// The staged path for this call (memory/staged.h), or nullptr: the engine's
-// device path (larger buffers, groups, PreMulSum, tasks) takes it then.
-std::unique_ptr<MemOps> stagedOps(ternComm* c, CollArgs* a, MemType type, ternStream_t stream) {
+// Whether this call may be staged (memory/staged.h): outside a group, a
+// built-in op, no buffer over TERN_STAGED_MAX_BYTES.
+bool stageableCall(const CollArgs& a, const StagedBuffers& b) {
   static const size_t maxBytes = static_cast<size_t>(envInt("TERN_STAGED_MAX_BYTES", 64 << 20));
+  return !groupOpen() && static_cast<int>(a.op) < ternNumOps && b.srcBytes <= maxBytes &&
+         b.dstBytes <= maxBytes;
+}
+
+// The staged path for this call, or nullptr: the engine's device path
+// (larger buffers, groups, PreMulSum, tasks) takes it then.
+std::unique_ptr<MemOps> stagedOps(ternComm* c, CollArgs* a, MemType type, ternStream_t stream) {
   const StagedDevice* dev = stagedDeviceFor(type);
-  if (!dev || groupOpen() || static_cast<int>(a->op) >= ternNumOps) return nullptr;
   StagedBuffers b = stagedBuffers(c, *a);
-  if (b.srcBytes > maxBytes || b.dstBytes > maxBytes) return nullptr;
+  if (!dev || !stageableCall(*a, b)) return nullptr;
   std::string why;
   std::unique_ptr<MemOps> ops = makeStagedOps(*dev, stream, &b, &why);
   if (!ops) {
@@ -158,6 +164,38 @@ std::unique_ptr<MemOps> stagedOps(ternComm* c, CollArgs* a, MemType type, ternSt
   a->src = b.src;
   a->dst = static_cast<void*>(b.dst);
   return ops;
+}
+
+bool capturedStream(ternComm* c, const CollArgs& a, ternStream_t stream) {
+  MemType type;
+  int device;
+  BufferKind kinds[2];
+  const void* ptrs[2];
+  const int n = usedBuffers(c, a, kinds, ptrs);
+  type = n ? bufferKind(ptrs[0], &device) : MemType::Host;
+  const StagedDevice* dev = stagedDeviceFor(type);
+  return dev && dev->capturing(stream);
+}
+
+ternResult_t captureCall(ternComm* c, const CollArgs& a, bool stageable, ternStream_t stream,
+                         const StagedSubmitFor& submitFor) {
+  const char* what = collectiveKind(a.kind).name;
+  MemType type;
+  int device;
+  TERN_CHECK(streamBuffers(c, a, what, &type, &device));
+  StagedBuffers b = stagedBuffers(c, a);
+  if (!stageable || !stageableCall(a, b))
+    return failOn(c, ternInvalidUsage,
+                  std::string(what) + ": a stream being captured into a CUDA graph takes only calls "
+                  "outside a group, with a built-in op, no buffer over TERN_STAGED_MAX_BYTES and not "
+                  "the ternary allreduce; make this call outside the capture");
+  auto pinned = std::make_shared<CollArgs>(a);
+  std::string why;
+  if (!captureStaged(*stagedDeviceFor(type), stream, &b, submitFor(pinned), &why))
+    return failOn(c, ternUnhandledCudaError, std::string(what) + ": " + why);
+  pinned->src = b.src;  // before any replay: the graph is not launched yet
+  pinned->dst = static_cast<void*>(b.dst);
+  return ternSuccess;
 }
 
 ternResult_t streamOps(ternComm* c, CollArgs* a, bool stageable, ternStream_t stream,

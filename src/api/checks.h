@@ -2,12 +2,14 @@
 // (a host call with sane arguments: no division, no string, no call), every
 // refusal with its sentence out of line (checks.cc).
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "api/group.h"
 #include "base/error.h"
 #include "collectives/collectives.h"
 #include "memory/memory.h"
+#include "memory/staged.h"
 
 namespace tern {
 
@@ -55,5 +57,16 @@ inline ternResult_t checkRank(ternComm* c, int r, const char* role, const char* 
 // their pinned copies.
 ternResult_t streamOps(ternComm* c, CollArgs* a, bool stageable, ternStream_t stream,
                        const char* what, std::unique_ptr<MemOps>* mem);
+
+// CUDA graph capture: whether the call's stream is being captured, and the
+// call recorded into the graph (memory/staged.h, captureStaged): the engine
+// runs it at each replay, through the submit function that submitFor makes
+// for the call's arguments (their buffers replaced by the pinned copies
+// once recorded).  Refused with a sentence where the staged path cannot
+// take the call (ternInvalidUsage).
+bool capturedStream(ternComm* c, const CollArgs& a, ternStream_t stream);
+using StagedSubmitFor = std::function<StagedSubmit(std::shared_ptr<CollArgs>)>;
+ternResult_t captureCall(ternComm* c, const CollArgs& a, bool stageable, ternStream_t stream,
+                         const StagedSubmitFor& submitFor);
 
 }  // namespace tern

@@ -99,6 +99,11 @@ struct DriverLock {
   bool on;
 };
 
+struct Graph {
+  std::vector<std::function<void()>> work;
+  std::vector<std::function<void()>> owned;  // keepWithGraph's destructors
+};
+
 class Stream {
  public:
   Stream() : t_([this] { nameThisThread("tern-simstream"); loop(); }) { t_.detach(); }  // lives as long as the process
@@ -106,6 +111,10 @@ class Stream {
   uint64_t enqueue(std::function<void()> w) {
     DriverLock driver;
     std::lock_guard<std::mutex> lk(m_);
+    if (capture_) {  // recorded, not run
+      capture_->work.push_back(std::move(w));
+      return enqueued_;
+    }
     q_.push_back(std::move(w));
     cv_.notify_all();
     return ++enqueued_;
@@ -121,6 +130,16 @@ class Stream {
   void waitFor(uint64_t ev) {
     std::unique_lock<std::mutex> lk(m_);
     cv_.wait(lk, [&] { return completed_ >= ev; });
+  }
+  // Capture: enqueued work goes into the graph until it is taken back.
+  Graph* capture(Graph* g) {
+    std::lock_guard<std::mutex> lk(m_);
+    std::swap(g, capture_);
+    return g;
+  }
+  Graph* capturing() {
+    std::lock_guard<std::mutex> lk(m_);
+    return capture_;
   }
 
  private:
@@ -144,6 +163,7 @@ class Stream {
   std::condition_variable cv_;
   std::deque<std::function<void()>> q_;
   uint64_t enqueued_ = 0, completed_ = 0;
+  Graph* capture_ = nullptr;
   std::thread t_;
 };
 
@@ -243,6 +263,23 @@ void synchronize(Stream* s) {
 }
 
 void modelDriverLock(bool on) { gModelDriverLock = on; }
+
+void beginCapture(Stream* s) { s->capture(new Graph); }
+bool capturing(Stream* s) { return s->capturing() != nullptr; }
+Graph* endCapture(Stream* s) { return s->capture(nullptr); }
+
+void launchGraph(Graph* g, Stream* s) {
+  for (const auto& w : g->work) s->enqueue(w);
+}
+
+void destroyGraph(Graph* g) {
+  for (const auto& d : g->owned) d();
+  delete g;
+}
+
+void keepWithGraph(Stream* s, std::function<void()> destroy) {
+  if (Graph* g = s->capturing()) g->owned.push_back(std::move(destroy));
+}
 
 void memcpyAsync(Stream* s, void* dst, const void* src, size_t bytes) {
   s->enqueue([=] { memcpy(resolve(dst), resolve(src), bytes); });

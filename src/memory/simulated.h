@@ -76,6 +76,18 @@ void synchronize(Stream* s);
 // on its held stream deadlocks that way (perf/RESULTS.md, 2026-12-04: GPU
 // checks on an H200); with this on, it deadlocks here too.
 void modelDriverLock(bool on);
+// Test model of CUDA graph capture: between beginCapture and endCapture the
+// work enqueued on the stream is recorded into a graph instead of run;
+// launchGraph enqueues the recorded work on a stream again (a replay);
+// destroyGraph runs the destructors it was given (keepWithGraph), as CUDA's
+// user objects do.
+struct Graph;
+void beginCapture(Stream* s);
+bool capturing(Stream* s);
+Graph* endCapture(Stream* s);
+void launchGraph(Graph* g, Stream* s);
+void destroyGraph(Graph* g);
+void keepWithGraph(Stream* s, std::function<void()> destroy);
 // Copies on the stream between host and (simulated) device memory.
 void memcpyAsync(Stream* s, void* dst, const void* src, size_t bytes);
 

@@ -63,6 +63,16 @@ class SimStaged : public StagedDevice {
   }
   StagingPool* pinned() const override { return &pool_; }
   std::string error(int code) const override { return "simulated device error " + std::to_string(code); }
+  bool capturing(void* stream) const override { return sim::capturing(static_cast<Stream*>(stream)); }
+  int hostNode(void (*fn)(void*), void* arg, void* stream) const override {
+    enqueue(static_cast<Stream*>(stream), [fn, arg] { fn(arg); });
+    return 0;
+  }
+  int keepWithGraph(void* stream, void (*destroy)(void*), void* obj) const override {
+    if (!sim::capturing(static_cast<Stream*>(stream))) return 1;
+    sim::keepWithGraph(static_cast<Stream*>(stream), [destroy, obj] { destroy(obj); });
+    return 0;
+  }
 
  private:
   mutable std::atomic<uint32_t> flags_[kSlots] = {};

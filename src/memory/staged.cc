@@ -55,11 +55,15 @@ void sweep() {
 
 class StagedOps : public MemOps {
  public:
+  // `owned`: the pinned buffers and flags go back after this call (a
+  // captured call's belong to its graph, and its flag values are fixed).
   StagedOps(const StagedDevice& dev, void* stream, const StagedBuffers& user, Retired pinned,
-            void* pinIn, void* pinOut)
-      : dev_(dev), stream_(stream), user_(user), pinned_(pinned), pinIn_(pinIn), pinOut_(pinOut) {}
+            void* pinIn, void* pinOut, bool owned = true)
+      : dev_(dev), stream_(stream), user_(user), pinned_(pinned), pinIn_(pinIn), pinOut_(pinOut),
+        owned_(owned) {}
   ~StagedOps() override {
     end();  // a failed call still lets its stream go on
+    if (!owned_) return;
     std::lock_guard<std::mutex> lk(gRetiredMu);
     gRetired->push_back(pinned_);
   }
@@ -71,8 +75,11 @@ class StagedOps : public MemOps {
     f.ready = dev_.flag(f.in) + 1;
     f.free = f.ready + 1;
     f.done = dev_.flag(f.out) + 1;
+    enqueueInputs();
+  }
+  void enqueueInputs() const {
     if (user_.srcBytes) enqueued(dev_.toHost(pinIn_, user_.src, user_.srcBytes, stream_));
-    enqueued(dev_.writeFlag(f.in, f.ready, stream_));
+    enqueued(dev_.writeFlag(pinned_.f.in, pinned_.f.ready, stream_));
   }
   bool ready() const override { return err_ || reached(dev_.flag(pinned_.f.in), pinned_.f.ready); }
   // Later work waits for `done`, after the results' copy back.
@@ -88,6 +95,7 @@ class StagedOps : public MemOps {
     dev_.setFlag(pinned_.f.out, pinned_.f.done);
   }
   ternResult_t error() const override { return err_ ? ternUnhandledCudaError : ternSuccess; }
+  int failure() const { return err_; }
   const char* lastError() const override { return why_.c_str(); }
 
   // Everything else: host memory.
@@ -127,6 +135,7 @@ class StagedOps : public MemOps {
   mutable Retired pinned_;
   void* pinIn_;
   void* pinOut_;
+  bool owned_;
   mutable int err_ = 0;
   mutable std::string why_;
   mutable bool ended_ = false;
@@ -134,41 +143,112 @@ class StagedOps : public MemOps {
 
 bool overlap(const char* a, size_t na, const char* b, size_t nb) { return a < b + nb && b < a + na; }
 
+// Flag slots and pinned copies of b's buffers into *r, *pinIn, *pinOut.
+bool reserve(const StagedDevice& dev, const StagedBuffers& b, Retired* r, void** pinIn, void** pinOut,
+             std::string* why) {
+  sweep();
+  if (!dev.pinned()) return *why = "no pinned memory", false;
+  *r = Retired{&dev, {}, {}, {}};
+  if (!dev.takeFlag(&r->f.in)) return *why = "every stream flag is taken", false;
+  if (!dev.takeFlag(&r->f.out)) {
+    dev.giveBackFlag(r->f.in);
+    return *why = "every stream flag is taken", false;
+  }
+  const char* s = static_cast<const char*>(b.src);
+  char* d = static_cast<char*>(b.dst);
+  *pinIn = *pinOut = nullptr;
+  if (b.srcBytes && b.dstBytes && overlap(s, b.srcBytes, d, b.dstBytes)) {
+    // In place (one buffer inside the other): one pinned copy of their union.
+    const char* lo = std::min<const char*>(s, d);
+    const char* hi = std::max<const char*>(s + b.srcBytes, d + b.dstBytes);
+    r->out = dev.borrowPinned(static_cast<size_t>(hi - lo));
+    if (r->out.p) *pinIn = static_cast<char*>(r->out.p) + (s - lo), *pinOut = static_cast<char*>(r->out.p) + (d - lo);
+  } else {
+    if (b.srcBytes) r->in = dev.borrowPinned(b.srcBytes), *pinIn = r->in.p;
+    if (b.dstBytes) r->out = dev.borrowPinned(b.dstBytes), *pinOut = r->out.p;
+  }
+  if ((b.srcBytes && !*pinIn) || (b.dstBytes && !*pinOut)) {
+    giveBack(*r);
+    return *why = "out of pinned memory", false;
+  }
+  return true;
+}
+
+// A call recorded in a graph: what its host node needs at each replay, and
+// what the graph gives back when it is destroyed.
+struct CapturedCall {
+  Retired res;
+  StagedBuffers user;
+  void *pinIn, *pinOut;
+  void* stream;
+  StagedSubmit submit;
+};
+
+// The host node: the flags start over, and the engine gets the collective.
+void replay(void* p) {
+  auto* c = static_cast<CapturedCall*>(p);
+  c->res.dev->setFlag(c->res.f.in, 0);
+  c->res.dev->setFlag(c->res.f.out, 0);
+  c->submit(std::make_unique<StagedOps>(*c->res.dev, c->stream, c->user, c->res, c->pinIn, c->pinOut,
+                                        false));
+}
+
+// Runs on CUDA's thread when the graph goes, where no CUDA call may be
+// made (the pool may free a buffer): the next sweep, on a caller's thread,
+// gives them back.
+void destroyCaptured(void* p) {
+  auto* c = static_cast<CapturedCall*>(p);
+  Retired r = c->res;
+  r.f.free = r.dev->flag(r.f.in);  // reached already: nothing writes the flags any more
+  delete c;
+  std::lock_guard<std::mutex> lk(gRetiredMu);
+  gRetired->push_back(r);
+}
+
 }  // namespace
 
 std::unique_ptr<MemOps> makeStagedOps(const StagedDevice& dev, void* stream, StagedBuffers* b,
                                       std::string* why) {
-  sweep();
-  StagingPool* pool = dev.pinned();
-  if (!pool) return *why = "no pinned memory", nullptr;
-  Retired r{&dev, {}, {}, {}};
-  if (!dev.takeFlag(&r.f.in)) return *why = "every stream flag is taken", nullptr;
-  if (!dev.takeFlag(&r.f.out)) {
-    dev.giveBackFlag(r.f.in);
-    return *why = "every stream flag is taken", nullptr;
-  }
-  const char* s = static_cast<const char*>(b->src);
-  char* d = static_cast<char*>(b->dst);
-  void *pinIn = nullptr, *pinOut = nullptr;
-  if (b->srcBytes && b->dstBytes && overlap(s, b->srcBytes, d, b->dstBytes)) {
-    // In place (one buffer inside the other): one pinned copy of their union.
-    const char* lo = std::min<const char*>(s, d);
-    const char* hi = std::max<const char*>(s + b->srcBytes, d + b->dstBytes);
-    r.out = pool->borrow(static_cast<size_t>(hi - lo));
-    if (r.out.p) pinIn = static_cast<char*>(r.out.p) + (s - lo), pinOut = static_cast<char*>(r.out.p) + (d - lo);
-  } else {
-    if (b->srcBytes) r.in = pool->borrow(b->srcBytes), pinIn = r.in.p;
-    if (b->dstBytes) r.out = pool->borrow(b->dstBytes), pinOut = r.out.p;
-  }
-  if ((b->srcBytes && !pinIn) || (b->dstBytes && !pinOut)) {
-    giveBack(r);
-    return *why = "out of pinned memory", nullptr;
-  }
+  Retired r;
+  void *pinIn, *pinOut;
+  if (!reserve(dev, *b, &r, &pinIn, &pinOut, why)) return nullptr;
   auto ops = std::make_unique<StagedOps>(dev, stream, *b, r, pinIn, pinOut);
   b->src = pinIn;
   b->dst = pinOut;
   ++gStagedCalls;
   return ops;
+}
+
+bool captureStaged(const StagedDevice& dev, void* stream, StagedBuffers* b, StagedSubmit submit,
+                   std::string* why) {
+  auto* c = new CapturedCall{{}, *b, nullptr, nullptr, stream, std::move(submit)};
+  if (!reserve(dev, *b, &c->res, &c->pinIn, &c->pinOut, why)) {
+    delete c;
+    return false;
+  }
+  c->res.f.ready = 1;  // fixed: the host node resets both flags to 0 first
+  c->res.f.free = 2;
+  c->res.f.done = 1;
+  int e = dev.keepWithGraph(stream, destroyCaptured, c);
+  if (e) {
+    destroyCaptured(c);
+    return *why = "the graph cannot keep the call's buffers: " + dev.error(e), false;
+  }
+  // Recorded in stream order: the replay's submission, the inputs, the wait
+  // for the engine, the results (the same operations as hold()).
+  StagedOps record(dev, stream, c->user, c->res, c->pinIn, c->pinOut, false);
+  e = dev.hostNode(replay, c, stream);
+  if (!e) {
+    record.enqueueInputs();
+    record.hold();
+    e = record.failure();
+  }
+  record.end();  // capture time: nothing runs, the flags are reset at each replay
+  if (e) return *why = "recording the call in the graph failed: " + dev.error(e), false;
+  b->src = c->pinIn;
+  b->dst = c->pinOut;
+  ++gStagedCalls;
+  return true;
 }
 
 size_t stagedCalls() { return gStagedCalls; }

@@ -25,9 +25,13 @@
 // slot is reused without a stale wait seeing a smaller value. A call's
 // pinned buffers and slot go back once the stream has set `free`: the
 // executor finishes before the copy back runs.
+//
+// Under CUDA graph capture the enqueued operations are recorded, and a host
+// node hands the engine the collective at each replay (captureStaged).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -54,7 +58,17 @@ class StagedDevice {
   virtual bool takeFlag(uint32_t* slot) const = 0;  // false: none free
   virtual void giveBackFlag(uint32_t slot) const = 0;
   virtual StagingPool* pinned() const = 0;  // nullptr: no pinned memory
+  // A pinned buffer (p == nullptr: none), also while a stream is captured.
+  virtual StagingPool::Buffer borrowPinned(size_t bytes) const { return pinned()->borrow(bytes); }
   virtual std::string error(int code) const = 0;
+
+  // CUDA graph capture.  Whether `stream` is being captured into a graph;
+  // a host function on the stream (captured: a node run at each replay;
+  // it must not call the driver); destroy(obj) once the graph being
+  // captured on `stream` is destroyed.
+  virtual bool capturing(void* stream) const = 0;
+  virtual int hostNode(void (*fn)(void*), void* arg, void* stream) const = 0;
+  virtual int keepWithGraph(void* stream, void (*destroy)(void*), void* obj) const = 0;
 };
 
 // nullptr in a build without CUDA or without a usable device.
@@ -77,6 +91,18 @@ struct StagedBuffers {
 // the call cannot be staged (no pinned memory, no free flag slot).
 std::unique_ptr<MemOps> makeStagedOps(const StagedDevice& dev, void* stream, StagedBuffers* b,
                                       std::string* why);
+
+// A staged call recorded into the graph being captured on `stream`: the
+// graph gets a host node that hands the engine a fresh operation at each
+// replay (submit(), given the call's memory operations), then the same
+// copies and flag operations as a staged call.  The flags are reset by that
+// node (the graph's replays run one after another, so no earlier wait is
+// pending then).  The graph owns the pinned buffers and flags.  false and
+// *why when it cannot be recorded; b's buffers are replaced as by
+// makeStagedOps.
+using StagedSubmit = std::function<void(std::unique_ptr<MemOps>)>;
+bool captureStaged(const StagedDevice& dev, void* stream, StagedBuffers* b, StagedSubmit submit,
+                   std::string* why);
 
 // Calls staged so far in this process (tests: which path a call took).
 size_t stagedCalls();

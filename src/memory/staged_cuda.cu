@@ -34,6 +34,34 @@ class CudaStaged : public StagedDevice {
   bool takeFlag(uint32_t* slot) const override { return takeStreamFlag(slot); }
   void giveBackFlag(uint32_t slot) const override { giveBackStreamFlag(slot); }
   StagingPool* pinned() const override { return pinnedStagingPool(); }
+  // Allocating while a stream is captured in the global mode (PyTorch's
+  // default) is refused unless this thread relaxes it, as NCCL does.
+  StagingPool::Buffer borrowPinned(size_t bytes) const override {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    StagingPool::Buffer b = pinnedStagingPool()->borrow(bytes);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    return b;
+  }
+  bool capturing(void* stream) const override {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &st) != cudaSuccess) cudaGetLastError();
+    return st == cudaStreamCaptureStatusActive;
+  }
+  int hostNode(void (*fn)(void*), void* arg, void* stream) const override {
+    return cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), fn, arg);
+  }
+  int keepWithGraph(void* stream, void (*destroy)(void*), void* obj) const override {
+    cudaStreamCaptureStatus st;
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamGetCaptureInfo(static_cast<cudaStream_t>(stream), &st, nullptr, &graph);
+    if (e != cudaSuccess || !graph) return e != cudaSuccess ? e : cudaErrorStreamCaptureInvalidated;
+    cudaUserObject_t uo;
+    // No sync: the destructor runs on CUDA's thread, and only gives buffers back.
+    e = cudaUserObjectCreate(&uo, obj, destroy, 1, cudaUserObjectNoDestructorSync);
+    if (e != cudaSuccess) return e;
+    return cudaGraphRetainUserObject(graph, uo, 1, cudaGraphUserObjectMove);
+  }
   std::string error(int code) const override {
     return cudaGetErrorString(static_cast<cudaError_t>(code));
   }
