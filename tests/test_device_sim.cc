@@ -152,6 +152,35 @@ TEST(DeviceSimCapture, AGraphOfTenAllreducesReplaysTenTimesWithCorrectResults) {
   expectAllRanksOk(runRanks(3, transportEnv("tcp"), captureBody, 1, 60));
 }
 
+// One rank on a stream: a collective is a device-to-device copy on the
+// caller's stream (nothing in place), neither staged nor through the engine.
+int oneRankBody(RankCtx& ctx) {
+  sim::enable();
+  ternComm_t comm = ctx.comm();
+  sim::Stream* s = sim::newStream();
+  ternStream_t st = reinterpret_cast<ternStream_t>(s);
+  const size_t count = 1000, bytes = count * 4;
+  void* a = sim::alloc(bytes);
+  void* b = sim::alloc(bytes);
+  std::vector<float> in(count), out(count, 0.0f);
+  for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i) * 0.5f;
+  sim::memcpyAsync(s, a, in.data(), bytes);
+  int fails = 0;
+  if (ternAllReduce(a, b, count, ternFloat32, ternAvg, comm, st) != ternSuccess ||
+      ternAllGather(b, a, count, ternFloat32, comm, st) != ternSuccess ||
+      ternAllReduce(a, a, count, ternFloat32, ternSum, comm, st) != ternSuccess)
+    fails += failf(ctx, "one rank on a stream: %s", ternGetLastError(comm));
+  sim::memcpyAsync(s, out.data(), a, bytes);
+  sim::synchronize(s);
+  if (out != in) fails += failf(ctx, "one rank's result is not its input");
+  if (tern::stagedCalls() != 0) fails += failf(ctx, "one rank's calls were staged");
+  return fails;
+}
+
+TEST(DeviceSimOneRank, ACollectiveIsACopyOnTheStream) {
+  expectAllRanksOk(runRanks(1, transportEnv("shm"), oneRankBody, 1, 60));
+}
+
 // Every message of the cases above on shm's low-latency stream (transport/ll.h):
 // its views are private buffers, so an asynchronous burst there must settle
 // before the next (it once read bytes of the next burst: wrong sums).

@@ -166,6 +166,24 @@ std::unique_ptr<MemOps> stagedOps(ternComm* c, CollArgs* a, MemType type, ternSt
   return ops;
 }
 
+bool aloneOnStream(ternComm* c, const CollArgs& a, ternStream_t stream, bool stageable,
+                   ternResult_t* r) {
+  if (c->nranks != 1 || !stageable || static_cast<int>(a.op) >= ternNumOps ||
+      a.kind == OpKind::Send || a.kind == OpKind::Recv)
+    return false;
+  const char* what = collectiveKind(a.kind).name;
+  MemType type;
+  int device;
+  *r = streamBuffers(c, a, what, &type, &device);
+  const StagedDevice* dev = stagedDeviceFor(type);
+  if (*r != ternSuccess || !dev) return *r != ternSuccess;
+  const StagedBuffers b = stagedBuffers(c, a);
+  if (b.srcBytes && b.dstBytes && b.src != b.dst)
+    if (int e = dev->deviceToDevice(b.dst, b.src, b.dstBytes, stream))
+      *r = failOn(c, ternUnhandledCudaError, std::string(what) + ": " + dev->error(e));
+  return true;
+}
+
 bool capturedStream(ternComm* c, const CollArgs& a, ternStream_t stream) {
   MemType type;
   int device;

@@ -58,6 +58,13 @@ inline ternResult_t checkRank(ternComm* c, int r, const char* role, const char* 
 ternResult_t streamOps(ternComm* c, CollArgs* a, bool stageable, ternStream_t stream,
                        const char* what, std::unique_ptr<MemOps>* mem);
 
+// One rank on a stream: a collective is its send buffer copied to its
+// receive buffer (nothing in place), enqueued on the caller's stream by the
+// caller's thread as one device-to-device copy, which a graph may capture
+// too (NCCL's one rank is a kernel).  true (and *r) when it was.
+bool aloneOnStream(ternComm* c, const CollArgs& a, ternStream_t stream, bool stageable,
+                   ternResult_t* r);
+
 // CUDA graph capture: whether the call's stream is being captured, and the
 // call recorded into the graph (memory/staged.h, captureStaged): the engine
 // runs it at each replay, through the submit function that submitFor makes

@@ -33,6 +33,10 @@ class SimStaged : public StagedDevice {
     memcpyAsync(static_cast<Stream*>(stream), dev, host, bytes);
     return 0;
   }
+  int deviceToDevice(void* dst, const void* src, size_t bytes, void* stream) const override {
+    memcpyAsync(static_cast<Stream*>(stream), dst, src, bytes);
+    return 0;
+  }
   int writeFlag(uint32_t slot, uint32_t v, void* stream) const override {
     std::atomic<uint32_t>* f = &flags_[slot];
     enqueue(static_cast<Stream*>(stream), [f, v] { f->store(v, std::memory_order_release); });

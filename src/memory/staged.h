@@ -48,6 +48,7 @@ class StagedDevice {
   virtual ~StagedDevice() = default;
   virtual int toHost(void* host, const void* dev, size_t bytes, void* stream) const = 0;
   virtual int toDevice(void* dev, const void* host, size_t bytes, void* stream) const = 0;
+  virtual int deviceToDevice(void* dst, const void* src, size_t bytes, void* stream) const = 0;
   // The stream sets the flag to v when it gets there.
   virtual int writeFlag(uint32_t slot, uint32_t v, void* stream) const = 0;
   // Work enqueued on the stream later waits until the flag is >= v.

@@ -19,6 +19,9 @@ class CudaStaged : public StagedDevice {
   int toDevice(void* dev, const void* host, size_t bytes, void* stream) const override {
     return cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream));
   }
+  int deviceToDevice(void* dst, const void* src, size_t bytes, void* stream) const override {
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream));
+  }
   int writeFlag(uint32_t slot, uint32_t v, void* stream) const override {
     return streamWriteFlag(stream, slot, v);
   }
