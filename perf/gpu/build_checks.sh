@@ -10,7 +10,7 @@ build_gpu_checks() {
   shift
   local cfg=(-S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTERN_BUILD_BINDINGS=OFF -DTERN_WITH_CUDA=ON
              -DCMAKE_CUDA_COMPILER="${CUDACXX:-/usr/local/cuda/bin/nvcc}" "$@")
-  local targets=(ternary_gpu_check device_allreduce_perf tern_nccl tern_nccl_audit)
+  local targets=(ternary_gpu_check device_allreduce_perf device_enqueue_cost tern_nccl tern_nccl_audit)
   if cmake "${cfg[@]}" -DTERN_BUILD_TESTS=ON >/dev/null; then
     targets+=(test_ternary_nvcc test_nccl_shim nccl_client nccl_audit_probe)
     targets+=(test_memory_cuda)  # cudamem

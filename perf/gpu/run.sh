@@ -45,6 +45,8 @@
 #     NCCL's (2 GPUs or more) or, on one GPU where the real NCCL refuses two
 #     ranks on one device, DDP's step emulated in one process (always run
 #     too); bitwise, as a sum of two is the same in either order.
+# 11. (enqueue) the host cost of one allreduce on device buffers, staged and
+#     on the engine's path (perf/device_enqueue_cost --cuda).
 # 10. (devperf) tern's allreduce on device buffers, 1 MiB .. 1 GiB, 2 ranks
 #     (sharing the GPU on a one-GPU machine, which the real NCCL refuses),
 #     beside the host-staging limit (pinned D2H / H2D of the same size on
@@ -185,6 +187,10 @@ ddp() {  # torch.distributed "nccl" on the shim: DDP losses equal to the real NC
   fi
   rm -rf "$d"
 }
+enqueue() {  # the host cost of one device collective, staged and on the engine's path
+  step "host cost of enqueuing one allreduce on device buffers, 2 ranks (target <= 5 us)" bash -c \
+    "'$build/perf/device_enqueue_cost' 2000 --cuda && TERN_STAGED_MAX_BYTES=0 '$build/perf/device_enqueue_cost' 2000 --cuda"
+}
 nccltests() {  # the slowest step, and only 1 rank on a one-GPU machine
   [ -n "${NCCL_TESTS_DIR:-}" ] || { echo "SKIP nccl-tests: set NCCL_TESTS_DIR to a checkout of NVIDIA/nccl-tests"; return 0; }
   step "nccl-tests all_reduce_perf, tern (shim) vs the real NCCL" \
@@ -197,7 +203,7 @@ have() {  # have PATH: the binary was built (GoogleTest-based ones may not be)
 }
 
 shim_dir=$(cd "$build/nccl_shim" && pwd)
-for s in ${GPU_STEPS:-device_colls ipc devperf ddp kernels nvcc_math cudamem shim torch_import nccltests}; do
+for s in ${GPU_STEPS:-device_colls ipc devperf ddp enqueue kernels nvcc_math cudamem shim torch_import nccltests}; do
   "$s"
 done
 echo "$failed step(s) failed"
