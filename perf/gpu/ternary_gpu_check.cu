@@ -119,10 +119,11 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   printf("# device: %s (sm_%d%d), %zu MiB\n", prop.name, prop.major, prop.minor,
          prop.totalGlobalMem >> 20);
-  for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16})
-    for (size_t c : {size_t(1), size_t(1000), size_t(4096 + 33)})
-      for (size_t g0 : {size_t(0), size_t(1), size_t(3)})
-        if (g0 < (c + 31) / 32) checkAgainstCpu(dt, c, g0);
+  for (int units : {1, 4, 2})  // every build of the encode kernels; the default last
+    for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16})
+      for (size_t c : {size_t(1), size_t(1000), size_t(4096 + 33)})
+        for (size_t g0 : {size_t(0), size_t(1), size_t(3)})
+          if (g0 < (c + 31) / 32 && ternaryCudaSetUnits(units)) checkAgainstCpu(dt, c, g0);
 
   // Throughput against the device copy bandwidth.
   const uint32_t block = 256;
@@ -175,6 +176,19 @@ int main(int argc, char** argv) {
   printf("  encode + error feedback       %7.1f GB/s  %5.1f%% of copy (3 streams of floats)\n", ef,
          100 * ef / copy);
   printf("  decode                       %8.1f GB/s  %5.1f%% of copy\n", dec, 100 * dec / copy);
+  // Error feedback moves 3 floats per element (g read, residual read and
+  // written) where copy moves 2: at most 2/3 of copy's input rate.
+  printf("  (error feedback's bound: 66.7%% of copy, 3 streams of floats against copy's 2)\n");
+  // The encode kernels' units per warp (ternaryCudaSetUnits), each timed.
+  printf("# units of 4 groups per warp: %% of copy (encode, fused, error feedback)\n");
+  for (int units : {1, 2, 4}) {
+    ternaryCudaSetUnits(units);
+    double e = time([&] { ternaryCudaEncode(din, 0, groups, dP, st); });
+    double a = time([&] { ternaryCudaAddEncode(din, 0, groups, dIn, 4, dP, 5, st); });
+    double f = time([&] { ternaryCudaEncode(def, 0, groups, dP, st); });
+    printf("  units %d: %5.1f%% %5.1f%% %5.1f%%\n", units, 100 * e / copy, 100 * a / copy, 100 * f / copy);
+  }
+  ternaryCudaSetUnits(2);
   printf("# %s\n", failures ? "FAILED" : "all checks passed");
   return failures ? 1 : 0;
 }

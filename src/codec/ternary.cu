@@ -8,6 +8,7 @@
 // launch encodes (the others' codes are computed and dropped).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <utility>
 
 #include "codec/ternary_cuda.h"
@@ -36,9 +37,12 @@ __device__ inline float loadElem(const void* g, size_t i) {
 }
 
 // Units of 4 groups (two super-groups) per warp: their loads are all issued
-// before the first Philox round, so each thread has 4 * kUnits elements in
-// flight while it computes.
-constexpr int kUnits = 2;
+// before the first Philox round, so each thread has 4 * Units elements in
+// flight while it computes.  2 measured 58.6% of copy on an H200 where one
+// unit without the other changes measured 48.5% (2026-12-04); 1, 2 and 4
+// are built, ternaryCudaSetUnits picks one (ternary_gpu_check times each).
+constexpr int kUnitChoices[] = {1, 2, 4};
+std::atomic<int> gUnits{2};
 constexpr int kWarpsPerBlock = 8;
 
 // One unit's inputs for this lane: elements 64 sg + 16 j + lane % 16.
@@ -90,20 +94,20 @@ __device__ inline void codeUnit(const TernaryDeviceInput& in, int shift, size_t 
 // [g0, g0 + n) may start or end mid super-group: those groups are computed
 // and simply not stored.  (Staging the planes through shared memory for
 // coalesced access measured slower: 59% vs 63% of copy bandwidth on H100.)
-template <ternDataType_t DT, bool EF>
+template <ternDataType_t DT, bool EF, int Units>
 __global__ void addEncodeKernel(TernaryDeviceInput in, int shift, size_t g0, size_t n,
                                 const uint32_t* planes, int win, uint32_t* out, int wout) {
   const size_t warp = (blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x) / 32;
-  const size_t first = (g0 / 4) * 4 + 4 * kUnits * warp;  // first of this warp's groups
+  const size_t first = (g0 / 4) * 4 + 4 * Units * warp;  // first of this warp's groups
   const size_t gEnd = g0 + n;
   if (first >= gEnd) return;  // whole warp leaves together: ballots stay full
   const int lane = threadIdx.x % 32;
-  UnitLoad u[kUnits];
+  UnitLoad u[Units];
 #pragma unroll
-  for (int k = 0; k < kUnits; ++k)  // units past the end are warp-uniform: skipped whole
+  for (int k = 0; k < Units; ++k)  // units past the end are warp-uniform: skipped whole
     if (first + 4 * k < gEnd) loadUnit<DT, EF>(in, (first + 4 * k) / 2 + lane / 16, g0, gEnd, u[k]);
 #pragma unroll
-  for (int k = 0; k < kUnits; ++k) {
+  for (int k = 0; k < Units; ++k) {
     const size_t q0 = first + 4 * k;
     if (q0 >= gEnd) break;
     uint32_t nz, neg;
@@ -161,14 +165,20 @@ DecodeFn decodeOfWidth(int w) {
 
 using AddEncodeFn = void (*)(TernaryDeviceInput, int, size_t, size_t, const uint32_t*, int,
                              uint32_t*, int);
-template <bool EF>
+template <bool EF, int Units>
 AddEncodeFn addEncodeOf(ternDataType_t dt) {
-  if (dt == ternFloat16) return addEncodeKernel<ternFloat16, EF>;
-  if (dt == ternBfloat16) return addEncodeKernel<ternBfloat16, EF>;
-  return addEncodeKernel<ternFloat32, EF>;
+  if (dt == ternFloat16) return addEncodeKernel<ternFloat16, EF, Units>;
+  if (dt == ternBfloat16) return addEncodeKernel<ternBfloat16, EF, Units>;
+  return addEncodeKernel<ternFloat32, EF, Units>;
 }
+template <int Units>
 AddEncodeFn addEncodeOf(ternDataType_t dt, bool feedBack) {
-  return feedBack ? addEncodeOf<true>(dt) : addEncodeOf<false>(dt);
+  return feedBack ? addEncodeOf<true, Units>(dt) : addEncodeOf<false, Units>(dt);
+}
+AddEncodeFn addEncodeOf(ternDataType_t dt, bool feedBack, int units) {
+  if (units == 1) return addEncodeOf<1>(dt, feedBack);
+  if (units == 4) return addEncodeOf<4>(dt, feedBack);
+  return addEncodeOf<2>(dt, feedBack);
 }
 
 int shiftOf(uint32_t block) {
@@ -178,11 +188,12 @@ int shiftOf(uint32_t block) {
 int launchAddEncode(const TernaryDeviceInput& in, size_t g0, size_t n, const uint32_t* planes,
                     int win, uint32_t* out, int wout, void* stream) {
   if (n == 0) return 0;
+  const int perWarp = gUnits.load(std::memory_order_relaxed);
   const size_t units = ((g0 + n + 3) / 4) - g0 / 4;
-  const size_t warps = (units + kUnits - 1) / kUnits;
+  const size_t warps = (units + perWarp - 1) / perWarp;
   const int threads = 32 * kWarpsPerBlock;
   const size_t blocks = (warps * 32 + threads - 1) / threads;
-  addEncodeOf(in.dt, in.residual != nullptr)<<<static_cast<unsigned>(blocks), threads, 0,
+  addEncodeOf(in.dt, in.residual != nullptr, perWarp)<<<static_cast<unsigned>(blocks), threads, 0,
                                                static_cast<cudaStream_t>(stream)>>>(
       in, shiftOf(in.block), g0, n, planes, win, out, wout);
   return static_cast<int>(cudaGetLastError());
@@ -213,10 +224,17 @@ int ternaryCudaDecode(const uint32_t* planes, int w, size_t g0, size_t n, const 
   return static_cast<int>(cudaGetLastError());
 }
 
+bool ternaryCudaSetUnits(int units) {
+  for (int u : kUnitChoices)
+    if (u == units) return gUnits.store(units), true;
+  return false;
+}
+
 int ternaryCudaPreload() {
   cudaFuncAttributes fa;
   for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16})
-    for (bool feedBack : {false, true}) cudaFuncGetAttributes(&fa, addEncodeOf(dt, feedBack));
+    for (bool feedBack : {false, true})
+      for (int units : kUnitChoices) cudaFuncGetAttributes(&fa, addEncodeOf(dt, feedBack, units));
   for (int w = 2; w <= kTernaryMaxWidth; ++w) cudaFuncGetAttributes(&fa, decodeOfWidth(w));
   return static_cast<int>(cudaGetLastError());
 }

@@ -37,6 +37,10 @@ int ternaryCudaAddEncode(const TernaryDeviceInput& in, size_t g0, size_t n,
 int ternaryCudaDecode(const uint32_t* planes, int w, size_t g0, size_t n, const float* scales,
                       uint32_t block, size_t count, ternDataType_t dt, int avgN, void* dst,
                       void* stream);
+// The encode kernels' units of 4 groups per warp (1, 2 or 4; 2 by default):
+// more keep more loads in flight per thread, at more registers.  For the
+// check that times each (perf/gpu/ternary_gpu_check); false for another value.
+bool ternaryCudaSetUnits(int units);
 // Loads the kernels above now rather than at their first launch
 // (cudaPreloadReduceKernels says why); the cudaError_t as an int.
 int ternaryCudaPreload();
