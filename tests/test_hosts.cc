@@ -7,6 +7,8 @@
 // communicator's layout and per-connection byte counters.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +21,8 @@
 #include "collectives/collectives.h"
 #include "comm/comm.h"
 #include "harness.h"
+#include "model/collective_model.h"
+#include "model/model_file.h"
 #include "topology/hosts.h"
 
 using namespace terntest;
@@ -255,24 +259,116 @@ TEST(TwoLevel, SendsTwoThirdsOfTheFlatRingsBytesPerHost) {
     }
 }
 
-// Ranks that would plan an allreduce differently fail to make the
-// communicator (TERN_ALGO is agreed at init), a bad value is refused with a
-// sentence, and ranks that call different ops get an error, not a result
-// (the descriptor check every plan's first message carries).
-TEST(TwoLevel, RanksThatDisagreeGetAnError) {
-  Signal failed;  // rank 0's process holds the bootstrap root: it waits until all have the table
-  expectAllRanksOk(runRanks(4, {{"TERN_TIMEOUT", "30"}}, [&](RankCtx& c) {
-    setenv("TERN_HOST_ID", hostIdOf("aabb", c.rank).c_str(), 1);
-    setenv("TERN_ALGO", c.rank < 2 ? "twolevel" : "ring", 1);
+// Ranks set up by `setUp` (their environment) disagree on how to plan: every
+// rank's init fails with ternInvalidUsage and a sentence naming `names`.
+// Rank 0's process holds the bootstrap root: it waits until all have failed.
+template <class SetUp>
+void expectInitRefusedOnEveryRank(int nranks, const char* names, SetUp setUp) {
+  Signal failed;
+  expectAllRanksOk(runRanks(nranks, {{"TERN_TIMEOUT", "30"}}, [&](RankCtx& c) {
+    setUp(c);
     ternComm_t comm = nullptr;
     ternResult_t r = ternCommInitRank(&comm, c.nranks, c.ids[0], c.rank);
     const std::string why = ternGetLastError(nullptr);
     if (c.rank > 0) failed.post();
     for (int q = 1; c.rank == 0 && q < c.nranks; ++q) failed.await();
-    if (r != ternInvalidUsage || why.find("TERN_ALGO") == std::string::npos)
-      return failf(c, "mixed TERN_ALGO: %s (%s)", ternGetErrorString(r), why.c_str());
+    if (r != ternInvalidUsage || why.find(names) == std::string::npos)
+      return failf(c, "ranks that disagree on %s: %s (%s)", names, ternGetErrorString(r), why.c_str());
     return 0;
   }));
+}
+
+// With a cost model, auto asks it for an allreduce above the threshold: the
+// algorithm model::choose predicts fastest, so two models can choose
+// differently at one size; the allgather and forced names are unchanged.
+TEST(AlgoChoice, AutoAsksTheCostModelWhenItHasOne) {
+  using tern::Algo;
+  using tern::chooseAlgo;
+  namespace m = tern::model;
+  const m::Model slowNet = m::defaultModel();  // tcp at 1 Gbit/s: fewer NIC bytes win
+  // Every step slow (5 ms) and bytes cheap: the fewest steps win, which is
+  // recursive doubling (2 steps at 4 ranks; the ring takes 6, two-level 4).
+  m::Model slowShm = m::defaultModel();
+  m::setNetwork(slowShm, m::Link::Tcp, 400, 5000);
+  slowShm.links[static_cast<int>(m::Link::Shm)].latencyUs = 5000;
+  auto with = [](const m::Model& model, size_t bytes, const char* forced = "auto",
+                 tern::OpKind kind = tern::OpKind::AllReduce) {
+    tern::AlgoFacts f = facts(forced, bytes, 2, 2, 4, kind);
+    f.model = &model;
+    return chooseAlgo(f);
+  };
+  auto asked = [](const m::Model& model, size_t bytes) {
+    m::Call call;
+    call.bytes = static_cast<double>(bytes);
+    call.layout = m::evenLayout(2, 2);
+    m::Limits lim;
+    lim.smallBytes = 32 << 10;
+    const m::Algo a = m::choose(call, false, model, lim).algo;
+    return a == m::Algo::TwoLevel ? Algo::TwoLevel : a == m::Algo::Ring ? Algo::Ring : Algo::RecursiveDoubling;
+  };
+  const size_t big = 64 << 20;
+  for (size_t bytes : {size_t(64) << 10, size_t(1) << 20, big}) {
+    EXPECT_EQ(with(slowNet, bytes), asked(slowNet, bytes)) << bytes;
+    EXPECT_EQ(with(slowShm, bytes), asked(slowShm, bytes)) << bytes;
+  }
+  EXPECT_EQ(with(slowNet, big), Algo::TwoLevel);
+  EXPECT_EQ(with(slowShm, 1 << 20), Algo::RecursiveDoubling);  // the rule says two-level here
+  EXPECT_EQ(chooseAlgo(facts("auto", 1 << 20, 2, 2)), Algo::TwoLevel);
+  EXPECT_EQ(chooseAlgo(facts("auto", big, 2, 2)), Algo::TwoLevel);
+  EXPECT_EQ(with(slowShm, big, "twolevel"), Algo::TwoLevel);  // forced: the model is not asked
+  EXPECT_EQ(with(slowShm, 32 << 10), Algo::RecursiveDoubling);  // at the threshold: the small path's
+  EXPECT_EQ(with(slowShm, big, "auto", tern::OpKind::AllGather), Algo::TwoLevel);  // the rule
+}
+
+// TERN_MODEL_FILE is read at init: a malformed file is refused with a
+// sentence naming it, and ranks with different models fail to make the
+// communicator (they would choose differently).
+TEST(AlgoChoice, TheModelFileIsCheckedAndAgreedAtInit) {
+  const std::string good = testing::TempDir() + "tern_model_good.json";
+  const std::string other = testing::TempDir() + "tern_model_other.json";
+  const std::string bad = testing::TempDir() + "tern_model_bad.json";
+  tern::model::Model m = tern::model::defaultModel();
+  { std::ofstream(good) << tern::model::modelJson(m); }
+  tern::model::setNetwork(m, tern::model::Link::Tcp, 10, 30);
+  { std::ofstream(other) << tern::model::modelJson(m); }
+  { std::ofstream(bad) << "{\"format\": \"tern collective model\", \"version\": 1}"; }
+  expectAllRanksOk(runRanks(1, {{"TERN_MODEL_FILE", bad}}, [&](RankCtx& c) {
+    ternComm_t comm = nullptr;
+    ternResult_t r = ternCommInitRank(&comm, 1, c.ids[0], 0);
+    const std::string why = ternGetLastError(nullptr);
+    if (r != ternInvalidArgument || why.rfind("TERN_MODEL_FILE: ", 0) != 0 || why.find(bad) == std::string::npos)
+      return failf(c, "malformed model: %s (%s)", ternGetErrorString(r), why.c_str());
+    return 0;
+  }));
+  // The same model on 2 hosts x 2 ranks: a 1 MiB allreduce as it chooses.
+  expectAllRanksOk(runRanks(4, {{"TERN_MODEL_FILE", good}, {"TERN_TIMEOUT", "60"}}, [](RankCtx& c) {
+    setenv("TERN_HOST_ID", hostIdOf("aabb", c.rank).c_str(), 1);
+    ternComm_t comm = nullptr;
+    if (ternCommInitRank(&comm, c.nranks, c.ids[0], c.rank) != ternSuccess)
+      return failf(c, "the same model on every rank: %s", ternGetLastError(nullptr));
+    std::vector<float> x(1 << 18, static_cast<float>(c.rank + 1)), y(x.size());
+    int fails = 0;
+    if (ternAllReduce(x.data(), y.data(), x.size(), ternFloat32, ternSum, comm, nullptr) != ternSuccess)
+      fails += failf(c, "allreduce under the model: %s", ternGetLastError(comm));
+    else if (std::count(y.begin(), y.end(), 10.0f) != static_cast<long>(y.size()))
+      fails += failf(c, "allreduce under the model: wrong sums");
+    ternCommDestroy(comm);
+    return fails;
+  }));
+  expectInitRefusedOnEveryRank(2, "TERN_MODEL_FILE", [&](RankCtx& c) {
+    setenv("TERN_MODEL_FILE", (c.rank == 0 ? good : other).c_str(), 1);
+  });
+}
+
+// Ranks that would plan an allreduce differently fail to make the
+// communicator (TERN_ALGO is agreed at init), a bad value is refused with a
+// sentence, and ranks that call different ops get an error, not a result
+// (the descriptor check every plan's first message carries).
+TEST(TwoLevel, RanksThatDisagreeGetAnError) {
+  expectInitRefusedOnEveryRank(4, "TERN_ALGO", [](RankCtx& c) {
+    setenv("TERN_HOST_ID", hostIdOf("aabb", c.rank).c_str(), 1);
+    setenv("TERN_ALGO", c.rank < 2 ? "twolevel" : "ring", 1);
+  });
   expectAllRanksOk(runRanks(1, {{"TERN_ALGO", "bogus"}}, [](RankCtx& c) {
     ternComm_t comm = nullptr;
     ternResult_t r = ternCommInitRank(&comm, 1, c.ids[0], 0);

@@ -74,6 +74,7 @@ Config readConfig() {
   c.transport = envString("TERN_TRANSPORT", "auto");
   c.net = envString("TERN_NET", "auto");
   c.algo = envString("TERN_ALGO", "auto");
+  c.modelFile = envString("TERN_MODEL_FILE", "");
   // What a more urgent level finds ahead of it in the kernel and the qdisc
   // (perf/RESULTS.md, 2026-11-28): tcp only, and only on levels less urgent
   // than one in use (engine/executor.cc urgentInUse, transport/tcp.cc).

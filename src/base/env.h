@@ -33,6 +33,7 @@ struct Config {
   std::string transport;   // TERN_TRANSPORT: auto|shm|tcp|ucx
   std::string net;         // TERN_NET: auto|ucx|tcp, what auto uses across hosts
   std::string algo;        // TERN_ALGO: auto|ring|rd|twolevel, the allreduce's algorithm (comm/config.cc checks it)
+  std::string modelFile;   // TERN_MODEL_FILE: the cost model auto asks (empty: auto's rule)
   std::string ifname;      // TERN_SOCKET_IFNAME
   std::string topoXml;     // TERN_TOPO_XML: decide from this hwloc XML, not the host
   std::string topoDump;    // TERN_TOPO_DUMP: write what was detected and decided

@@ -20,7 +20,11 @@
 // binds it): the ring, or two-level where every host has as many ranks
 // (forced, or under auto as above from kTwoLevelAllGatherFromBytes of
 // output); uneven hosts fall back to the ring; rd means the ring.
-// A cost model fitted per machine (issue 45) is to replace the auto rule.
+// With TERN_MODEL_FILE (every rank's the same, checked at init) auto asks
+// the cost model instead for an allreduce above the threshold: the dense
+// algorithm it predicts fastest at this size, host layout and link
+// (model/collective_model.h, choose).  The allgather keeps its rule: the
+// model has no allgather yet.
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -29,9 +33,30 @@
 #include "base/dtype.h"
 #include "base/log.h"
 #include "collectives/collectives.h"
+#include "model/collective_model.h"
 #include "topology/hosts.h"
 
 namespace tern {
+
+namespace {
+
+// The cost model's choice for an allreduce of f.bytes (above the threshold).
+Algo modelChoice(const AlgoFacts& f) {
+  model::Call call;
+  call.bytes = static_cast<double>(f.bytes);
+  call.layout = f.minLocal == f.maxLocal ? model::evenLayout(f.hosts, f.minLocal)
+                                         : model::spreadLayout(f.nranks, f.hosts);
+  call.net = f.ucx ? model::Link::Ucx : model::Link::Tcp;
+  model::Limits lim;
+  lim.smallBytes = static_cast<double>(f.smallBytes);
+  switch (model::choose(call, false, *f.model, lim).algo) {
+    case model::Algo::TwoLevel: return Algo::TwoLevel;
+    case model::Algo::Ring: return Algo::Ring;
+    default: return Algo::RecursiveDoubling;  // the small path's or the engine's: one schedule
+  }
+}
+
+}  // namespace
 
 Algo chooseAlgo(const AlgoFacts& f) {
   const bool severalEach = f.hosts > 1 && f.minLocal > 1;
@@ -45,6 +70,7 @@ Algo chooseAlgo(const AlgoFacts& f) {
   if (!strcmp(f.forced, "rd")) return Algo::RecursiveDoubling;
   if (!strcmp(f.forced, "ring")) return Algo::Ring;
   if (!strcmp(f.forced, "twolevel")) return Algo::TwoLevel;
+  if (f.model) return modelChoice(f);
   return severalEach && f.bytes >= kTwoLevelFromBytes ? Algo::TwoLevel : Algo::Ring;
 }
 
@@ -67,6 +93,8 @@ AlgoFacts algoFacts(const PlanCtx& x, OpKind kind, size_t bytes) {
   f.hosts = x.hosts ? x.hosts->hosts() : 1;
   f.minLocal = x.hosts ? x.hosts->minLocal() : x.nranks;
   f.maxLocal = x.hosts ? x.hosts->maxLocal() : x.nranks;
+  f.model = x.model;
+  f.ucx = x.cfg->transport == "ucx" || x.cfg->net == "ucx";
   return f;
 }
 

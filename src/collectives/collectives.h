@@ -11,6 +11,9 @@
 #include "engine/program.h"
 
 namespace tern {
+namespace model {
+struct Model;
+}
 
 // The kinds of operation the collectives make (their ids travel in every
 // descriptor; kinds.cc registers what each must match and how it is named).
@@ -40,6 +43,8 @@ struct AlgoFacts {
   size_t smallBytes = 0;            // TERN_SMALL_THRESHOLD
   int nranks = 1;
   int hosts = 1, minLocal = 1, maxLocal = 1;  // host count; fewest / most ranks on a host
+  const model::Model* model = nullptr;  // TERN_MODEL_FILE's: auto asks it (allreduce)
+  bool ucx = false;                     // the link between hosts is ucx (else tcp)
 };
 // Two-level from this size under auto (with several hosts of several ranks):
 // at 2 hosts x 2 ranks the allreduce took 0.70-0.75x the ring's time at

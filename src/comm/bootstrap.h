@@ -16,6 +16,7 @@ struct PeerInfo {
   sockaddr_in6 addr;   // big enough for v4 and v6; family says which
   uint32_t addrLen;
   uint32_t algo;       // its TERN_ALGO's code (comm/config.h): every rank's must agree
+  uint64_t modelHash;  // its TERN_MODEL_FILE model's (0: none): every rank's must agree
   uint64_t hostHash;   // equal for ranks on one host (hostIdentity)
   // The transport this rank picks for a peer on its own host [0] and on
   // another host [1] ("" where none can reach it): every rank checks its

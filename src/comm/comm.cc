@@ -30,10 +30,28 @@
 #include "transport/conn_table.h"
 #include "transport/registry.h"
 #include "base/log.h"
+#include "model/model_file.h"
 
 namespace tern {
 
 namespace {
+
+// TERN_MODEL_FILE's model (none when unset), and a hash of its canonical
+// text (FNV-1a, never 0) for the ranks' agreement.
+ternResult_t loadModel(const std::string& path, std::shared_ptr<const model::Model>* m, uint64_t* hash) {
+  if (path.empty()) return ternSuccess;
+  try {
+    auto loaded = std::make_shared<const model::Model>(model::loadModelFile(path));
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char ch : model::modelJson(*loaded)) h = (h ^ ch) * 1099511628211ull;
+    *hash = h | 1;
+    *m = std::move(loaded);
+    TERN_LOG(Info, "TERN_ALGO=auto asks the cost model in %s", path.c_str());
+    return ternSuccess;
+  } catch (const std::exception& e) {
+    return setError(ternInvalidArgument, std::string("TERN_MODEL_FILE: ") + e.what());
+  }
+}
 
 // What this rank picks for a peer on its own host and on another (published
 // in its PeerInfo before the exchange; "" where none can reach such a peer).
@@ -105,6 +123,7 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   c->secret = id.secret;
   setLogRank(rank);
   TERN_CHECK(resolveConfig(user, nranks, &c->cfg));
+  TERN_CHECK(loadModel(c->cfg.modelFile, &c->model, &c->modelHash));
   const bool rdma = hostHasActiveRdma();
   std::vector<std::unique_ptr<Transport>> transports;
   TERN_CHECK(makeTransports(c->cfg, rdma, &transports));  // checks TERN_TRANSPORT / TERN_NET early
@@ -129,16 +148,19 @@ ternResult_t commCreate(int nranks, int rank, const IdContents& id, const ternCo
   PeerInfo mine = makePeerInfo(listenAddr, hostIdentity(&hostSource));
   publishPicks(transports, *c, &mine);
   mine.algo = static_cast<uint32_t>(algoCode(c->cfg.algo));
+  mine.modelHash = c->modelHash;
   ternResult_t r = exchangeWithRoot(id.root, c->secret, rank, nranks, mine, d, &c->peers);
   std::vector<int> bindCpus;
   std::vector<Transport*> transportOf;
   if (r == ternSuccess) {
     std::vector<uint64_t> ids;
     std::vector<uint32_t> algos;
-    for (const PeerInfo& p : c->peers) ids.push_back(p.hostHash), algos.push_back(p.algo);
+    std::vector<uint64_t> models;
+    for (const PeerInfo& p : c->peers)
+      ids.push_back(p.hostHash), algos.push_back(p.algo), models.push_back(p.modelHash);
     c->hosts = groupByHost(ids);
     TERN_LOG(Info, "hosts by %s: %s", hostSource.c_str(), describeHosts(c->hosts).c_str());
-    r = agreeAlgo(algos);
+    r = agreeAlgo(algos, models);
   }
   if (r == ternSuccess) r = placeComm(*c, &bindCpus);
   if (r == ternSuccess) r = agreeTransports(*c, transports, &transportOf);

@@ -12,6 +12,7 @@
 #include "base/attachments.h"
 #include "comm/bootstrap.h"
 #include "base/env.h"
+#include "model/collective_model.h"
 #include "base/spin_lock.h"
 #include "engine/executor.h"
 #include "topology/hosts.h"
@@ -26,6 +27,9 @@ struct ternComm : public tern::EngineHost {
   // Which ranks share a host (from the peers' host identities): host count,
   // local rank and local size for the plans (PlanCtx::hosts) and placement.
   tern::HostLayout hosts;
+  // The cost model TERN_ALGO=auto asks (TERN_MODEL_FILE; null: auto's rule).
+  std::shared_ptr<const tern::model::Model> model;
+  uint64_t modelHash = 0;  // of its canonical text: every rank's must agree
   // Ring order: ring[i] is the rank at position i; ranks of one host are
   // contiguous (hosts in order of their lowest rank), so the ring crosses
   // each host boundary once.  ringPos[r] is rank r's position.
@@ -63,6 +67,7 @@ struct ternComm : public tern::EngineHost {
     x.mem = hostMem;
     x.conns = &table->view(level);
     x.hosts = &hosts;
+    x.model = model.get();
     return x;
   }
   const tern::MemOps* const hostMem = tern::memOps(tern::MemType::Host);

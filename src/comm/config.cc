@@ -212,8 +212,15 @@ int algoCode(const std::string& name) {
   return -1;
 }
 
-ternResult_t agreeAlgo(const std::vector<uint32_t>& codes) {
+ternResult_t agreeAlgo(const std::vector<uint32_t>& codes, const std::vector<uint64_t>& hashes) {
   auto name = [](uint32_t c) { return c < std::size(kAlgoNames) ? kAlgoNames[c] : "?"; };
+  for (size_t r = 1; r < hashes.size(); ++r)
+    if (hashes[r] != hashes[0])
+      return setError(ternInvalidUsage,
+                      "rank " + std::to_string(r) + (hashes[r] ? " has a" : " has no") +
+                          " TERN_MODEL_FILE model" + (hashes[0] ? " unlike rank 0's" : " but rank 0 has one") +
+                          ": ranks would choose an allreduce's algorithm differently; give every rank "
+                          "the same model file");
   for (size_t r = 1; r < codes.size(); ++r)
     if (codes[r] != codes[0])
       return setError(ternInvalidUsage, "rank " + std::to_string(r) + " has TERN_ALGO=" + name(codes[r]) +

@@ -48,6 +48,7 @@ int algoCode(const std::string& name);
 // Every rank must plan an allreduce alike, so every rank's TERN_ALGO (codes[r]
 // is rank r's) must be the same: else ternInvalidUsage, naming a rank that
 // differs from rank 0.
-ternResult_t agreeAlgo(const std::vector<uint32_t>& codes);
+// The same for the cost model auto asks (hashes[r]: rank r's, 0 for none).
+ternResult_t agreeAlgo(const std::vector<uint32_t>& codes, const std::vector<uint64_t>& hashes);
 
 }  // namespace tern

@@ -19,6 +19,9 @@
 #include "transport/transport.h"
 
 namespace tern {
+namespace model {
+struct Model;
+}
 
 struct Operation;
 struct OpDesc;
@@ -168,6 +171,7 @@ struct PlanCtx {
   const Config* cfg = nullptr;
   const MemOps* mem = nullptr;  // how the operation's buffers are copied, reduced, coded
   const HostLayout* hosts = nullptr;  // which ranks share a host (null: all one host)
+  const model::Model* model = nullptr;  // the cost model TERN_ALGO=auto asks (null: its rule)
 
   int pos() const { return (*ringPos)[rank]; }
   int posOf(int r) const { return (*ringPos)[r]; }
