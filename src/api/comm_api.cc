@@ -338,7 +338,7 @@ ternResult_t ternCommGetStats(const ternComm_t comm, ternCommStats_t* stats) {
   comm->wireBytes(&sent, &recv);
   stats->bytesSent = sent;
   stats->bytesRecv = recv;
-  stats->ops = comm->opsDone.load();
+  stats->ops = comm->engine->opsDone();
   return ternSuccess;
 }
 

@@ -212,14 +212,14 @@ void ternComm::number(Operation& op) {
 
 bool ternComm::claimAlone(int level, uint64_t* seq) {
   std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
-  if (!engine->inlineRunner().claimIdle()) return false;
+  if (!engine->claimIdle()) return false;
   *seq = collSeq[level]++;
   return true;
 }
 
 bool ternComm::claimTransfers(const Transfer* t, uint64_t* seqs, size_t n) {
   std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
-  if (!engine->inlineRunner().claimIdle()) return false;
+  if (!engine->claimIdle()) return false;
   for (size_t i = 0; i < n; ++i)
     seqs[i] = t[i].send ? p2pSeq[static_cast<size_t>(t[i].peer) * kLevels + t[i].level]++
                         : engine->startRecv(t[i].level, t[i].peer, nranks);
@@ -230,10 +230,10 @@ bool ternComm::issueAlone(const std::vector<OpPtr>& ops) {
   if (!runsInline(inlineSettings(), ops)) return false;
   {
     std::lock_guard<tern::SpinLock> lk(issueMu);  // issue order: nothing numbered later goes first
-    if (!engine->inlineRunner().claimIdle()) return false;
+    if (!engine->claimIdle()) return false;
     for (const OpPtr& op : ops) number(*op);
   }
-  engine->inlineRunner().runAlone(ops);
+  engine->runAlone(ops);
   return true;
 }
 

@@ -48,7 +48,6 @@ struct ternComm : public tern::EngineHost {
   // Threads inside an API call that uses this communicator (api/): destroy
   // and abort free it only once they have all left.
   std::atomic<int> callers{0};
-  std::atomic<unsigned long long> opsDone{0};
   // Weight streams opened with each peer: the next one's id (both ends count
   // the same opens in the same order; api/weight_stream.cc checks it).
   std::mutex streamsMu;
@@ -129,10 +128,6 @@ struct ternComm : public tern::EngineHost {
   // tern::EngineHost
   ternResult_t checkHealth() override;
   void onFailure(ternResult_t r, const std::string& why) override;
-  // Only the drive token's holder completes operations: a load and a store,
-  // not a locked add (2% of an 8-byte allreduce's samples; perf/RESULTS.md,
-  // 2026-12-01: the small path at the cache-line floor).
-  void onComplete() override { opsDone.store(opsDone.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
 
   // Fails the communicator with the sentence that says why (a peer's notice
   // comes through here too).

@@ -39,6 +39,12 @@ class Admission {
   int standing() const { return standing_.load(); }
   void count(int n) { outstanding_.fetch_add(n); }
   void countOff(const Operation& op) { (op.standing ? standing_ : outstanding_).fetch_sub(1); }
+  // Operations completed without failure, standing ones aside (statistics:
+  // ternCommGetStats).  Only the drive token's holder completes operations:
+  // a load and a store, not a locked add (2% of an 8-byte allreduce's
+  // samples; perf/RESULTS.md, 2026-12-01: the small path at the cache-line floor).
+  uint64_t completed() const { return completed_.load(std::memory_order_relaxed); }
+  void countCompleted() { completed_.store(completed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
 
  private:
   std::mutex& lock_;
@@ -47,6 +53,7 @@ class Admission {
   std::atomic<int> outstanding_{0};
   std::atomic<int> standing_{0};         // standing operations admitted (Operation::standing)
   std::atomic<uint64_t> stamps_{0};
+  std::atomic<uint64_t> completed_{0};
 };
 
 }  // namespace tern

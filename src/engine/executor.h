@@ -61,11 +61,18 @@ class Executor {
   // hearOwed): ternInvalidUsage for a mismatch, ternRemoteError when a live
   // peer has not sent them within the timeout.
   ternResult_t hearOwed(const std::vector<Conn*>& conns);
-  // The small path's entry points (inline_runner.h).
+  // The small path's entry points (inline_runner.h): the drive token if
+  // the engine is idle (the caller numbers its work while it holds it), then
+  // its operations run on the caller's thread (InlineRunner::runAlone).  The
+  // calls without an operation (api/alone.cc) use the runner itself.
+  bool claimIdle() { return runner_.claimIdle(); }
+  bool runAlone(const std::vector<OpPtr>& ops) { return runner_.runAlone(ops); }
   InlineRunner& inlineRunner() { return runner_; }
   // The sequence number of the next receive from `peer` at `level` (they
   // are numbered when they start: the token's holder only).
   uint64_t startRecv(int level, int peer, int nranks) { return levels_.startRecv(level, peer, nranks); }
+  // Operations completed without failure (statistics), on the rounds or inline.
+  uint64_t opsDone() const { return admission_.completed() + runner_.done(); }
   // Operations the small path completed, and those it handed to the engine.
   uint64_t smallPathDone() const { return runner_.done(); }
   uint64_t smallPathHanded() const { return runner_.handed(); }
@@ -91,7 +98,7 @@ class Executor {
   Health health_;
   Stepper stepper_{host_, admission_, levels_, waits_};
   Rounds rounds_;
-  InlineRunner runner_{host_, token_, admission_, levels_, stepper_};
+  InlineRunner runner_{token_, admission_, levels_, stepper_};
   std::atomic<bool> stopping_{false};  // stop(): set under waits_.lock()
   unsigned idleRounds_ = 0;
   Clock::time_point lastListenMove_{};  // listen(): when a standing operation last moved

@@ -22,7 +22,6 @@ class EngineHost {
   // An operation failed: the communicator is failed from now on, peers are
   // told (sockets shut), `why` is the sentence every later call repeats.
   virtual void onFailure(ternResult_t r, const std::string& why) = 0;
-  virtual void onComplete() = 0;  // statistics (called by the drive token's holder only)
 };
 
 class Health {

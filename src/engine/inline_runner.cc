@@ -318,7 +318,6 @@ bool InlineRunner::runTransfersAlone(const OpDesc* descs, const Step* steps, siz
       if (t == Try::kWait) continue;
       done[i] = moved = true;
       --left;
-      host_.onComplete();
       countDone();
     }
     if (moved) patience.moved();
@@ -364,7 +363,6 @@ void InlineRunner::countDone() { done_.store(done_.load(std::memory_order_relaxe
 
 // A call done without an operation: counted, the token let go.
 void InlineRunner::finishAlone() {
-  host_.onComplete();
   countDone();
   stepper_.releaseToken(token_);
 }

@@ -32,8 +32,8 @@ struct AloneGreetings {
 
 class InlineRunner {
  public:
-  InlineRunner(EngineHost& host, DriveToken& token, Admission& admission, Levels& levels, Stepper& stepper)
-      : host_(host), token_(token), admission_(admission), levels_(levels), stepper_(stepper) {}
+  InlineRunner(DriveToken& token, Admission& admission, Levels& levels, Stepper& stepper)
+      : token_(token), admission_(admission), levels_(levels), stepper_(stepper) {}
 
   // The drive token, if the engine is idle.
   bool claimIdle();
@@ -67,7 +67,8 @@ class InlineRunner {
                          bool* whole, bool* done);
   // What it keeps between calls (the token's holder only).
   KeptPlans& kept() { return kept_; }
-  // Calls it completed, and operations it handed to the engine.
+  // Calls it completed (each a completed operation in the communicator's
+  // statistics: Executor::opsDone), and operations it handed to the engine.
   uint64_t done() const { return done_.load(std::memory_order_relaxed); }
   uint64_t handed() const { return handed_.load(std::memory_order_relaxed); }
 
@@ -82,7 +83,6 @@ class InlineRunner {
   void settleHandOver(const OpPtr& op, ternResult_t r);
   void handOver(const OpPtr& op, const char* why);
 
-  EngineHost& host_;
   DriveToken& token_;
   Admission& admission_;
   Levels& levels_;

@@ -173,7 +173,7 @@ void Stepper::complete(Operation& op, ternResult_t r, const std::string& err) {
   if (op.ctx.mem) op.ctx.mem->end();  // a failure too: the caller's stream never waits forever
   if (trace_) trace_->completed(op);
   if (!err.empty()) op.error = err;  // empty since the operation was made
-  if (r == ternSuccess && !op.standing) host_.onComplete();
+  if (r == ternSuccess && !op.standing) admission_.countCompleted();
   letGo(op);
   // No lock unless someone sleeps (the blocking caller usually drives its
   // own operation): a lock pair less per call (see Waits::wakeWaiters()).
