@@ -11,7 +11,7 @@
 //    rank can move while some has steps left is a deadlock, reported with
 //    what each rank waits on);
 //  - the data the steps move is the reference result (int32 / float32
-//    buffers through the Step semantics of program.cc's execute(), reduced by
+//    buffers through the Step semantics of step_payload.cc's executeStep(), reduced by
 //    the host MemOps the engine uses).
 // Streams are bounded (the fifo's capacity), and each visit moves a random
 // slice of a step, so pipelined steps interleave as they do in the engine.
@@ -300,8 +300,8 @@ class World {
     return c.inLead + c.outLead == 0;
   }
 
-  // Moves up to a random slice of the step's payload, as program.cc's
-  // payload() and execute() do: a step reduces what arrives with `local`
+  // Moves up to a random slice of the step's payload, as step_payload.cc's
+  // payload() and executeStep() do: a step reduces what arrives with `local`
   // into dst (or straight on), or copies what arrives (or `local`) on.
   bool payload(SimOp& op, SimOp::Cursor& c, const Step& s) {
     const Reduction red = op.phase.red;

@@ -12,6 +12,7 @@
 #include "codec/half.h"
 #include "engine/operation.h"
 #include "engine/program.h"
+#include "engine/stream_claims.h"
 #include "memory/host_reduce.h"
 #include "base/auth.h"
 #include "base/socket.h"

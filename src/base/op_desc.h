@@ -62,7 +62,7 @@ inline uint64_t wholeSeq(const char* p) {
 // rooted collective's rank that only sends checks the descriptor its peer
 // sends back (collectives/transfers.h, Transfers::hear) when it comes, and
 // completes without it if it has not come by then; the stream's next reader
-// reads it first (engine/program.cc, peekPast).  Bounded: a rank that only
+// reads it first (engine/descriptors.cc, peekPast).  Bounded: a rank that only
 // ever sends runs at most kMax calls ahead of its checks.
 class OwedDescs {
  public:

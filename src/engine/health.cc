@@ -5,6 +5,8 @@
 #include <thread>
 
 #include "base/error.h"
+#include "engine/descriptors.h"
+#include "engine/phase_blockers.h"
 
 namespace tern {
 

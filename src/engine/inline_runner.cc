@@ -32,6 +32,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/inline_runner.h"
+#include "engine/stream_claims.h"
 #include "engine/whole_message.h"
 
 namespace tern {

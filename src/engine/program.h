@@ -8,6 +8,12 @@
 // (executor.h) decides which operation's programs advance, and advance() moves
 // one program as far as its fifos and a byte budget allow, then returns, so the
 // executor can serve a more urgent operation at the next chunk boundary.
+//
+// The rest of a program's way, one job a file: advance (advance.h), a step's payload
+// (step_payload.h), single copy (direct_transfer.h), peers' descriptors and
+// the ones streams owe (descriptors.h), who holds a stream (stream_claims.h),
+// padding and records on a stream (stream_records.h), what holds a waiting
+// phase up (phase_blockers.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -107,7 +113,7 @@ struct Program {
   // done, and what is left of the in / out leads.
   size_t cur = 0, off = 0;
   // A forwarding step over unstaged connections: bytes received into the
-  // caller's buffer and not yet sent on (program.cc, unstagedPayload).
+  // caller's buffer and not yet sent on (step_payload.cc, unstagedPayload).
   size_t fwd = 0;
   bool started = false;
   Lead in, out;
@@ -194,12 +200,6 @@ inline size_t alignUp(uint64_t pos, size_t a) {
   return static_cast<size_t>((a - pos % a) % a);
 }
 
-// One step's work on n payload bytes from offset `off`: `in` (received, or
-// nullptr) reduced with or copied beside the step's local bytes into its
-// destination and / or `out` (the send side's fifo, or nullptr).
-void executeStep(const MemOps& mem, const Step& s, const char* in, char* out, size_t off, size_t n,
-                 const Reduction& red, int nranks);
-
 // Whether a step carries a direct header: a direct step at least as large as
 // its connection's single-copy threshold (both ends compute the same; the
 // threshold is settled once the connection is open, Conn::settle).
@@ -214,58 +214,5 @@ inline bool directCandidate(const Step& s) {
 // phases (the ternary allreduce's) stay where they are: both ends see the
 // same plan.
 void takeSmallChannels(Phase& ph, uint64_t opBytes);
-
-// Skips the padding at the head of `in` and reads (without consuming) the
-// descriptor that follows, if it has arrived; false otherwise.  The ones the
-// stream owes (Conn::owed) are consumed first as they arrive and match;
-// *owed: the head is an owed one that does not match (a mismatch to report).
-// Only where a new operation starts on that stream (nobody is reading it).
-bool peekPast(Conn* in, OpDesc* d, bool* owed);
-// The same, for a look at what comes next (false also for a head that is
-// not a descriptor).
-bool peekDesc(Conn* in, OpDesc* d);
-
-// The peer's descriptor on `in` checked against `mine` and, when it
-// matches, consumed (after the owed ones, see peekPast).  kNotYet also when
-// another kind's interleaved message is ahead of it (its reader's).
-enum class Heard { kNotYet, kMatched, kMismatch, kOwedMismatch };
-Heard hear(Conn* in, const OpDesc& mine, OpDesc* theirs);
-// ternInvalidUsage and the sentence for a mismatch hear() found.
-ternResult_t heardError(Heard h, const Conn* in, const OpDesc& mine, const OpDesc& theirs);
-
-// Whether a phase whose programs have run as far as they go is through:
-// every program done, or done but for descriptor-only receives
-// (Step::deferrable), whose descriptors its streams then owe (Conn::owed).
-// False (nothing owed) while one of those streams already owes
-// OwedDescs::kMax: the rank has run that far ahead of its checks and waits.
-// A plan hears a stream at most once per phase.
-bool phaseThrough(Phase& ph, const OpDesc& desc);
-
-// Whether `op` may write its next message on stream `out` now, taking it
-// (Conn::writer) until letGo.  What was issued first goes first: an
-// interleaved message posted after an ordered operation that waits for the
-// stream lets it go first (Conn::wantedBy), and an ordered operation issued
-// after an interleaved message that waits to go (Conn::reservedAt) waits too.
-bool claimOut(Operation& op, Conn* out);
-
-// The operation lets go of the streams it holds (Conn::reader / writer): at
-// its completion, or at the end of a reframing phase.
-void letGo(Operation& op);
-
-// Moves program `p` of operation `op` as far as the fifos allow, at most about
-// `budget` payload bytes.  Sets *moved when anything moved.  Ill-formed or
-// mismatched input (a peer's descriptor that names another operation) is an
-// error with a sentence.
-ternResult_t advance(Operation& op, Program& p, const Reduction& red, int nranks, size_t budget,
-                     bool* moved);
-
-// A step blocked on a peer that has gone can never finish: that is the
-// remote error (a peer that exits after its part is done is not one).
-ternResult_t checkBlockedOnGone(const Phase& ph, int rank, const char* what);
-// A peer's descriptor on the other stream of a pair we wait on (a size on
-// the other side of the small-operation limit) is a mismatch.
-ternResult_t checkOtherStream(const Operation& op, const Phase& ph);
-// The peers the phase's unfinished programs wait on ("1, 3").
-std::string blockedPeers(const Phase& ph);
 
 }  // namespace tern

@@ -6,6 +6,9 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "base/futex.h"
+#include "engine/advance.h"
+#include "engine/descriptors.h"
+#include "engine/stream_claims.h"
 #include "engine/trace.h"
 
 namespace tern {

@@ -8,7 +8,9 @@
 #pragma once
 #include <cstring>
 
+#include "engine/descriptors.h"
 #include "engine/operation.h"
+#include "engine/step_payload.h"
 #include "transport/shm_streams.h"
 
 namespace tern {

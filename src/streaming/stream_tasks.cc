@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "engine/descriptors.h"
 
 namespace tern {
 

@@ -79,7 +79,7 @@ class Conn {
   bool bulk = false;
   // Set with `bulk`: another level has work on this rank (more or less
   // urgent).  A send-only step then stages its payload rather than handing
-  // the kernel the caller's buffer (engine/program.cc, unstagedPayload):
+  // the kernel the caller's buffer (engine/step_payload.cc, unstagedPayload):
   // the step would hold its program until the kernel took every byte, and a
   // ring's next receive waits behind it.
   bool mixed = false;
@@ -168,7 +168,7 @@ class Conn {
   // after that may hold invalid bytes.
   virtual bool peerExited() const { return peerGone(); }
   uint64_t directSeen = 0;  // receiver: bytes of posted transfers read so far
-  unsigned pathsLogged = 0;  // which transfer paths were logged at INFO (program.cc)
+  unsigned pathsLogged = 0;  // which transfer paths were logged at INFO (engine/direct_transfer.cc)
   // Receiver: copies n bytes at the peer's address `addr` into dst.
   virtual ternResult_t directRead(void* dst, uint64_t addr, size_t n) {
     (void)dst, (void)addr, (void)n;
@@ -255,7 +255,7 @@ class Conn {
   uint64_t wantedBy = UINT64_MAX;
   uint64_t reservedAt = UINT64_MAX;
   // The peer's descriptors this stream still owes (base/op_desc.h): read
-  // and checked before anything else on it (engine/program.cc, peekPast).
+  // and checked before anything else on it (engine/descriptors.cc, peekPast).
   OwedDescs owed;
 
   int peer = -1;  // the rank at the other end

@@ -1,0 +1,83 @@
+// Peers' descriptors heard on a stream, and the ones streams owe (descriptors.h).
+#include "engine/descriptors.h"
+
+#include "base/error.h"
+#include "engine/operation.h"
+#include "engine/stream_records.h"
+
+namespace tern {
+
+bool peekPast(Conn* in, OpDesc* d, bool* owed) {
+  for (;;) {
+    size_t pad = alignUp(in->recvPos(), in->recordAlign());
+    skipIn(in, &pad);
+    if (pad != 0 || !peekRecord(in, d)) return false;
+    *owed = false;
+    if (in->owed.empty()) return true;
+    const OpDesc& due = in->owed.front();
+    // An interleaved message (a weight stream's chunk) that slipped in
+    // ahead of the owed descriptor is its reader's; the owed one follows.
+    if (d->magic == kDescMagic && d->kind != due.kind && opKind(d->kind).interleaved) return true;
+    if (!descMatches(due, *d)) {
+      *owed = true;
+      return true;
+    }
+    in->recvConsume(sizeof *d);
+    in->owed.pop();
+  }
+}
+
+bool peekDesc(Conn* in, OpDesc* d) {
+  bool owed;
+  return peekPast(in, d, &owed) && d->magic == kDescMagic;
+}
+
+Heard hear(Conn* in, const OpDesc& mine, OpDesc* theirs) {
+  bool owed;
+  if (!peekPast(in, theirs, &owed)) return Heard::kNotYet;
+  if (owed) return Heard::kOwedMismatch;
+  if (theirs->magic == kDescMagic && theirs->kind != mine.kind && opKind(theirs->kind).interleaved)
+    return Heard::kNotYet;
+  if (!descMatches(mine, *theirs)) return Heard::kMismatch;
+  in->recvConsume(sizeof *theirs);
+  return Heard::kMatched;
+}
+
+ternResult_t heardError(Heard h, const Conn* in, const OpDesc& mine, const OpDesc& theirs) {
+  if (h == Heard::kOwedMismatch)
+    return setError(ternInvalidUsage, "a call this rank completed earlier did not match its peer's: " +
+                                          descMismatch(in->owed.front(), theirs));
+  return setError(ternInvalidUsage, descMismatch(mine, theirs));
+}
+
+namespace {
+
+// Whether only descriptor-only receives (Step::deferrable) are left.
+bool onlyHearing(const Program& p) {
+  for (size_t i = p.cur; i < p.steps.size(); ++i)
+    if (!p.steps[i].deferrable) return false;
+  return true;
+}
+
+// Leaves the descriptors still to hear to their streams, all or none.
+bool oweRest(Phase& ph, const OpDesc& desc) {
+  for (const Program& p : ph.progs)
+    for (size_t i = p.cur; i < p.steps.size(); ++i)
+      if (p.steps[i].in->owed.full()) return false;
+  for (Program& p : ph.progs)
+    for (; p.cur < p.steps.size(); ++p.cur) p.steps[p.cur].in->owed.push(desc);
+  return true;
+}
+
+}  // namespace
+
+bool phaseThrough(Phase& ph, const OpDesc& desc) {
+  bool owing = false;
+  for (const Program& p : ph.progs) {
+    if (!onlyHearing(p)) return false;
+    owing |= !p.done();
+  }
+  return !owing || oweRest(ph, desc);
+}
+
+}  // namespace tern

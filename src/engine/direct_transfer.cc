@@ -1,0 +1,174 @@
+// Single copy: direct headers, the receiver's answer, the payload (direct_transfer.h).
+#include "engine/direct_transfer.h"
+
+#include <algorithm>
+#include <string>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/operation.h"
+#include "engine/stream_records.h"
+
+namespace tern {
+
+namespace {
+
+// Which path a direct transfer took, at INFO the first time per connection
+// (a training loop repeats the same transfers), at TRACE every time.
+void notePath(Conn* c, unsigned bit, const std::string& what) {
+  const bool first = !(c->pathsLogged & bit);
+  c->pathsLogged |= bit;
+  if (first) TERN_LOG(Info, "%s (rank %d, %s)", what.c_str(), c->peer, c->name());
+  else TERN_LOG(Trace, "%s (rank %d, %s)", what.c_str(), c->peer, c->name());
+}
+enum : unsigned { kPathIpc = 1, kPathStaged = 2, kPathNoExport = 4 };
+
+bool offers(size_t min, size_t bytes) { return min > 0 && bytes >= min; }
+
+// How the sender posts a direct step (DirectHeader's mode); 2 also names
+// the buffer beside the fifo.  kWait: not yet (the handle's one slot still
+// belongs to an earlier transfer that the receiver has not finished).
+constexpr uint32_t kWait = ~0u;
+uint32_t directMode(const MemOps& mem, const Step& s) {
+  if (mem.type() == MemType::Host) return offers(s.out->hostDirectMin(), s.bytes) ? 1 : 0;
+  if (!offers(s.out->ipcMin(), s.bytes)) return 0;
+  if (s.out->directAcked() < s.out->directPosted) return kWait;
+  IpcHandle h;
+  uint64_t offset;
+  if (!mem.ipcExport(s.local, &h, &offset)) {
+    notePath(s.out, kPathNoExport, "device buffer cannot be exported over IPC: staged through host memory");
+    return 0;
+  }
+  s.out->ipcPost(h, offset);
+  return 2;
+}
+
+}  // namespace
+
+// The direct header: the sender posts its buffer (or says the payload
+// streams as usual).
+void writeDirect(Operation& op, Program& p, const Step& s, size_t* left) {
+  if (*left == 0) return;
+  const uint32_t mode = directMode(*op.ctx.mem, s);
+  DirectHeader h{kDirectMagic, mode, s.bytes,
+                 static_cast<uint64_t>(reinterpret_cast<uintptr_t>(s.local)), 0};
+  if (mode == kWait || !putRecord(s.out, h)) return;
+  p.directNow = mode != 0;
+  if (p.directNow) p.ticket = s.out->directPosted += s.bytes;
+  *left = 0;
+}
+
+namespace {
+
+// The receiver's answer to a posted transfer: read it (host into host),
+// copy it over IPC (device into device), or decline it (the kinds differ,
+// or the peer's device buffer cannot be opened here).
+void acceptDirect(Operation& op, Program& p, const Step& s, const DirectHeader& h) {
+  const MemOps& mem = *op.ctx.mem;
+  const bool host = mem.type() == MemType::Host;
+  s.in->directSeen += h.bytes;
+  std::string why;
+  if (h.mode == 1 && host) {
+    p.directNow = true;
+    p.peerAddr = h.addr;
+    TERN_LOG(Trace, "reads %llu bytes of rank %d's buffer directly (single copy)",
+             (unsigned long long)h.bytes, s.in->peer);
+    return;
+  }
+  if (h.mode == 2 && !host) {
+    uint64_t offset = 0;
+    if (char* base = s.in->ipcMap(mem, &offset, &why)) {
+      p.directNow = true;
+      p.ipcSrc = base + offset;
+      notePath(s.in, kPathIpc, "device buffers over IPC: a device-to-device copy from the peer's buffer");
+      return;
+    }
+  }
+  s.in->directDecline(h.bytes);
+  if (why.empty()) why = host ? "this rank's buffer is host memory" : "this rank's buffer is device memory";
+  notePath(s.in, kPathStaged, std::string(h.mode == 2 ? "the peer's device buffer" : "the peer's host buffer") +
+                                  " streams through the fifo: " + why);
+}
+
+}  // namespace
+
+ternResult_t readDirect(Operation& op, Program& p, const Step& s, size_t* left) {
+  DirectHeader h;
+  if (*left == 0 || !peekRecord(s.in, &h)) return ternSuccess;
+  if (h.magic != kDirectMagic || h.mode > 2 || h.bytes != s.bytes)
+    return setError(ternRemoteError, "malformed transfer header from rank " +
+                                         std::to_string(s.in->peer) + " (" +
+                                         std::to_string(h.bytes) + " bytes; expected " +
+                                         std::to_string(s.bytes) + ")");
+  s.in->recvConsume(sizeof h);
+  if (h.mode != 0) acceptDirect(op, p, s, h);
+  *left = 0;
+  return ternSuccess;
+}
+
+namespace {
+
+// A sender whose posted buffer was read lets go of it; the receiver checks
+// the peer did not fail while it read (a failed sender's caller may have
+// changed the bytes), then acknowledges.
+ternResult_t checkSenderAlive(const Step& s, const char* how) {
+  if (s.in->directAbandoned() || s.in->peerExited())
+    return setError(ternRemoteError, "rank " + std::to_string(s.in->peer) + " failed or exited while "
+                                     "this rank read its " + how + ": the data received is not valid");
+  return ternSuccess;
+}
+
+// The receiver over IPC: the rest of the payload in one device copy on the
+// operation's work stream; acknowledged once its fence is done.
+ternResult_t ipcPayload(const MemOps& mem, Program& p, const Step& s, size_t* units, bool* moved) {
+  if (!p.ipcInFlight) {
+    mem.copy(s.dst + p.off, p.ipcSrc + p.off, s.bytes - p.off);
+    p.fence = mem.fence();
+    p.ipcInFlight = *moved = true;
+    return ternSuccess;
+  }
+  if (!mem.done(p.fence)) return ternSuccess;
+  if (mem.error() != ternSuccess) return setError(mem.error(), mem.lastError());
+  TERN_CHECK(checkSenderAlive(s, "device buffer over IPC"));
+  *units = s.bytes - p.off;
+  s.in->directAck(*units);
+  countIpc(*units);
+  p.ipcInFlight = false;
+  return ternSuccess;
+}
+
+}  // namespace
+
+ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, size_t limit,
+                           size_t* units, bool* moved) {
+  *units = 0;
+  if (s.out) {
+    if (s.out->directAcked() < p.ticket) return ternSuccess;
+    *moved = true;
+    if (s.out->directDeclined(p.ticket)) {
+      p.directNow = false;
+      return ternSuccess;
+    }
+    s.out->countSent(s.bytes);
+    *units = s.bytes - p.off;
+  } else if (p.ipcSrc) {
+    TERN_CHECK(ipcPayload(mem, p, s, units, moved));
+  } else {
+    size_t n = std::min(s.bytes - p.off, limit);
+    if (ternResult_t r = s.in->directRead(s.dst + p.off, p.peerAddr + p.off, n); r != ternSuccess) {
+      // A sender that failed takes its buffer back, which may be unmapped by
+      // now (EFAULT): its failure, marked before that, is the cause to report.
+      TERN_CHECK(checkSenderAlive(s, "buffer"));
+      return r;
+    }
+    // Checked after the read: a sender marks itself failed before its
+    // caller may touch the buffer, so no mark now means the bytes were valid.
+    TERN_CHECK(checkSenderAlive(s, "buffer"));
+    s.in->directAck(n);
+    *units = n;
+  }
+  p.off += *units;
+  return ternSuccess;
+}
+
+}  // namespace tern
