@@ -100,7 +100,7 @@ def task(n_train=16000, n_test=4000, d=32, classes=10, noise=0.05):
     return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
 
 
-def train(rank, n, store_path, ternary, epochs=12, batch=32):
+def train(rank, n, store_path, ternary, epochs=4, batch=32):
     torch.set_num_threads(1)
     dist.init_process_group("tern", init_method="file://" + store_path, rank=rank, world_size=n)
     xtr, ytr, xte, yte = task()
@@ -113,6 +113,8 @@ def train(rank, n, store_path, ternary, epochs=12, batch=32):
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     steps_per_epoch = (len(xtr) // n) // batch
     # Cosine decay to zero: the last epochs settle, so one final figure is stable.
+    # 4 epochs (2026-12-04, 2 ranks): dense 89.25%, ternary 89.23%; 12 epochs
+    # (CI's until then, 3x the steps): 89.28% and 89.15%.
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs * steps_per_epoch)
     shard = torch.arange(rank, len(xtr), n)
     curve = []
