@@ -45,11 +45,11 @@ StagedSubmitFor replayOn(ternComm* c) {
 // the communicator's asynchronous error.
 ternResult_t launch(const InCall& call, ternComm* c, CollArgs args, ternStream_t stream = nullptr,
                     std::unique_ptr<Task> task = nullptr) {
-  ternResult_t one;
-  if (stream && aloneOnStream(c, args, stream, !task, &one)) return one;
-  if (stream && capturedStream(c, args, stream)) return captureCall(c, args, !task, stream, replayOn(c));
   std::unique_ptr<MemOps> mem;
-  if (stream) TERN_CHECK(streamOps(c, &args, !task, stream, collectiveKind(args.kind).name, &mem));
+  if (stream) {
+    TERN_CHECK(streamOps(c, &args, !task, stream, collectiveKind(args.kind).name, replayOn(c), &mem));
+    if (!mem) return ternSuccess;  // one rank's copy, or recorded in a graph
+  }
   // A send or receive of an open group is only recorded (runRecorded
   // enters the communicator again at the group's end).
   ternResult_t alone;

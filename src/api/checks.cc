@@ -3,6 +3,7 @@
 // stream, refused with a sentence when its buffers are not device memory.
 #include "api/checks.h"
 
+#include <cstring>
 #include <string>
 
 #include "api/group.h"
@@ -125,7 +126,7 @@ StagedBuffers stagedBuffers(const ternComm* c, const CollArgs& a) {
   const void* ptrs[2];
   const int n = usedBuffers(c, a, kinds, ptrs);
   for (int i = 0; i < n; ++i) {
-    const bool src = ptrs[i] == a.src && std::string(kinds[i].name) == "sendbuff";
+    const bool src = !strcmp(kinds[i].name, "sendbuff");
     const bool many = src ? (a.kind == OpKind::ReduceScatter || a.kind == OpKind::AllToAll ||
                              a.kind == OpKind::Scatter)
                           : (a.kind == OpKind::AllGather || a.kind == OpKind::AllToAll ||
@@ -150,12 +151,11 @@ bool stageableCall(const CollArgs& a, const StagedBuffers& b) {
 
 // The staged path for this call, or nullptr: the engine's device path
 // (larger buffers, groups, PreMulSum, tasks) takes it then.
-std::unique_ptr<MemOps> stagedOps(ternComm* c, CollArgs* a, MemType type, ternStream_t stream) {
-  const StagedDevice* dev = stagedDeviceFor(type);
+std::unique_ptr<MemOps> stagedOps(ternComm* c, CollArgs* a, const StagedDevice& dev, ternStream_t stream) {
   StagedBuffers b = stagedBuffers(c, *a);
-  if (!dev || !stageableCall(*a, b)) return nullptr;
+  if (!stageableCall(*a, b)) return nullptr;
   std::string why;
-  std::unique_ptr<MemOps> ops = makeStagedOps(*dev, stream, &b, &why);
+  std::unique_ptr<MemOps> ops = makeStagedOps(dev, stream, &b, &why);
   if (!ops) {
     TERN_LOG(Info, "%s on a stream takes the engine's device path: %s", collectiveKind(a->kind).name,
              why.c_str());
@@ -166,41 +166,27 @@ std::unique_ptr<MemOps> stagedOps(ternComm* c, CollArgs* a, MemType type, ternSt
   return ops;
 }
 
-bool aloneOnStream(ternComm* c, const CollArgs& a, ternStream_t stream, bool stageable,
-                   ternResult_t* r) {
-  if (c->nranks != 1 || !stageable || static_cast<int>(a.op) >= ternNumOps ||
-      a.kind == OpKind::Send || a.kind == OpKind::Recv)
-    return false;
-  const char* what = collectiveKind(a.kind).name;
-  MemType type;
-  int device;
-  *r = streamBuffers(c, a, what, &type, &device);
-  const StagedDevice* dev = stagedDeviceFor(type);
-  if (*r != ternSuccess || !dev) return *r != ternSuccess;
+// One rank: a collective is its send buffer copied to its receive buffer
+// (nothing in place), one device-to-device copy on the caller's stream,
+// which a graph may capture too (NCCL's one rank is a kernel).
+bool copiesAlone(const ternComm* c, const CollArgs& a, bool stageable) {
+  return c->nranks == 1 && stageable && static_cast<int>(a.op) < ternNumOps &&
+         a.kind != OpKind::Send && a.kind != OpKind::Recv;
+}
+
+ternResult_t copyAlone(ternComm* c, const CollArgs& a, const StagedDevice& dev, ternStream_t stream,
+                       const char* what) {
   const StagedBuffers b = stagedBuffers(c, a);
   if (b.srcBytes && b.dstBytes && b.src != b.dst)
-    if (int e = dev->deviceToDevice(b.dst, b.src, b.dstBytes, stream))
-      *r = failOn(c, ternUnhandledCudaError, std::string(what) + ": " + dev->error(e));
-  return true;
+    if (int e = dev.deviceToDevice(b.dst, b.src, b.dstBytes, stream))
+      return failOn(c, ternUnhandledCudaError, std::string(what) + ": " + dev.error(e));
+  return ternSuccess;
 }
 
-bool capturedStream(ternComm* c, const CollArgs& a, ternStream_t stream) {
-  MemType type;
-  int device;
-  BufferKind kinds[2];
-  const void* ptrs[2];
-  const int n = usedBuffers(c, a, kinds, ptrs);
-  type = n ? bufferKind(ptrs[0], &device) : MemType::Host;
-  const StagedDevice* dev = stagedDeviceFor(type);
-  return dev && dev->capturing(stream);
-}
-
-ternResult_t captureCall(ternComm* c, const CollArgs& a, bool stageable, ternStream_t stream,
-                         const StagedSubmitFor& submitFor) {
-  const char* what = collectiveKind(a.kind).name;
-  MemType type;
-  int device;
-  TERN_CHECK(streamBuffers(c, a, what, &type, &device));
+// A call on a stream being captured into a CUDA graph: recorded, and run by
+// the engine at each replay through the submit function submitFor makes.
+ternResult_t captureCall(ternComm* c, const CollArgs& a, bool stageable, const StagedDevice& dev,
+                         ternStream_t stream, const char* what, const StagedSubmitFor& submitFor) {
   StagedBuffers b = stagedBuffers(c, a);
   if (!stageable || !stageableCall(a, b))
     return failOn(c, ternInvalidUsage,
@@ -209,7 +195,7 @@ ternResult_t captureCall(ternComm* c, const CollArgs& a, bool stageable, ternStr
                   "the ternary allreduce; make this call outside the capture");
   auto pinned = std::make_shared<CollArgs>(a);
   std::string why;
-  if (!captureStaged(*stagedDeviceFor(type), stream, &b, submitFor(pinned), &why))
+  if (!captureStaged(dev, stream, &b, submitFor(pinned), &why))
     return failOn(c, ternUnhandledCudaError, std::string(what) + ": " + why);
   pinned->src = b.src;  // before any replay: the graph is not launched yet
   pinned->dst = static_cast<void*>(b.dst);
@@ -217,11 +203,15 @@ ternResult_t captureCall(ternComm* c, const CollArgs& a, bool stageable, ternStr
 }
 
 ternResult_t streamOps(ternComm* c, CollArgs* a, bool stageable, ternStream_t stream,
-                       const char* what, std::unique_ptr<MemOps>* mem) {
+                       const char* what, const StagedSubmitFor& replay, std::unique_ptr<MemOps>* mem) {
   MemType type;
   int device;
   TERN_CHECK(streamBuffers(c, *a, what, &type, &device));
-  if (stageable) *mem = stagedOps(c, a, type, stream);
+  if (const StagedDevice* dev = stagedDeviceFor(type)) {
+    if (copiesAlone(c, *a, stageable)) return copyAlone(c, *a, *dev, stream, what);
+    if (dev->capturing(stream)) return captureCall(c, *a, stageable, *dev, stream, what, replay);
+    if (stageable) *mem = stagedOps(c, a, *dev, stream);
+  }
   if (!*mem) *mem = makeStreamOps(type, stream, device);
   if (!*mem)
     return failOn(c, ternUnhandledCudaError,

@@ -50,30 +50,20 @@ inline ternResult_t checkRank(ternComm* c, int r, const char* role, const char* 
   return rankRefused(c, r, role, what);
 }
 
-// A call on a stream: its buffers' memory type (device memory only) and its
-// memory operations, begun now outside a group (checks.cc says why).  A call
-// that can be staged (memory/staged.h: outside a group, a built-in op, no
-// task, buffers up to TERN_STAGED_MAX_BYTES) has a->src / a->dst replaced by
-// their pinned copies.
-ternResult_t streamOps(ternComm* c, CollArgs* a, bool stageable, ternStream_t stream,
-                       const char* what, std::unique_ptr<MemOps>* mem);
-
-// One rank on a stream: a collective is its send buffer copied to its
-// receive buffer (nothing in place), enqueued on the caller's stream by the
-// caller's thread as one device-to-device copy, which a graph may capture
-// too (NCCL's one rank is a kernel).  true (and *r) when it was.
-bool aloneOnStream(ternComm* c, const CollArgs& a, ternStream_t stream, bool stageable,
-                   ternResult_t* r);
-
-// CUDA graph capture: whether the call's stream is being captured, and the
-// call recorded into the graph (memory/staged.h, captureStaged): the engine
-// runs it at each replay, through the submit function that submitFor makes
-// for the call's arguments (their buffers replaced by the pinned copies
-// once recorded).  Refused with a sentence where the staged path cannot
-// take the call (ternInvalidUsage).
-bool capturedStream(ternComm* c, const CollArgs& a, ternStream_t stream);
+// A call on a stream: its buffers' memory type (device memory only), then
+// the path it takes, decided once:
+//  - one rank: one device-to-device copy on the stream, done (*mem null);
+//  - a stream being captured into a CUDA graph: recorded (memory/staged.h,
+//    captureStaged), done (*mem null); the engine runs it at each replay
+//    through the submit function `replay` makes for the call's arguments;
+//    refused with a sentence where the staged path cannot take it
+//    (ternInvalidUsage);
+//  - staged (outside a group, a built-in op, no task, buffers up to
+//    TERN_STAGED_MAX_BYTES): a->src / a->dst replaced by their pinned copies;
+//  - else the engine's device path.
+// *mem is begun now outside a group (checks.cc says why).
 using StagedSubmitFor = std::function<StagedSubmit(std::shared_ptr<CollArgs>)>;
-ternResult_t captureCall(ternComm* c, const CollArgs& a, bool stageable, ternStream_t stream,
-                         const StagedSubmitFor& submitFor);
+ternResult_t streamOps(ternComm* c, CollArgs* a, bool stageable, ternStream_t stream,
+                       const char* what, const StagedSubmitFor& replay, std::unique_ptr<MemOps>* mem);
 
 }  // namespace tern
