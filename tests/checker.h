@@ -8,6 +8,12 @@
 #include <vector>
 
 #include "harness.h"
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
 #include "values.h"
 
 namespace terntest {
@@ -21,30 +27,35 @@ struct Checker {
 
   // A call's buffers: of exactly the size asked for, every byte `fill`,
   // taken from those of earlier calls of that size when there are some.
-  // Fresh multi-megabyte vectors per call cost the ThreadSanitizer stage
-  // about half of this suite's time (new pages and new shadow memory for
-  // each).  Under AddressSanitizer every buffer is fresh, as before: a
-  // library write into a buffer after its call returned must stay a
-  // use-after-free there, not land in a later call's buffer.
+  // Fresh multi-megabyte vectors per call cost the sanitizer stages about
+  // half of this suite's time (new pages and new shadow memory for each).
+  // Under AddressSanitizer a spare buffer is poisoned until it is taken
+  // again, so a library write into a buffer after its call returned is
+  // still reported (use-after-poison), as a fresh buffer's would be
+  // (use-after-free).
   std::multimap<size_t, std::vector<char>> spare;
   struct Buffer {
     Checker* owner;
     std::vector<char> v;
     Buffer(Checker* o, std::vector<char> b) : owner(o), v(std::move(b)) {}
     Buffer(const Buffer&) = delete;
-    ~Buffer() { owner->spare.emplace(v.size(), std::move(v)); }
+    ~Buffer() {
+      ASAN_POISON_MEMORY_REGION(v.data(), v.size());
+      owner->spare.emplace(v.size(), std::move(v));
+    }
     char* data() { return v.data(); }
   };
   Buffer buffer(size_t bytes, char fill = 0) {
-#if defined(__SANITIZE_ADDRESS__)
-    spare.clear();
-#endif
     auto it = spare.find(bytes);
     if (it == spare.end()) return Buffer(this, std::vector<char>(bytes, fill));
     std::vector<char> v = std::move(it->second);
     spare.erase(it);
+    ASAN_UNPOISON_MEMORY_REGION(v.data(), bytes);
     memset(v.data(), fill, bytes);
     return Buffer(this, std::move(v));
+  }
+  ~Checker() {
+    for (auto& b : spare) ASAN_UNPOISON_MEMORY_REGION(b.second.data(), b.second.size());
   }
 
   bool report(const char* coll, ternDataType_t dt, ternRedOp_t op, size_t count, bool inplace,
@@ -68,14 +79,13 @@ struct Checker {
     size_t esz = ternTypeSize(dt);
     Buffer send = buffer(count * esz + 1), recv = buffer(count * esz + 1);
     char* s = inplace ? recv.data() : send.data();
-    for (size_t i = 0; i < count; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, op, count));
+    ValueTable in = inputTable(ctx.rank, dt, op, count), expected = reductionTable(ctx.nranks, dt, op, count);
+    for (size_t i = 0; i < count; ++i) store(dt, s, i, in.at(i));
     if (!ok(ternAllReduce(s, recv.data(), count, dt, op, comm, nullptr), "ternAllReduce")) return;
     size_t bad = 0, first = 0;
     double got = 0, want = 0;
     for (size_t i = 0; i < count; ++i) {
-      double w = expectedReduction(dt, op, ctx.nranks,
-                                   [&](int r) { return inputValue(r, i, dt, op, count); });
-      double g = load(dt, recv.data(), i);
+      double w = expected.at(i), g = load(dt, recv.data(), i);
       if (g != w && bad++ == 0) first = i, got = g, want = w;
     }
     report("allreduce", dt, op, count, inplace, -1, bad, first, got, want);
@@ -85,17 +95,16 @@ struct Checker {
     size_t esz = ternTypeSize(dt);
     Buffer send = buffer(count * esz + 1), recv = buffer(count * esz + 1, 0x5a);
     char* s = inplace ? recv.data() : send.data();
-    for (size_t i = 0; i < count; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, op, root));
+    ValueTable in = inputTable(ctx.rank, dt, op, root), expected = reductionTable(ctx.nranks, dt, op, root);
+    for (size_t i = 0; i < count; ++i) store(dt, s, i, in.at(i));
     Buffer before = buffer(count * esz + 1);
     memcpy(before.data(), recv.data(), count * esz + 1);
     if (!ok(ternReduce(s, recv.data(), count, dt, op, root, comm, nullptr), "ternReduce")) return;
     size_t bad = 0, first = 0;
     double got = 0, want = 0;
     for (size_t i = 0; i < count; ++i) {
-      double w = ctx.rank == root
-                     ? expectedReduction(dt, op, ctx.nranks,
-                                         [&](int r) { return inputValue(r, i, dt, op, root); })
-                     : load(dt, before.data(), i);  // non-roots' recvbuff is untouched
+      // non-roots' recvbuff is untouched
+      double w = ctx.rank == root ? expected.at(i) : load(dt, before.data(), i);
       double g = load(dt, recv.data(), i);
       if (!(g == w || (std::isnan(g) && std::isnan(w))) && bad++ == 0) first = i, got = g, want = w;
     }
@@ -107,15 +116,13 @@ struct Checker {
     Buffer send = buffer(count * n * esz + 1), recvAll = buffer(count * n * esz + 1);
     char* s = inplace ? recvAll.data() : send.data();
     char* d = inplace ? recvAll.data() + ctx.rank * count * esz : recvAll.data();
-    for (size_t i = 0; i < count * n; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, op));
+    ValueTable in = inputTable(ctx.rank, dt, op), expected = reductionTable(ctx.nranks, dt, op);
+    for (size_t i = 0; i < count * n; ++i) store(dt, s, i, in.at(i));
     if (!ok(ternReduceScatter(s, d, count, dt, op, comm, nullptr), "ternReduceScatter")) return;
     size_t bad = 0, first = 0;
     double got = 0, want = 0;
     for (size_t i = 0; i < count; ++i) {
-      size_t g = ctx.rank * count + i;
-      double w = expectedReduction(dt, op, ctx.nranks,
-                                   [&](int r) { return inputValue(r, g, dt, op); });
-      double v = load(dt, d, i);
+      double w = expected.at(ctx.rank * count + i), v = load(dt, d, i);
       if (v != w && bad++ == 0) first = i, got = v, want = w;
     }
     report("reduce_scatter", dt, op, count, inplace, -1, bad, first, got, want);
@@ -126,14 +133,14 @@ struct Checker {
     Buffer send = buffer(count * esz + 1), recv = buffer(count * n * esz + 1);
     char* s = inplace ? recv.data() + ctx.rank * count * esz : send.data();
     for (size_t i = 0; i < count; ++i) store(dt, s, i, inputValue(ctx.rank, i, dt, ternSum));
+    std::vector<ValueTable> expected;
+    for (size_t r = 0; r < n; ++r) expected.push_back(inputTable(static_cast<int>(r), dt, ternSum, 0, true));
     if (!ok(ternAllGather(s, recv.data(), count, dt, comm, nullptr), "ternAllGather")) return;
     size_t bad = 0, first = 0;
     double got = 0, want = 0;
-    char tmp[8];
     for (size_t r = 0; r < n; ++r)
       for (size_t i = 0; i < count; ++i) {
-        store(dt, tmp, 0, inputValue(static_cast<int>(r), i, dt, ternSum));
-        double w = load(dt, tmp, 0), g = load(dt, recv.data(), r * count + i);
+        double w = expected[r].at(i), g = load(dt, recv.data(), r * count + i);
         if (g != w && bad++ == 0) first = r * count + i, got = g, want = w;
       }
     report("allgather", dt, ternSum, count, inplace, -1, bad, first, got, want);
@@ -148,10 +155,9 @@ struct Checker {
     if (!ok(ternBroadcast(s, recv.data(), count, dt, root, comm, nullptr), "ternBroadcast")) return;
     size_t bad = 0, first = 0;
     double got = 0, want = 0;
-    char tmp[8];
+    ValueTable expected = inputTable(root, dt, ternSum, 0, true);
     for (size_t i = 0; i < count; ++i) {
-      store(dt, tmp, 0, inputValue(root, i, dt, ternSum));
-      double w = load(dt, tmp, 0), g = load(dt, recv.data(), i);
+      double w = expected.at(i), g = load(dt, recv.data(), i);
       if (g != w && bad++ == 0) first = i, got = g, want = w;
     }
     report("broadcast", dt, ternSum, count, inplace, root, bad, first, got, want);

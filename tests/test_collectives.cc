@@ -71,6 +71,23 @@ int collectivesBody(RankCtx& ctx) {
   return small.failures + big.failures ? 1 : 0;
 }
 
+// The checker's tables (one period of inputs and of expected results) equal
+// the values computed element by element, for every datatype, op and seed.
+TEST(ValueTables, EqualTheValuesPerElement) {
+  for (int t = 0; t < ternNumTypes; ++t)
+    for (int o = 0; o < ternNumOps; ++o)
+      for (uint64_t seed : {0, 1, 5, 87, 1500007}) {
+        auto dt = static_cast<ternDataType_t>(t);
+        auto op = static_cast<ternRedOp_t>(o);
+        ValueTable in = inputTable(2, dt, op, seed), sum = reductionTable(3, dt, op, seed);
+        for (size_t i = 0; i < 3 * kValuePeriod + 5; ++i) {
+          ASSERT_EQ(in.at(i), inputValue(2, i, dt, op, seed)) << typeName(dt) << opName(op) << i;
+          double want = expectedReduction(dt, op, 3, [&](int r) { return inputValue(r, i, dt, op, seed); });
+          ASSERT_EQ(sum.at(i), want) << typeName(dt) << opName(op) << i;
+        }
+      }
+}
+
 class Collectives : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(Collectives, AllSizesTypesOpsPlaces) {

@@ -85,6 +85,37 @@ double expectedReduction(ternDataType_t dt, ternRedOp_t op, int nranks, F value)
   return load(dt, tmp, 0);
 }
 
+// inputValue depends on i only through (i + seed) % kValuePeriod: the hash
+// (h % 11, with 7 prime to 11) repeats every 11 elements and the product's
+// pattern every 8.  A checker therefore computes one period of inputs or of
+// expected results per call instead of one per element.
+constexpr size_t kValuePeriod = 88;
+
+struct ValueTable {
+  double v[kValuePeriod];
+  double at(size_t i) const { return v[i % kValuePeriod]; }
+};
+
+// `rank`'s inputs (as stored in dt when `asStored`, for comparing a copy).
+inline ValueTable inputTable(int rank, ternDataType_t dt, ternRedOp_t op, uint64_t seed = 0,
+                             bool asStored = false) {
+  ValueTable t;
+  char tmp[8];
+  for (size_t j = 0; j < kValuePeriod; ++j) {
+    t.v[j] = inputValue(rank, j, dt, op, seed);
+    if (asStored) store(dt, tmp, 0, t.v[j]), t.v[j] = load(dt, tmp, 0);
+  }
+  return t;
+}
+
+// The expected reduction over ranks [0, nranks) of those inputs.
+inline ValueTable reductionTable(int nranks, ternDataType_t dt, ternRedOp_t op, uint64_t seed = 0) {
+  ValueTable t;
+  for (size_t j = 0; j < kValuePeriod; ++j)
+    t.v[j] = expectedReduction(dt, op, nranks, [&](int r) { return inputValue(r, j, dt, op, seed); });
+  return t;
+}
+
 inline const char* typeName(ternDataType_t dt) {
   static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64",
                                 "uint64", "half", "float", "double", "bfloat16"};
