@@ -216,6 +216,43 @@ def test_demo_cli_end_to_end(tmp_path):
     assert median_fwd(1) > 1.5 * median_fwd(0)
 
 
+def session_members(sid):
+    """The processes of session `sid` (a launcher started in a session of its own, and all it started)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # fields after the name: state, ppid, pgrp, session
+            pids.append(int(pid))
+    return pids
+
+
+def test_a_killed_launcher_leaves_no_stage_behind(tmp_path):
+    """The demo is killed (SIGKILL) while its 3 stages train: the stages (forked
+    from the launcher's fork server) and the server end within seconds."""
+    cmd = [sys.executable, "-m", "tern.pipeline.demo", "--stages", "3", "--iterations", "10000", "--emulate-ms", "5:10"]
+    demo_proc = subprocess.Popen(cmd, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(session_members(demo_proc.pid)) < 5 and time.monotonic() < deadline:  # demo, server, 3 stages
+            time.sleep(0.2)
+        assert len(session_members(demo_proc.pid)) >= 5, "the stages never started"
+    finally:
+        demo_proc.kill()
+        demo_proc.wait()
+    deadline = time.monotonic() + 10
+    while session_members(demo_proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = session_members(demo_proc.pid)
+    for pid in left:
+        os.kill(pid, 9)
+    assert not left, "stages outlived the launcher: %s" % left
+
+
 def assert_every_stage_fails(cfg, where, dead, within):
     """The run fails on every stage within `within` seconds: `dead` exits
     with the fault's status 3, the others fail on their own (tern reports
