@@ -103,7 +103,7 @@ TEST_P(FlowMarking, EachLevelSocketCarriesItsClassDscp) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sources, FlowMarking,
-    ::testing::Values(Marking{"defaults", "", {-1, -1, -1}, {46, 18, 8}},
+    ::testing::Values(Marking{"defaults", "", {-1, -1, -1}, {46, 18, 10}},
                       Marking{"env", "40,20,10", {-1, -1, -1}, {40, 20, 10}},
                       // The struct overrides the environment, field by field.
                       Marking{"config", "40,20,10", {34, 26, 12}, {34, 26, 12}},
@@ -154,7 +154,7 @@ void expectRefused(const char* dscpEnv, const ternConfig_t* cfg, const char* say
 
 TEST(FlowDscp, BadValuesAreRefusedWithASentence) {
   expectRefused("46,18", nullptr, "has 2 values for 3 flow classes");
-  expectRefused("46,18,8,0", nullptr, "has 4 values for 3 flow classes");
+  expectRefused("46,18,10,0", nullptr, "has 4 values for 3 flow classes");
   expectRefused("46,18,64", nullptr, "DSCP 64, not in 0..63");
   expectRefused("46,-1,8", nullptr, "DSCP -1, not in 0..63");
   expectRefused("ef,af21,cs1", nullptr, "not a comma-separated list of integers");
@@ -167,7 +167,7 @@ TEST(FlowDscp, BadValuesAreRefusedWithASentence) {
   expectRefused(nullptr, &cfg, "DSCP 99 of flow class 0");
   cfg = TERN_CONFIG_INITIALIZER;
   cfg.flowClasses = 2;  // the environment's list has 3 values: ambiguous
-  expectRefused("46,18,8", &cfg, "has 3 values for 2 flow classes");
+  expectRefused("46,18,10", &cfg, "has 3 values for 2 flow classes");
   cfg = TERN_CONFIG_INITIALIZER;
   cfg.flowClasses = 9;
   expectRefused(nullptr, &cfg, "config->flowClasses: flow classes 9 is not in 1..8");

@@ -129,7 +129,7 @@ typedef struct {
   double timeoutSeconds;   /* longest wait without progress                 (TERN_TIMEOUT, 300) */
   int flowClasses;         /* network flow classes the 8 levels map onto, 1..8 (TERN_FLOW_CLASSES, 3) */
   int trafficClass[TERN_PRIORITY_LEVELS]; /* DSCP (0..63) of each flow class's packets
-                                              (TERN_FLOW_DSCP, 46,18,8) */
+                                              (TERN_FLOW_DSCP, 46,18,10) */
   int ternarySet;          /* 1: use `ternary` below instead of TERN_TERNARY_* */
   struct {
     unsigned long long seed;

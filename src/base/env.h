@@ -43,7 +43,7 @@ struct Config {
   bool blocking = true;    // ternConfig_t.blocking (no env var)
   int flowClasses;         // TERN_FLOW_CLASSES: network flow classes the levels map onto
   int dscp[8];             // DSCP per flow class, resolved by comm/config.cc
-  std::string dscpList;    // TERN_FLOW_DSCP as given ("46,18,8"; empty: defaults)
+  std::string dscpList;    // TERN_FLOW_DSCP as given ("46,18,10"; empty: defaults)
   // UCX contexts per flow class (IB / RoCE), resolved by comm/config.cc; -1:
   // leave UCX's own setting (UCX_IB_SL / UCX_IB_TRAFFIC_CLASS).
   int ibSl[8];             // service level 0..15

@@ -104,13 +104,17 @@ std::string describeFlows(const Config& cfg) {
 
 namespace {
 
-// Defaults (docs/DESIGN.md, "Priority in the network"): EF for the most urgent class, CS1 for the least
-// urgent, AF21 between; a single class has no one to overtake and stays
-// unmarked.
+// Defaults (docs/DESIGN.md, "Priority in the network"): EF for the most
+// urgent class, AF11 for the least urgent, AF21 between; a single class has
+// no one to overtake and stays unmarked.  AF11, not CS1: RFC 4594 gives bulk
+// data with an assured rate AF1x and keeps CS1 for traffic that yields to
+// best effort, and a job's gradients are its work (2026-12-04: behind a
+// switch that serves CS1 with best effort, marks gained nothing against a
+// competing flow; docs/NETWORK_PRIORITY.md).
 void defaultDscp(int n, int* dscp) {
   for (int k = 0; k < TERN_PRIORITY_LEVELS; ++k) dscp[k] = 0;
   if (n < 2) return;
-  for (int k = 0; k < n; ++k) dscp[k] = k == 0 ? 46 : k == n - 1 ? 8 : 18;
+  for (int k = 0; k < n; ++k) dscp[k] = k == 0 ? 46 : k == n - 1 ? 10 : 18;
 }
 
 // A per-class list in the environment: its variable, what one value is, and
