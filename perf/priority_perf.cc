@@ -27,7 +27,9 @@
 // always a quarter in, so the tail is sampled wherever the bulk one is.
 //
 //   tools/ternrun -n 2 build/perf/priority_perf [-b 256M] [-u 4M] [-n 5] [--mode async|threads|both]
-//                                               [--produce 0|1] [--delay quarter|random]
+//                                               [--produce 0|1] [--delay quarter|random] [--calls 0|1]
+// --calls 1 prints each contended urgent call's time (stderr), to set beside
+// the spans TERN_TRACE records (issue, start, end of the same operations).
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -130,19 +132,21 @@ int main(int argc, char** argv) {
   int iters = 5;
   Bench b;
   std::string mode = "both", delay = "quarter";
+  bool calls = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "-b") bulkBytes = ternperf::parseSize(argv[i + 1], argv[0]);
     else if (a == "-u") urgentBytes = ternperf::parseSize(argv[i + 1], argv[0]);
     else if (a == "-n") iters = atoi(argv[i + 1]);
     else if (a == "--mode") mode = argv[i + 1];
+    else if (a == "--calls") calls = std::string(argv[i + 1]) == "1";
     else if (a == "--produce") b.produce = atoi(argv[i + 1]) != 0;
     else if (a == "--delay" && (std::string(argv[i + 1]) == "quarter" || std::string(argv[i + 1]) == "random"))
       delay = argv[i + 1];
     else {
       fprintf(stderr,
               "usage: priority_perf [-b BULK] [-u URGENT] [-n ITERS] [--mode async|threads|both] "
-              "[--produce 0|1] [--delay quarter|random]\n");
+              "[--produce 0|1] [--delay quarter|random] [--calls 0|1]\n");
       return 2;
     }
   }
@@ -167,6 +171,8 @@ int main(int argc, char** argv) {
       auto [tu, tb] = b.contended(m == 1, soloB.back() * (delay == "random" ? at(rng) : 0.25));
       u[m].push_back(tu);
       bt[m].push_back(tb);
+      if (calls)  // each contended urgent call, to set beside TERN_TRACE's spans (issue, start, end)
+        fprintf(stderr, "call rank %d mode %s: urgent %.3f ms\n", rank, modes[m], tu * 1e3);
       ratio[m].push_back(tu / soloU.back());
       toCold[m].push_back(tu / coldU.back());
       loss[m].push_back(tb / soloB.back() - 1);
