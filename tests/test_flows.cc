@@ -233,7 +233,7 @@ TEST_P(UcxClasses, EachClassContextHasItsServiceLevelAndTrafficClass) {
   // Unset, the traffic class is the class's DSCP << 2, given to UCX only on
   // a host with RDMA (elsewhere no interface uses it).
   const bool rdma = tern::hostHasActiveRdma();
-  const int sl[3] = {5, 3, 1}, tc[3] = {rdma ? 46 << 2 : -1, rdma ? 18 << 2 : -1, rdma ? 8 << 2 : -1};
+  const int sl[3] = {5, 3, 1}, tc[3] = {rdma ? 46 << 2 : -1, rdma ? 18 << 2 : -1, rdma ? 10 << 2 : -1};
   expectAllRanksOk(runRanks(2, transportEnv(GetParam(), {{"TERN_UCX_IB_SL", "5,3,1"}}),
                             [&](RankCtx& c) { return checkUcxContexts(c, sl, tc); }, 1, 60));
   const int tc2[3] = {200, 100, 0};
@@ -256,7 +256,7 @@ TEST(UcxIbSettings, TrafficClassFollowsTheDscpTable) {
   };
   EXPECT_EQ(resolved(0).ibTrafficClass, 46 << 2);
   EXPECT_EQ(resolved(3).ibTrafficClass, 18 << 2);
-  EXPECT_EQ(resolved(7).ibTrafficClass, 8 << 2);
+  EXPECT_EQ(resolved(7).ibTrafficClass, 10 << 2);
   EXPECT_EQ(resolved(0).ibSl, -1);
   setenv("TERN_FLOW_DSCP", "40,0,10", 1);
   EXPECT_EQ(resolved(0).ibTrafficClass, 160);
@@ -310,7 +310,7 @@ int statsBody(RankCtx& ctx) {
   auto moved = [&](const ternFlowStats_t& a, const ternFlowStats_t& b, int k) {
     return ctx.rank == 0 ? b.bytesSent[k] - a.bytesSent[k] : b.bytesRecv[k] - a.bytesRecv[k];
   };
-  if (s1.flowClasses != 3 || s1.dscp[0] != 46 || s1.dscp[2] != 8)
+  if (s1.flowClasses != 3 || s1.dscp[0] != 46 || s1.dscp[2] != 10)
     fails += failf(ctx, "classes %d, DSCP %d/%d", s1.flowClasses, s1.dscp[0], s1.dscp[2]);
   // The descriptor travels with the payload: a little more than n.
   if (moved(s0, s1, 0) < n || moved(s0, s1, 2) != 0 || moved(s0, s1, 1) != 0)
