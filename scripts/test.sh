@@ -33,12 +33,18 @@ TSAN_TESTS="Engine|Mismatch|DeadPeer|ConnTable|ConfigStruct|Priority|P2P|RecvAny
 #   caller alike over shm and tcp; UCX's own code runs in the collective and
 #   point-to-point cases) and the 5- and 6-rank ternary cases (3 and 4 ranks
 #   take the same odd and even widths' code).
+# - TSan: the engine and device-simulation cases at 3 ranks (2 ranks over
+#   shm and tcp stay; the 3-rank collectives run the engine with a peer on
+#   each side); ASan: all-to-all at 4 ranks over tcp (shm_4ranks stays).
 # Measured 2026-12-04: 219 of the ASan stage's 1596 test seconds, 191 of
 # TSan's 1597; then, after the checker's tables: ASan's engine cases over
-# UCX 105 of 1090, ternary at 5-6 ranks 37, TSan's shm_4ranks 74 of 1045.
+# UCX 105 of 1090, ternary at 5-6 ranks 37, all-to-all tcp_4ranks 15; TSan's
+# shm_4ranks 74 of 1045, 3-rank engine cases ~105, 3-rank DeviceSim ~55.
 ASAN_EXCLUDE="^Transports/(Collectives\.AllSizesTypesOpsPlaces|AllToAll\.GatherScatterEveryRootAndSize)/((tcp|ucx_tcp|ucx_sm)_1ranks|ucx_(tcp|sm)_4ranks)( |\$)"
 ASAN_EXCLUDE+="|^Transports/EngineCase\.[A-Za-z]+/ucx_(tcp|sm)_[23]ranks( |\$)|^Ranks/TernaryExact\.[A-Za-z]+/shm_[56]ranks( |\$)"
+ASAN_EXCLUDE+="|^Transports/AllToAll\.GatherScatterEveryRootAndSize/tcp_4ranks( |\$)"
 TSAN_EXCLUDE="^Transports/Collectives\.AllSizesTypesOpsPlaces/(tcp_[14]|shm_4)ranks( |\$)"
+TSAN_EXCLUDE+="|^Transports/(EngineCase\.[A-Za-z]+/(shm|tcp)_3ranks|DeviceSim\.[A-Za-z]+/(shm|tcp)_3ranks_[a-z]+)( |\$)"
 
 # Every test that `ctest <selection>` picks in the full build $1 runs an
 # executable that the target $2 builds (listed in $1/tests/$2.txt).
