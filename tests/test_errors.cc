@@ -100,8 +100,49 @@ TEST_F(Errors, GroupMisuse) {
   float got[4] = {};
   EXPECT_EQ(ternRecv(got, 4, ternFloat32, 0, comm, nullptr), ternSuccess);
   buf[3] = 7;
+  // The refused barrier fails the group: its send and receive never ran.
+  expectError(ternGroupEnd(), ternInvalidUsage, "nothing in the group was issued", nullptr);
+  EXPECT_EQ(got[3], 0);
+  ASSERT_EQ(ternGroupStart(), ternSuccess);
+  EXPECT_EQ(ternSend(buf, 4, ternFloat32, 0, comm, nullptr), ternSuccess);
+  EXPECT_EQ(ternRecv(got, 4, ternFloat32, 0, comm, nullptr), ternSuccess);
   EXPECT_EQ(ternGroupEnd(), ternSuccess);
   EXPECT_EQ(got[3], 7);
+}
+
+// A call refused inside a group fails the whole group at its end, as NCCL's
+// ncclGroupEnd returns a failed call's error: nothing of the group runs
+// (peers that ran their whole group would get a result this rank left out),
+// ternGroupEndAsync gives no request, nested ends wait for the outermost,
+// and the next group starts clean.
+TEST_F(Errors, ARefusedCallFailsItsGroupAndNothingRuns) {
+  const float in[4] = {1, 2, 3, 4};
+  float out[4] = {};
+  ASSERT_EQ(ternGroupStart(), ternSuccess);
+  EXPECT_EQ(ternAllReduce(in, out, 4, ternFloat32, ternSum, comm, nullptr), ternSuccess);
+  expectError(ternAllReduce(in, out, 4, static_cast<ternDataType_t>(99), ternSum, comm, nullptr),
+              ternInvalidArgument, "datatype", comm);
+  EXPECT_EQ(ternAllGather(in, out, 4, ternFloat32, comm, nullptr), ternSuccess);
+  expectError(ternGroupEnd(), ternInvalidArgument, "datatype", nullptr);
+  EXPECT_NE(std::string(ternGetLastError(nullptr)).find("nothing in the group was issued"), std::string::npos);
+  EXPECT_EQ(out[0], 0) << "an operation of the failed group ran";
+
+  ASSERT_EQ(ternGroupStart(), ternSuccess);
+  ASSERT_EQ(ternGroupStart(), ternSuccess);
+  expectError(ternBroadcast(in, out, 4, ternFloat32, 3, comm, nullptr), ternInvalidArgument, "root 3", comm);
+  EXPECT_EQ(ternGroupEnd(), ternSuccess);  // the inner end: the outer one answers
+  EXPECT_EQ(ternReduce(in, out, 4, ternFloat32, ternSum, 0, comm, nullptr), ternSuccess);
+  ternRequest_t req = reinterpret_cast<ternRequest_t>(&out);  // anything but NULL
+  expectError(ternGroupEndAsync(&req), ternInvalidArgument, "root 3", nullptr);
+  EXPECT_EQ(req, nullptr);
+  EXPECT_EQ(out[0], 0);
+
+  ASSERT_EQ(ternGroupStart(), ternSuccess);
+  EXPECT_EQ(ternAllReduce(in, out, 4, ternFloat32, ternSum, comm, nullptr), ternSuccess);
+  ASSERT_EQ(ternGroupEndAsync(&req), ternSuccess) << ternGetLastError(nullptr);
+  ASSERT_NE(req, nullptr);
+  EXPECT_EQ(ternRequestWait(req), ternSuccess);
+  EXPECT_EQ(out[3], 4);
 }
 
 // ternGetLastError describes the latest failure: a comm-less misuse after a
@@ -165,6 +206,15 @@ TEST(ErrorsAsync, FailedEarlierNamesTheCauseOnce) {
     if (later[0] != later[1] || later[0].find("failed earlier (" + cause + ")") == std::string::npos)
       return terntest::failf(c, "cause '%s', then '%s', then '%s'", cause.c_str(),
                              later[0].c_str(), later[1].c_str());
+    // The same refusal inside an async group: an error and no request (a
+    // request for the emptied group once "ended without error").
+    ternRequest_t req = nullptr;
+    ternGroupStart();
+    ternAllReduce(x, x, 4, ternFloat32, ternSum, comm, nullptr);
+    ternResult_t g = ternGroupEndAsync(&req);
+    if (g == ternSuccess || req != nullptr)
+      return terntest::failf(c, "an async group on the failed communicator gave %s and a request %p",
+                             ternGetErrorString(g), static_cast<void*>(req));
     if (ternGroupEnd() != ternInvalidUsage ||
         std::string(ternGetLastError(comm)).find("ternGroupStart") == std::string::npos)
       return terntest::failf(c, "after a ternGroupEnd misuse: '%s'", ternGetLastError(comm));

@@ -73,6 +73,8 @@ ternResult_t ternSend(const void* sendbuff, size_t count, ternDataType_t datatyp
 ternResult_t ternRecv(void* recvbuff, size_t count, ternDataType_t datatype,
     int peer, ternComm_t comm, ternStream_t stream);
 ternResult_t ternGroupStart(void);
+/* A call refused inside the group fails it: the outermost end returns that
+ * error and issues nothing of the group. */
 ternResult_t ternGroupEnd(void);
 ternResult_t ternBarrier(ternComm_t comm);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 #include <unordered_set>
 
 #include "api/alone.h"
@@ -31,6 +32,9 @@ struct PerThread {
   std::vector<P2pCall> recorded;
   Comm* recordedOn = nullptr;
   bool recordLost = false;
+  // The open group's first failed call (failGroup): its code and sentence.
+  ternResult_t failed = ternSuccess;
+  std::string failedWhy;
 };
 thread_local PerThread perThread;
 
@@ -221,6 +225,13 @@ ternResult_t launchOp(Comm* c, OpPtr op) {
   return r;
 }
 
+void failGroup(ternResult_t r) {
+  PerThread& t = self();
+  if (t.depth == 0 || t.failed != ternSuccess) return;
+  t.failed = r;
+  t.failedWhy = lastThreadError();
+}
+
 void releaseRequestsOf(const Comm* c) {
   std::vector<ternRequest*> mine;
   {
@@ -248,6 +259,18 @@ extern "C" ternResult_t ternGroupStart(void) {
   return ternSuccess;
 }
 
+// The group of a failed call ends with its failure; nothing in it is issued
+// (operations on streams let go of them as they are freed).
+static ternResult_t dropGroup(PerThread& t) {
+  t.pending.clear();
+  t.recorded.clear();
+  t.recordLost = false;
+  const ternResult_t r = t.failed;
+  t.failed = ternSuccess;
+  return setError(r, "ternGroupEnd: a call in the group failed, so nothing in the group was issued: " +
+                         std::move(t.failedWhy));
+}
+
 static ternResult_t groupEnd(ternRequest_t* request) {
   PerThread& t = self();
   int& depth = t.depth;
@@ -261,6 +284,7 @@ static ternResult_t groupEnd(ternRequest_t* request) {
     }
     return ternSuccess;
   }
+  if (t.failed != ternSuccess) return dropGroup(t);
   IssuedOps ops;
   ops.swap(t.pending);
   if (!t.recorded.empty()) {  // (then nothing is pending: see recordInGroup)

@@ -36,6 +36,20 @@ bool recordInGroup(Comm* c, const CollArgs& a, ternResult_t* r);
 // waits for it: its result (ternInProgress at once on a nonblocking
 // communicator).
 ternResult_t launchOp(Comm* c, OpPtr op);
+// A call that failed while a group is open fails the group: the outermost
+// ternGroupEnd returns the first such failure and issues nothing (NCCL's
+// ncclGroupError).  Otherwise a rank whose call was refused ran the rest of
+// its group as if whole, and a group left empty gave a request that ended
+// "without error" (test_engine's DeadPeer at 3 ranks, when the peer's death
+// was known before the call).
+[[gnu::noinline, gnu::cold]] void failGroup(ternResult_t r);
+// A launching call's body (api.cc), its failure noted for the open group.
+template <class Body>
+inline ternResult_t groupCall(Body body) {
+  ternResult_t r = body();
+  if (__builtin_expect(r != ternSuccess && r != ternInProgress, 0)) failGroup(r);
+  return r;
+}
 // Waits for issued operations; records failures on their communicators.
 // hostOnly: not the operations on a stream (nobody waits for those).
 ternResult_t waitAll(const IssuedOps& ops, bool hostOnly = false);
