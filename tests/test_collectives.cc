@@ -101,4 +101,42 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::ValuesIn(testTransports()), ::testing::Values(1, 2, 3, 4)),
     [](const auto& info) { return transportRanksName(info); });
 
+// Every allreduce algorithm TERN_ALGO can force, past a tiny fifo
+// (TERN_SMALL_THRESHOLD=0, so that the force holds at every size): forced
+// recursive doubling on a buffer larger than the fifo once left both
+// partners sending, each waiting for the other to make room.
+int forcedAlgorithmsBody(RankCtx& ctx) {
+  setenv("TERN_CHUNKSIZE", std::to_string(kSmallChunk).c_str(), 1);
+  setenv("TERN_BUFFSIZE", "16384", 1);
+  setenv("TERN_SMALL_THRESHOLD", "0", 1);
+  int failures = 0, i = 0;
+  for (const char* algo : {"rd", "ring", "twolevel"}) {
+    setenv("TERN_ALGO", algo, 1);
+    Checker c{ctx, ctx.comm(i++)};
+    for (ternDataType_t dt : {ternFloat32, ternInt8, ternFloat64}) {
+      const size_t fifo = 16384 / ternTypeSize(dt);
+      for (size_t count : {size_t(1), size_t(1023), fifo / 4 + 1, fifo + 3, 5 * fifo + 1})
+        for (bool inplace : {false, true}) {
+          c.allReduce(dt, ternSum, count, inplace);
+          c.allReduce(dt, ternMax, count, inplace);
+        }
+    }
+    failures += c.failures;
+  }
+  for (const char* v : {"TERN_CHUNKSIZE", "TERN_BUFFSIZE", "TERN_SMALL_THRESHOLD", "TERN_ALGO"}) unsetenv(v);
+  return failures ? 1 : 0;
+}
+
+class ForcedAlgorithms : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(ForcedAlgorithms, EverySizePastTheFifo) {
+  auto [transport, nranks] = GetParam();
+  expectAllRanksOk(runRanks(nranks, transportEnv(transport, {{"TERN_TIMEOUT", "30"}}),
+                            forcedAlgorithmsBody, 3, 120));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ForcedAlgorithms,
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(2, 3)),
+                         [](const auto& info) { return transportRanksName(info); });
+
 }  // namespace

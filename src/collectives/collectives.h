@@ -4,6 +4,7 @@
 // copies that belong before the first step).  Tasks (engine/operation.h) tie
 // an operation to its plans, phase by phase.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 
@@ -69,8 +70,13 @@ void planAllReduceTwoLevel(const PlanCtx& x, const void* src, void* dst, size_t 
 void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst, size_t count,
                                     ternDataType_t dt, ternRedOp_t op, Phase* ph);
 // Its steps on buffer d (in place, after any copy of the input) in order: a
-// fold into a partner, log2 exchanges, the result back to the partner.  Each
-// (peer, direction) appears at most once.  Also the small path's schedule
+// fold into a partner, log2 exchanges, the result back to the partner.  An
+// exchange goes in pieces of at most a quarter of the fifo, each sent before
+// the partner's same piece is received and reduced: both partners send
+// first, so a whole buffer larger than the fifo left each waiting for the
+// other to make room (TERN_ALGO=rd hung from 6 MiB over shm and tcp).  Up
+// to a quarter of the fifo (every small-path call: TERN_SMALL_THRESHOLD is
+// capped there) each (peer, direction) appears at most once.  Also the small path's schedule
 // (api/alone.cc), which runs them without a plan and, when it must, hands the
 // operation to the engine at the step it reached.  `emit` gets each step in
 // turn (no array: a Step is 88 bytes, and zeroing room for the most a rank
@@ -82,24 +88,32 @@ void recursiveDoublingSteps(const PlanCtx& x, char* d, size_t bytes, Emit emit) 
   int pow2 = 1;
   while (pow2 * 2 <= n) pow2 *= 2;
   const int rem = n - pow2;
-  auto send = [&](int peer) { emit(Step{nullptr, x.conn(peer), d, nullptr, bytes}); };
-  auto recv = [&](int peer, bool reduce) {
-    emit(Step{x.conn(peer), nullptr, reduce ? d : nullptr, d, bytes, reduce});
+  auto send = [&](int peer, size_t off, size_t len) { emit(Step{nullptr, x.conn(peer), d + off, nullptr, len}); };
+  auto recv = [&](int peer, bool reduce, size_t off, size_t len) {
+    emit(Step{x.conn(peer), nullptr, reduce ? d + off : nullptr, d + off, len, reduce});
+  };
+  const size_t piece = std::max<size_t>(x.cfg->fifoBytes / 4, 64);  // whole elements: a multiple of 64
+  auto exchange = [&](int peer) {
+    size_t off = 0;
+    do {  // (a zero-byte call still exchanges its descriptor)
+      const size_t len = std::min(piece, bytes - off);
+      send(peer, off, len);
+      recv(peer, true, off, len);
+      off += len;
+    } while (off < bytes);
   };
   if (r < 2 * rem && r % 2 == 0) {  // folded away: give data, get result
-    send(r + 1);
-    recv(r + 1, false);
+    send(r + 1, 0, bytes);
+    recv(r + 1, false, 0, bytes);
     return;
   }
-  if (r < 2 * rem) recv(r - 1, true);
+  if (r < 2 * rem) recv(r - 1, true, 0, bytes);
   const int newRank = r < 2 * rem ? r / 2 : r - rem;
   for (int mask = 1; mask < pow2; mask <<= 1) {
     const int pn = newRank ^ mask;
-    const int peer = pn < rem ? pn * 2 + 1 : pn + rem;
-    send(peer);
-    recv(peer, true);
+    exchange(pn < rem ? pn * 2 + 1 : pn + rem);
   }
-  if (r < 2 * rem) send(r - 1);
+  if (r < 2 * rem) send(r - 1, 0, bytes);
 }
 void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, int root, Phase* ph);
 void planReduce(const PlanCtx& x, const void* src, void* dst, size_t count, ternDataType_t dt,
