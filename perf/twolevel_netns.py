@@ -2,8 +2,10 @@
 """Two-level collectives against the flat ring across two emulated hosts (issue 45).
 
   perf/twolevel_netns.py [--coll all_reduce|all_gather] [--build DIR] [--rate 1gbit] [-b 1M] [-e 64M] [-f 4] [-n 5] [-w 2]
-                         [--rounds 3] [--algos ring,twolevel,auto] [--bytes-size 64M]
-The first algorithm is the baseline of the ratios (ring).
+                         [--rounds 3] [--algos ring,twolevel,auto] [--bytes-size 64M] [--ternary]
+The first algorithm is the baseline of the ratios (ring). --ternary times the
+ternary allreduce (all_reduce_perf -T 1): ring is its flat form, twolevel dense
+inside each host and ternary across hosts.
 
 Two hosts are two network namespaces joined by one veth pair, each end shaped
 with tc htb to --rate (the hosts' NICs); 2 ranks per host (ranks 0-1 on host 0,
@@ -65,7 +67,7 @@ def run(a, hosts, algo, sizes_args):
     n = 2 * RANKS_PER_HOST
     root = "%s:%d" % (ADDRS[0], compare.free_port())
     secret = secrets.token_hex(16)
-    argv = [os.path.join(a.build, "perf", a.coll + "_perf")] + sizes_args
+    argv = [os.path.join(a.build, "perf", a.coll + "_perf")] + sizes_args + (["-T", "1"] if a.ternary else [])
     env = lambda r: dict(TERN_RANK=str(r), TERN_NRANKS=str(n), TERN_ROOT=root, TERN_SECRET=secret,
                          TERN_ALGO=algo)
 
@@ -88,7 +90,10 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--algos", default="ring,twolevel,auto")
     p.add_argument("--bytes-size", default="64M")
+    p.add_argument("--ternary", action="store_true", help="the ternary allreduce (-T 1)")
     a = p.parse_args()
+    if a.ternary and a.coll != "all_reduce":
+        sys.exit("--ternary is the allreduce's")
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces, tc)")
     algos = a.algos.split(",")
@@ -117,8 +122,9 @@ def main():
     finally:
         hosts.close()
 
-    print("# %s float32%s, 2 hosts x %d ranks, veth shaped to %s; median of %d rounds"
-          % (a.coll, " sum" if a.coll == "all_reduce" else "", RANKS_PER_HOST, a.rate, a.rounds))
+    print("# %s%s float32%s, 2 hosts x %d ranks, veth shaped to %s; median of %d rounds"
+          % (a.coll, " (ternary)" if a.ternary else "", " sum" if a.coll == "all_reduce" else "",
+             RANKS_PER_HOST, a.rate, a.rounds))
     head = "%12s" % "size"
     for algo in algos:
         head += " %12s %9s" % (algo + " us", "busbw")

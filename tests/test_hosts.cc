@@ -134,6 +134,19 @@ TEST(AlgoChoice, PureFunctionOfTheFacts) {
   EXPECT_EQ(chooseAlgo(facts("auto", big, 3, 2, 7, ag, 3)), Algo::Ring);
   EXPECT_EQ(chooseAlgo(facts("rd", big, 2, 2, 4, ag)), Algo::Ring);
   EXPECT_EQ(chooseAlgo(facts("auto", big, 4, 1, 4, ag)), Algo::Ring);
+  // The ternary allreduce: two levels with several hosts of as many ranks
+  // (more than one), whatever the size (its own minimum applies first),
+  // unless forced flat or clipping.
+  using tern::chooseTernaryTwoLevel;
+  const tern::OpKind tn = tern::OpKind::Ternary;
+  EXPECT_TRUE(chooseTernaryTwoLevel(facts("auto", big, 2, 2, 4, tn), false));
+  EXPECT_TRUE(chooseTernaryTwoLevel(facts("twolevel", 4096, 3, 4, 12, tn), false));
+  EXPECT_FALSE(chooseTernaryTwoLevel(facts("auto", big, 2, 2, 4, tn), true));     // clipping
+  EXPECT_FALSE(chooseTernaryTwoLevel(facts("ring", big, 2, 2, 4, tn), false));
+  EXPECT_FALSE(chooseTernaryTwoLevel(facts("rd", big, 2, 2, 4, tn), false));
+  EXPECT_FALSE(chooseTernaryTwoLevel(facts("auto", big, 1, 4, 4, tn), false));    // one host
+  EXPECT_FALSE(chooseTernaryTwoLevel(facts("auto", big, 4, 1, 1, tn), false));    // a rank per host
+  EXPECT_FALSE(chooseTernaryTwoLevel(facts("auto", big, 2, 1, 4, tn, 3), false));  // 3+1
 }
 
 // ---- two-level allreduce across emulated hosts ----

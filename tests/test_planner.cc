@@ -856,14 +856,16 @@ TEST(PlannerCli, FitWritesAModelFile) {
 
 // tern-plan calibrate on a stand-in benchmark: an nccl-tests table whose
 // times follow TERN_ALGO, which fails unless each forced algorithm runs with
-// TERN_SMALL_THRESHOLD=0 (the small path's run keeps the threshold).
+// TERN_SMALL_THRESHOLD=0 (the small path's run keeps the threshold) and
+// each ternary form is forced (ring: flat; twolevel).
 TEST(PlannerCli, CalibrateTimesEachForcedAlgorithmAndFits) {
   const std::string bench = writeTemp("bench.sh", R"(case "$TERN_ALGO:$TERN_SMALL_THRESHOLD:$*" in
   rd::*) t=10 ;;
   rd:0:*) t=12 ;;
   ring:0:*) t=15 ;;
   twolevel:0:*) t=9 ;;
-  ::*"-T 1") t=5 ;;
+  ring::*"-T 1") t=5 ;;
+  twolevel::*"-T 1") t=4 ;;
   *) exit 3 ;;
 esac
 echo "#       size         count      type   redop    root     time"
@@ -885,10 +887,11 @@ done
   EXPECT_EQ(rows("rd"), 8u);
   EXPECT_EQ(rows("ring"), 8u);
   EXPECT_EQ(rows("twolevel"), 8u);
-  EXPECT_EQ(rows("ternary"), 4u);        // from 64 KiB
+  EXPECT_EQ(rows("ternary"), 4u);        // from 64 KiB, the flat form forced
+  EXPECT_EQ(rows("ternary-twolevel"), 4u);  // 2 hosts of 2 ranks: the two-level form forced
   EXPECT_NE(text.find("\"link\": \"tcp\", \"hosts\": 2, \"ranks\": 4, \"bytes\": 1048576, \"time_us\": 1063.5"),
             std::string::npos) << text;
-  EXPECT_NE(tern::model::loadModelFile(out).source.find("fitted to 32 measurements"), std::string::npos);
+  EXPECT_NE(tern::model::loadModelFile(out).source.find("fitted to 36 measurements"), std::string::npos);
   CliRun bad = ternPlan("calibrate --hosts 2 --ranks 4 -- sh -c 'exit 3'");
   EXPECT_EQ(bad.status, 1) << bad.out;
   EXPECT_NE(bad.out.find("the benchmark sh failed (status 3)"), std::string::npos) << bad.out;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "codec/ternary_math.h"
@@ -139,6 +140,100 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TernaryExact,
 INSTANTIATE_TEST_SUITE_P(Tcp, TernaryExact,
                          ::testing::Combine(::testing::Values("tcp"), ::testing::Values(3)),
                          [](const auto& info) { return transportRanksName(info); });
+
+// The two-level form's reference (hosts of two ranks each, so that a host's
+// sum is one addition, the same in any order): host sums rounded to the
+// datatype, scales from them, and per slice the codes of rank j of every
+// host, drawn from that rank's Philox stream; slices of whole blocks, as
+// the library cuts them.
+std::vector<float> referenceTwoLevel(const std::string& hosts, size_t count, ternDataType_t dt,
+                                     ternRedOp_t op, bool det, uint32_t block, uint64_t call) {
+  std::vector<std::vector<int>> members;  // hosts in order of their lowest rank
+  std::string seen;
+  for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
+    size_t h = seen.find(hosts[r]);
+    if (h == std::string::npos) h = seen.size(), seen += hosts[r], members.emplace_back();
+    members[h].push_back(r);
+  }
+  const int N = static_cast<int>(hosts.size()), L = static_cast<int>(members[0].size());
+  auto rounded = [&](float v) {
+    char tmp[4];
+    storeAs(dt, tmp, 0, v);
+    return loadAs(dt, tmp, 0);
+  };
+  auto hostSum = [&](const std::vector<int>& m, size_t i) {
+    return rounded(rounded(gradient(m[0], i, det, block)) + rounded(gradient(m[1], i, det, block)));
+  };
+  const size_t units = (count + block - 1) / block;
+  auto sliceOf = [&](size_t i) {  // the local rank whose slice holds element i
+    for (int j = L - 1; j >= 0; --j)
+      if (i >= (units / L * j + std::min<size_t>(units % L, j)) * block) return j;
+    return 0;
+  };
+  std::vector<float> scale((count + block - 1) / block, 0.0f), out(count);
+  for (const auto& m : members)
+    for (size_t i = 0; i < count; ++i) scale[i / block] = std::max(scale[i / block], std::fabs(hostSum(m, i)));
+  for (size_t i = 0; i < count; ++i) {
+    int sum = 0;
+    for (const auto& m : members) {
+      tern::TernaryKey key = tern::ternaryKey(kSeed, static_cast<uint32_t>(m[sliceOf(i)]), call);
+      sum += tern::ternaryCode(hostSum(m, i), scale[i / block], tern::ternaryDraw(key, i));
+    }
+    out[i] = rounded(tern::ternaryDecode(sum, scale[i / block], op == ternAvg ? N : 0));
+  }
+  return out;
+}
+
+// Two levels, bit for bit: 2 and 3 hosts of 2 ranks (TERN_HOST_ID), every
+// datatype and op, odd sizes, sizes whose last slices are empty, chunk edges.
+int twoLevelExactBody(RankCtx& ctx, const std::string& hosts) {
+  setenv("TERN_HOST_ID", std::string(1, hosts[ctx.rank]).c_str(), 1);
+  setenv("TERN_CHUNKSIZE", "4096", 1);
+  setenv("TERN_BUFFSIZE", "16384", 1);
+  ternComm_t comm = ctx.comm(0);
+  int fails = 0;
+  uint64_t call = 0;
+  const uint32_t block = 128;
+  for (bool det : {true, false})
+    for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16})
+      for (ternRedOp_t op : {ternSum, ternAvg})
+        for (size_t count : {1ul, 100ul, 129ul, 1000ul, 8192ul * 2 + 77, 100003ul}) {
+          if (!det && dt != ternFloat32 && count > 2000) continue;
+          setConfig(comm, block);
+          size_t esz = dt == ternFloat32 ? 4 : 2;
+          for (bool inplace : {false, true}) {
+            std::vector<char> send(count * esz), recv(count * esz);
+            for (size_t i = 0; i < count; ++i) storeAs(dt, send.data(), i, gradient(ctx.rank, i, det, block));
+            if (inplace) recv = send;
+            ternResult_t r = ternAllReduceTernary(inplace ? recv.data() : send.data(), recv.data(), count, dt, op,
+                                                  comm, nullptr);
+            if (r != ternSuccess) return failf(ctx, "two-level ternary failed: %s", ternGetLastError(comm));
+            std::vector<float> want = referenceTwoLevel(hosts, count, dt, op, det, block, call++);
+            for (size_t i = 0; i < count; ++i) {
+              float got = loadAs(dt, recv.data(), i);
+              if (std::memcmp(&got, &want[i], 4) != 0) {
+                fails += failf(ctx, "%s dt=%d op=%d count=%zu %s: element %zu is %g, want %g",
+                               det ? "deterministic" : "random", dt, op, count,
+                               inplace ? "in-place" : "out-of-place", i, got, want[i]);
+                break;
+              }
+            }
+          }
+        }
+  ternCommDestroy(comm);
+  return fails ? 1 : 0;
+}
+
+class TernaryTwoLevel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TernaryTwoLevel, BitExactAgainstTheReference) {
+  const std::string hosts = GetParam();
+  expectAllRanksOk(runRanks(static_cast<int>(hosts.size()), {{"TERN_TIMEOUT", "60"}},
+                            [&](RankCtx& c) { return twoLevelExactBody(c, hosts); }, 1, 600));
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, TernaryTwoLevel, ::testing::Values("aabb", "aabbcc"),
+                         [](const auto& info) { return info.param; });
 
 // Many calls (fresh draws each): the mean result converges to the true
 // average within a z-bound computed from the variance s|g| - g^2.

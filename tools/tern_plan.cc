@@ -418,6 +418,7 @@ int calibrate(const Args& a) {
   const long long hosts = static_cast<long long>(number(a, "--hosts", 0, true));
   if (hosts == 0) throw Exit{kInputError, "tern-plan calibrate needs --hosts."};
   std::string layout;
+  bool evenSeveral = false;  // every host has as many ranks, more than one: the two-level ternary form runs
   if (a.flags.count("--ranks-per-host")) {
     std::vector<double> per;
     for (const std::string& l : split(a.flags.at("--ranks-per-host"), ','))
@@ -427,10 +428,12 @@ int calibrate(const Args& a) {
       throw Exit{kInputError, "--ranks-per-host lists " + std::to_string(per.size()) + " hosts, not " +
                                   std::to_string(hosts) + "."};
     layout = "\"ranks_per_host\": " + numbersJson(per);
+    evenSeveral = per[0] > 1 && std::all_of(per.begin(), per.end(), [&](double l) { return l == per[0]; });
   } else {
     const double ranks = number(a, "--ranks", 0, true);
     if (ranks == 0) throw Exit{kInputError, "tern-plan calibrate needs --ranks or --ranks-per-host."};
     layout = "\"ranks\": " + whole(ranks);
+    evenSeveral = static_cast<long long>(ranks) % hosts == 0 && ranks / hosts > 1;
   }
   const std::string link = hosts == 1 ? "shm" : a.flags.count("--link") ? a.flags.at("--link") : "tcp";
   struct Run {
@@ -443,7 +446,10 @@ int calibrate(const Args& a) {
                            {"rd", {{"TERN_ALGO", "rd"}, {"TERN_SMALL_THRESHOLD", "0"}}, false, 0, 1e300},
                            {"ring", {{"TERN_ALGO", "ring"}, {"TERN_SMALL_THRESHOLD", "0"}}, false, 0, 1e300}};
   if (hosts > 1) runs.push_back({"twolevel", {{"TERN_ALGO", "twolevel"}, {"TERN_SMALL_THRESHOLD", "0"}}, false, 0, 1e300});
-  if (a.flags.count("--ternary")) runs.push_back({"ternary", {}, true, 65536, 1e300});
+  if (a.flags.count("--ternary")) {  // the flat form forced (auto takes two levels where it can)
+    runs.push_back({"ternary", {{"TERN_ALGO", "ring"}}, true, 65536, 1e300});
+    if (hosts > 1 && evenSeveral) runs.push_back({"ternary-twolevel", {{"TERN_ALGO", "twolevel"}}, true, 65536, 1e300});
+  }
   std::string ms = "{\"measurements\": [";
   size_t count = 0;
   for (const Run& r : runs) {

@@ -20,6 +20,10 @@
 // binds it): the ring, or two-level where every host has as many ranks
 // (forced, or under auto as above from kTwoLevelAllGatherFromBytes of
 // output); uneven hosts fall back to the ring; rd means the ring.
+// The ternary allreduce (chooseTernaryTwoLevel): two levels under auto and
+// twolevel where every host has as many ranks, more than one, unless it
+// clips (sigma is per rank; the host sum would need its own); ring and rd
+// keep it flat.  Uneven hosts stay flat: the rails would differ in count.
 // With TERN_MODEL_FILE (every rank's the same, checked at init) auto asks
 // the cost model instead for an allreduce above the threshold: the dense
 // algorithm it predicts fastest at this size, host layout and link
@@ -72,6 +76,11 @@ Algo chooseAlgo(const AlgoFacts& f) {
   if (!strcmp(f.forced, "twolevel")) return Algo::TwoLevel;
   if (f.model) return modelChoice(f);
   return severalEach && f.bytes >= kTwoLevelFromBytes ? Algo::TwoLevel : Algo::Ring;
+}
+
+bool chooseTernaryTwoLevel(const AlgoFacts& f, bool clip) {
+  if (clip || !strcmp(f.forced, "ring") || !strcmp(f.forced, "rd")) return false;
+  return f.hosts > 1 && f.minLocal == f.maxLocal && f.minLocal > 1;
 }
 
 const char* algoName(Algo a) {

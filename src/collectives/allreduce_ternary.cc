@@ -23,10 +23,12 @@
 
 #include "codec/ternary_cpu.h"
 #include "collectives/collectives.h"
+#include "collectives/ring.h"
 #include "collectives/ternary.h"
 #include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "topology/hosts.h"
 
 namespace tern {
 
@@ -79,19 +81,20 @@ class TernaryCodec : public GroupCodec {
   int avgN_;
 };
 
-// The ring: reduce-scatter with growing widths, then allgather with decode.
-void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDataType_t dt,
-                     int avgN, std::vector<std::unique_ptr<TernaryCodec>>& codecs, Phase* ph,
-                     uint64_t* payload) {
-  const int n = x.nranks, r = x.pos();  // chunks go by ring position
-  const size_t groups = (in.count + kTernaryGroup - 1) / kTernaryGroup;
+// The ring over `ring`'s members: reduce-scatter with growing widths, then
+// allgather with decode, of the 32-element groups [g.at, g.at + g.n) (every
+// group of the call in the flat form; one host slice's across hosts in the
+// two-level one, whose sums have one summand per host).
+void planTernaryRing(const PlanCtx& x, const RingSpan& ring, Span g, const TernaryInput& in, void* dst,
+                     ternDataType_t dt, int avgN, std::vector<std::unique_ptr<TernaryCodec>>& codecs,
+                     Program& prog, uint64_t* payload) {
+  const int n = ring.n, r = ring.pos;  // chunks go by ring position
+  const size_t groups = g.at + g.n;
   const size_t maxCg = std::max<size_t>(2, x.cfg->chunkBytes / 16 / 2 * 2);
   const int wN = ternaryWidth(n);
-  Conn* prev = x.prev();
-  Conn* next = x.next();
+  Conn* prev = ring.in;
+  Conn* next = ring.out;
   codecs.clear();
-  ph->progs.resize(1);
-  Program& prog = ph->progs[0];
   auto step = [&](Conn* from, Conn* to, size_t g0, size_t len, int win, int wout, bool code,
                   bool decode) {
     Step s;
@@ -112,7 +115,7 @@ void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDa
   // A piece's last step only receives and the next piece's first only
   // sends: the next piece's send goes ahead of it (as in allreduce_ring.cc).
   Step last;
-  for (size_t base = 0; base < groups;) {
+  for (size_t base = g.at; base < groups;) {
     size_t left = groups - base;
     size_t cg = std::min(maxCg, (left + n - 1) / n);
     cg += cg % 2;  // whole 64-element super-groups for the SIMD kernels
@@ -141,7 +144,6 @@ void planTernaryRing(const PlanCtx& x, const TernaryInput& in, void* dst, ternDa
     base += piece;
   }
   prog.add(last);
-  ph->what = "ternary allreduce";
 }
 
 // The call's residual in the operation's memory, made (zero) when the
@@ -164,22 +166,60 @@ uint64_t bytesSentAtLevel(const PlanCtx& x) {
   return sent;
 }
 
+// A host's slices for the two-level form: `count` elements cut in L slices
+// of whole scale blocks (B elements, a multiple of the codec's 64-element
+// super-group), so that a rank's block maxima and groups are its own.
+std::vector<Span> hostSlices(size_t count, size_t B, int L) {
+  const size_t units = (count + B - 1) / B;
+  std::vector<Span> s(L);
+  for (int i = 0; i < L; ++i) {
+    auto cut = [&](int k) { return std::min(count, (units / L * k + std::min<size_t>(units % L, k)) * B); };
+    s[i] = Span{cut(i), cut(i + 1) - cut(i)};
+  }
+  return s;
+}
+
 // The ternary allreduce as phases: block maxima made global (allreduce-max),
 // optionally the block sums of squares for clipping (allreduce-sum), then the
 // ring with growing widths; local work between them.
+//
+// Two-level (several hosts of as many ranks each, no clipping: chooseTernary
+// in algo_choice.cc): the host's sum first, densely over shm (a reduce-scatter
+// into the result buffer: rank j of a host holds its host's sum of slice j),
+// then the scales from the host sums, then the ternary ring of slice j among
+// rank j of every host (a "rail"), whose sums have H summands, not N: codes of
+// w(H) bits where the flat ring's grow to w(N); last the slices to every rank
+// of the host (an allgather over shm).  The host sum is what is coded, so the
+// result is unbiased as the flat form's; error feedback keeps each rank's
+// residual of the slice it codes.
 class TernaryTask : public Task {
  public:
   TernaryTask(TernaryState& st, const TernaryCall& call) : st_(st), c_(call) {}
 
   ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
     *more = true;
-    switch (stage_++) {
-      case 0: return scales(x, ph);
-      case 1:
-        if (clip()) planAllReduce(x, sumSq_.data(), sumSq_.data(), nb_, ternFloat32, ternSum, ph);
-        return ternSuccess;
-      case 2: return ring(x, ph);
-      default: finish(x);
+    if (stage_ == 0) {
+      twoLevel_ = chooseTernaryTwoLevel(algoFacts(x, OpKind::Ternary, c_.count * esz()), clip());
+      sentBefore_ = bytesSentAtLevel(x);
+      if (tooWide(x)) dense_ = makeTask(collArgs(OpKind::AllReduce, c_.src, c_.dst, c_.count, c_.dt, c_.op));
+    }
+    if (dense_) return dense_->next(x, ph, more);
+    if (twoLevel_) {
+      switch (stage_++) {
+        case 0: return hostSums(x, ph);
+        case 1: return scales(x, ph);
+        case 2: return rails(x, ph);
+        default: finish(x);
+      }
+    } else {
+      switch (stage_++) {
+        case 0: return scales(x, ph);
+        case 1:
+          if (clip()) planAllReduce(x, sumSq_.data(), sumSq_.data(), nb_, ternFloat32, ternSum, ph);
+          return ternSuccess;
+        case 2: return ring(x, ph);
+        default: finish(x);
+      }
     }
     *more = false;
     return ternSuccess;
@@ -187,22 +227,78 @@ class TernaryTask : public Task {
 
  private:
   bool clip() const { return c_.cfg.clip > 0; }
+  // A sum of more summands than the codec's widest code holds (511: ranks
+  // flat, hosts in two levels) runs dense, counted as a fallback.  Decided
+  // here, not at issue: the host layout says how many summands there are.
+  bool tooWide(const PlanCtx& x) {
+    const int summands = twoLevel_ ? x.hosts->hosts() : x.nranks;
+    if (ternaryWidth(summands) <= kTernaryMaxWidth) return false;
+    st_.countFallback();
+    TERN_LOG(Info, "ternary allreduce of %zu bytes runs dense: %d %s need %d-bit codes (the codec's widest: %d)",
+             c_.count * esz(), summands, twoLevel_ ? "hosts" : "ranks", ternaryWidth(summands), kTernaryMaxWidth);
+    return true;
+  }
+  size_t esz() const { return ternTypeSize(c_.dt); }
+  uint32_t block() const { return static_cast<uint32_t>(c_.cfg.blockSize); }
 
-  // Global per-block scales, identical on every rank.
-  ternResult_t scales(const PlanCtx& x, Phase* ph) {
-    const uint32_t B = static_cast<uint32_t>(c_.cfg.blockSize);
-    nb_ = (c_.count + B - 1) / B;
-    maxAbs_.resize(nb_);
-    if (clip()) sumSq_.resize(nb_);
-    sentBefore_ = bytesSentAtLevel(x);
-    x.mem->ternaryBlockStats(c_.src, c_.dt, c_.count, B, maxAbs_.data(),
-                              clip() ? sumSq_.data() : nullptr);
-    planAllReduce(x, maxAbs_.data(), maxAbs_.data(), nb_, ternFloat32, ternMax, ph);
+  // Two-level, first: this host's sum of slice j into the result buffer.
+  ternResult_t hostSums(const PlanCtx& x, Phase* ph) {
+    const HostLayout& hl = *x.hosts;
+    const int host = hl.hostOf[x.rank];
+    me_ = hl.localRank[x.rank];
+    slices_ = hostSlices(c_.count, block(), static_cast<int>(hl.members[host].size()));
+    local_ = ringOf(x, hl.members[host], me_);
+    std::vector<int> rail(hl.hosts());
+    for (int h = 0; h < hl.hosts(); ++h) rail[h] = hl.members[h][me_];
+    rail_ = ringOf(x, rail, host);
+    ph->progs.resize(1);
+    ringReduceScatterSteps(ph->progs[0], local_, slices_.data(), static_cast<const char*>(c_.src),
+                           static_cast<char*>(c_.dst), esz(), x.cfg->chunkBytes, false);
+    ph->red = {c_.dt, ternSum};
+    ph->what = "ternary allreduce (two-level): host sums";
     return ternSuccess;
   }
 
+  // Per-block scales, identical on every rank that codes the block: of the
+  // input, made global (flat); of the host sums of this rank's slice, made
+  // the rail's (two-level: only the slice's coders and decoders need them).
+  ternResult_t scales(const PlanCtx& x, Phase* ph) {
+    const uint32_t B = block();
+    nb_ = (c_.count + B - 1) / B;
+    maxAbs_.assign(nb_, 0.0f);
+    if (clip()) sumSq_.resize(nb_);
+    if (!twoLevel_) {
+      x.mem->ternaryBlockStats(c_.src, c_.dt, c_.count, B, maxAbs_.data(), clip() ? sumSq_.data() : nullptr);
+      planAllReduce(x, maxAbs_.data(), maxAbs_.data(), nb_, ternFloat32, ternMax, ph);
+      return ternSuccess;
+    }
+    const Span& mine = slices_[me_];
+    ph->progs.resize(1);
+    ph->red = {ternFloat32, ternMax};
+    ph->what = "ternary allreduce (two-level): scales";
+    if (mine.n == 0) return ternSuccess;  // (every host's rank j alike)
+    float* m = maxAbs_.data() + mine.at / B;
+    x.mem->ternaryBlockStats(static_cast<const char*>(c_.dst) + mine.at * esz(), c_.dt, mine.n, B, m, nullptr);
+    ringAllReduceSteps(ph->progs[0], rail_, reinterpret_cast<const char*>(m), reinterpret_cast<char*>(m),
+                       (mine.n + B - 1) / B, sizeof(float), x.cfg->chunkBytes, false);
+    return ternSuccess;
+  }
+
+  // What the codec reads: the input (flat) or the host sums (two-level),
+  // with this rank's Philox stream and, with error feedback, its residual.
+  ternResult_t input(const PlanCtx& x, const void* coded) {
+    in_ = TernaryInput{coded, c_.dt, c_.count, maxAbs_.data(), block(),
+                       ternaryKey(c_.cfg.seed, static_cast<uint32_t>(x.rank), c_.index)};
+    if (!c_.residual) return ternSuccess;
+    in_.residual = residualFor(*x.mem, *c_.residual, c_.count);
+    if (in_.residual) return ternSuccess;
+    return setError(ternSystemError, "ternary allreduce: no " + std::string(memTypeName(x.mem->type())) +
+                                         " memory for the error feedback residual of " +
+                                         std::to_string(c_.count) + " floats");
+  }
+
   ternResult_t ring(const PlanCtx& x, Phase* ph) {
-    const uint32_t B = static_cast<uint32_t>(c_.cfg.blockSize);
+    const uint32_t B = block();
     if (clip())
       for (size_t b = 0; b < nb_; ++b) {
         size_t len = std::min<size_t>(B, c_.count - b * B);
@@ -213,17 +309,30 @@ class TernaryTask : public Task {
     // codes are drawn for g + residual, which clips against that scale; the
     // residual then stays below the scale in magnitude (scales taken from
     // g + residual would grow without bound).
-    in_ = TernaryInput{c_.src, c_.dt, c_.count, maxAbs_.data(), B,
-                       ternaryKey(c_.cfg.seed, static_cast<uint32_t>(x.rank), c_.index)};
-    if (c_.residual) {
-      in_.residual = residualFor(*x.mem, *c_.residual, c_.count);
-      if (!in_.residual)
-        return setError(ternSystemError,
-                        "ternary allreduce: no " + std::string(memTypeName(x.mem->type())) +
-                            " memory for the error feedback residual of " +
-                            std::to_string(c_.count) + " floats");
+    TERN_CHECK(input(x, c_.src));
+    ph->progs.resize(1);
+    const Span all{0, (c_.count + kTernaryGroup - 1) / kTernaryGroup};
+    planTernaryRing(x, RingSpan{x.nranks, x.pos(), x.prev(), x.next()}, all, in_, c_.dst, c_.dt,
+                    c_.op == ternAvg ? x.nranks : 0, codecs_, ph->progs[0], &payload_);
+    ph->what = "ternary allreduce";
+    return ternSuccess;
+  }
+
+  // Two-level, last: slice j's ternary ring across hosts (decoded into the
+  // result buffer, over its host sums), then every slice to the host's ranks.
+  ternResult_t rails(const PlanCtx& x, Phase* ph) {
+    TERN_CHECK(input(x, c_.dst));
+    ph->progs.resize(1);
+    Program& prog = ph->progs[0];
+    const Span& mine = slices_[me_];
+    if (mine.n > 0) {  // (every host's rank j has the same slice, empty alike)
+      const size_t g0 = mine.at / kTernaryGroup, g1 = (mine.at + mine.n + kTernaryGroup - 1) / kTernaryGroup;
+      planTernaryRing(x, rail_, Span{g0, g1 - g0}, in_, c_.dst, c_.dt, c_.op == ternAvg ? x.nranks : 0, codecs_,
+                      prog, &payload_);
     }
-    planTernaryRing(x, in_, c_.dst, c_.dt, c_.op == ternAvg ? x.nranks : 0, codecs_, ph, &payload_);
+    ringAllGatherSteps(prog, local_, slices_.data(), nullptr, static_cast<char*>(c_.dst), esz(),
+                       x.cfg->chunkBytes);
+    ph->what = "ternary allreduce (two-level)";
     return ternSuccess;
   }
 
@@ -237,6 +346,11 @@ class TernaryTask : public Task {
   TernaryState& st_;
   TernaryCall c_;
   int stage_ = 0;
+  bool twoLevel_ = false;
+  std::unique_ptr<Task> dense_;  // a sum too wide for the codec: the dense allreduce's task
+  int me_ = 0;               // two-level: this rank's index on its host (its slice)
+  std::vector<Span> slices_;  // two-level: the host's slices
+  RingSpan local_, rail_;    // two-level: the host's ranks; rank j of every host
   size_t nb_ = 0;
   std::vector<float> maxAbs_, sumSq_;
   TernaryInput in_{};
@@ -252,10 +366,11 @@ std::unique_ptr<Task> makeTernaryTask(TernaryState& st, const CollArgs& a, const
                                       int nranks, int level) {
   std::lock_guard<std::mutex> lk(st.mu);
   const size_t esz = ternTypeSize(a.dt);
-  const char* why = nranks == 1 ? "a single rank"
+  // (Too many summands for the codec is found when the task plans: the
+  // host layout decides it.)
+  const char* why = nranks == 1                       ? "a single rank"
                     : a.count * esz < st.cfg.minBytes ? "below TERN_TERNARY_MIN_BYTES"
-                    : ternaryWidth(nranks) > kTernaryMaxWidth ? "more than 511 ranks"
-                                                              : nullptr;
+                                                      : nullptr;
   ++st.stats.calls;
   if (why) {
     ++st.stats.fallbacks;
@@ -282,6 +397,11 @@ std::unique_ptr<Task> makeTernaryTask(TernaryState& st, const CollArgs& a, const
     call.residual = slot;
   }
   return std::make_unique<TernaryTask>(st, call);
+}
+
+void TernaryState::countFallback() {
+  std::lock_guard<std::mutex> lk(mu);
+  ++stats.fallbacks;
 }
 
 void TernaryState::record(size_t elements, uint64_t payload, uint64_t wire, uint64_t dense) {

@@ -57,6 +57,10 @@ constexpr size_t kTwoLevelFromBytes = size_t(64) << 10;
 // MiB to 64 MiB at 1 Gbit/s, noisy below (same section, loaded host).
 constexpr size_t kTwoLevelAllGatherFromBytes = size_t(1) << 20;
 Algo chooseAlgo(const AlgoFacts& f);
+// Whether a ternary allreduce runs in two levels (allreduce_ternary.cc):
+// with several hosts of as many ranks each (more than one), unless
+// TERN_ALGO forces ring or rd or the call clips (its sigma is per rank).
+bool chooseTernaryTwoLevel(const AlgoFacts& f, bool clip);
 const char* algoName(Algo a);  // "two-level"
 // The facts of one call of `kind` on x's communicator.
 AlgoFacts algoFacts(const PlanCtx& x, OpKind kind, size_t bytes);

@@ -38,6 +38,7 @@ struct TernaryState {
   std::map<const void*, std::shared_ptr<TernaryResidual>> residuals;
 
   void record(size_t elements, uint64_t payload, uint64_t wire, uint64_t dense);
+  void countFallback();
 };
 
 // One call, as fixed when it was issued.
