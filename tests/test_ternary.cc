@@ -313,10 +313,13 @@ TEST(Ternary, WireBytesMatchTheFormula) {
 
 // Error feedback: the transmitted sum over K calls of a fixed gradient stays
 // within one scale of K times the true average (the residual is bounded),
-// and the residual memory is released with the handle.
-int feedbackBody(RankCtx& ctx) {
+// and the residual memory is released with the handle.  `hosts` (optional)
+// emulates hosts: the two-level form, each rank coding its slice's host sums
+// (two 4096-element slices per host).
+int feedbackBody(RankCtx& ctx, const std::string& hosts = "") {
+  if (!hosts.empty()) setenv("TERN_HOST_ID", std::string(1, hosts[ctx.rank]).c_str(), 1);
   ternComm_t comm = ctx.comm(0);
-  const size_t count = 4096;
+  const size_t count = hosts.empty() ? 4096 : 8192;
   setConfig(comm, 4096, 1);
   std::vector<float> g(count), out(count);
   std::vector<double> total(count, 0);
@@ -342,7 +345,11 @@ int feedbackBody(RankCtx& ctx) {
 }
 
 TEST(Ternary, ErrorFeedbackBoundsTheAccumulatedError) {
-  expectAllRanksOk(runRanks(2, {}, feedbackBody, 1, 120));
+  expectAllRanksOk(runRanks(2, {}, [](RankCtx& c) { return feedbackBody(c); }, 1, 120));
+}
+
+TEST(TernaryTwoLevel, ErrorFeedbackBoundsTheAccumulatedError) {
+  expectAllRanksOk(runRanks(4, {{"TERN_TIMEOUT", "60"}}, [](RankCtx& c) { return feedbackBody(c, "aabb"); }, 1, 300));
 }
 
 // Error feedback end to end, bit for bit: every rank's residuals carried
