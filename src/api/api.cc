@@ -95,72 +95,6 @@ void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task
 }
 }  // namespace tern
 
-extern "C" {
-
-ternResult_t ternAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                           ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
-                           ternStream_t stream) {
-  return groupCall([&] {
-    InCall call(comm);
-    TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, count, datatype, stream, "ternAllReduce"));
-    TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternAllReduce"));
-    if (count == 0) return ternSuccess;
-    return launch(call, comm, collArgs(OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op), stream);
-  });
-}
-
-ternResult_t ternBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                           ternDataType_t datatype, int root, ternComm_t comm,
-                           ternStream_t stream) {
-  return groupCall([&] {
-    InCall call(comm);
-    TERN_CHECK(checkArgs(call, comm, recvbuff, recvbuff, count, datatype, stream, "ternBroadcast"));
-    TERN_CHECK(checkRank(comm, root, "root", "ternBroadcast"));
-    if (comm->rank == root && count > 0 && !sendbuff)
-      return failOn(comm, ternInvalidArgument, "ternBroadcast: sendbuff is NULL on the root");
-    if (count == 0) return ternSuccess;
-    return launch(call, comm,
-                  collArgs(OpKind::Broadcast, sendbuff, recvbuff, count, datatype, ternSum, root),
-                  stream);
-  });
-}
-
-ternResult_t ternReduce(const void* sendbuff, void* recvbuff, size_t count,
-                        ternDataType_t datatype, ternRedOp_t op, int root, ternComm_t comm,
-                        ternStream_t stream) {
-  return groupCall([&] {
-    InCall call(comm);
-    TERN_CHECK(checkArgs(call, comm, sendbuff, sendbuff, count, datatype, stream, "ternReduce"));
-    TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternReduce"));
-    TERN_CHECK(checkRank(comm, root, "root", "ternReduce"));
-    if (comm->rank == root && count > 0 && !recvbuff)
-      return failOn(comm, ternInvalidArgument, "ternReduce: recvbuff is NULL on the root");
-    if (count == 0) return ternSuccess;
-    return launch(call, comm, collArgs(OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root),
-                  stream);
-  });
-}
-
-ternResult_t ternAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                           ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
-  return groupCall([&] {
-    InCall call(comm);
-    TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, sendcount, datatype, stream, "ternAllGather"));
-    if (sendcount == 0) return ternSuccess;
-    return launch(call, comm, collArgs(OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype), stream);
-  });
-}
-
-ternResult_t ternAllToAll(const void* sendbuff, void* recvbuff, size_t count,
-                          ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
-  return groupCall([&] {
-    InCall call(comm);
-    TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, count, datatype, stream, "ternAllToAll"));
-    if (count == 0) return ternSuccess;
-    return launch(call, comm, collArgs(OpKind::AllToAll, sendbuff, recvbuff, count, datatype), stream);
-  });
-}
-
 // Gather and scatter: the root's side holds nranks blocks; the other side one.
 static ternResult_t rootedBlocks(const InCall& call, const void* one, const void* many, size_t count,
                                  ternDataType_t datatype, int root, ternComm_t comm,
@@ -173,117 +107,230 @@ static ternResult_t rootedBlocks(const InCall& call, const void* one, const void
   return ternSuccess;
 }
 
+// The launching calls' bodies; the C entry points below return them through
+// groupResult (api/group.h: a failure inside a group fails the group).  Plain
+// functions, not lambdas: their enum arguments stay values (a lambda read them
+// from memory, which UBSan refuses for the out-of-range values a C caller may pass).
+static ternResult_t allReduceCall(const void* sendbuff, void* recvbuff, size_t count,
+                           ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
+                           ternStream_t stream) {
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, count, datatype, stream, "ternAllReduce"));
+  TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternAllReduce"));
+  if (count == 0) return ternSuccess;
+  return launch(call, comm, collArgs(OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op), stream);
+}
+
+static ternResult_t broadcastCall(const void* sendbuff, void* recvbuff, size_t count,
+                           ternDataType_t datatype, int root, ternComm_t comm,
+                           ternStream_t stream) {
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, recvbuff, recvbuff, count, datatype, stream, "ternBroadcast"));
+  TERN_CHECK(checkRank(comm, root, "root", "ternBroadcast"));
+  if (comm->rank == root && count > 0 && !sendbuff)
+    return failOn(comm, ternInvalidArgument, "ternBroadcast: sendbuff is NULL on the root");
+  if (count == 0) return ternSuccess;
+  return launch(call, comm,
+                collArgs(OpKind::Broadcast, sendbuff, recvbuff, count, datatype, ternSum, root),
+                stream);
+}
+
+static ternResult_t reduceCall(const void* sendbuff, void* recvbuff, size_t count,
+                        ternDataType_t datatype, ternRedOp_t op, int root, ternComm_t comm,
+                        ternStream_t stream) {
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, sendbuff, sendbuff, count, datatype, stream, "ternReduce"));
+  TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternReduce"));
+  TERN_CHECK(checkRank(comm, root, "root", "ternReduce"));
+  if (comm->rank == root && count > 0 && !recvbuff)
+    return failOn(comm, ternInvalidArgument, "ternReduce: recvbuff is NULL on the root");
+  if (count == 0) return ternSuccess;
+  return launch(call, comm, collArgs(OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root),
+                stream);
+}
+
+static ternResult_t allGatherCall(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, sendcount, datatype, stream, "ternAllGather"));
+  if (sendcount == 0) return ternSuccess;
+  return launch(call, comm, collArgs(OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype), stream);
+}
+
+static ternResult_t allToAllCall(const void* sendbuff, void* recvbuff, size_t count,
+                          ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, count, datatype, stream, "ternAllToAll"));
+  if (count == 0) return ternSuccess;
+  return launch(call, comm, collArgs(OpKind::AllToAll, sendbuff, recvbuff, count, datatype), stream);
+}
+
+static ternResult_t gatherCall(const void* sendbuff, void* recvbuff, size_t count,
+                        ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream) {
+  InCall call(comm);
+  TERN_CHECK(rootedBlocks(call, sendbuff, recvbuff, count, datatype, root, comm, stream, "ternGather",
+                          "recvbuff"));
+  if (count == 0) return ternSuccess;
+  return launch(call, comm,
+                collArgs(OpKind::Gather, sendbuff, recvbuff, count, datatype, ternSum, root), stream);
+}
+
+static ternResult_t scatterCall(const void* sendbuff, void* recvbuff, size_t count,
+                         ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream) {
+  InCall call(comm);
+  TERN_CHECK(rootedBlocks(call, recvbuff, sendbuff, count, datatype, root, comm, stream, "ternScatter",
+                          "sendbuff"));
+  if (count == 0) return ternSuccess;
+  return launch(call, comm,
+                collArgs(OpKind::Scatter, sendbuff, recvbuff, count, datatype, ternSum, root), stream);
+}
+
+static ternResult_t reduceScatterCall(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
+                               ternStream_t stream) {
+  InCall call(comm);
+  TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, recvcount, datatype, stream,
+                       "ternReduceScatter"));
+  TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternReduceScatter"));
+  if (recvcount == 0) return ternSuccess;
+  return launch(call, comm,
+                collArgs(OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op), stream);
+}
+
+static ternResult_t recvAnySourceCall(void* recvbuff, size_t count, ternDataType_t datatype, int* source,
+                               ternComm_t comm, ternStream_t stream) {
+  InCall call(comm);
+  const char* what = "ternRecvAnySource";
+  TERN_CHECK(checkArgs(call, comm, recvbuff, recvbuff, count, datatype, stream, what));
+  if (!source) return failOn(comm, ternInvalidArgument, "ternRecvAnySource: source is NULL");
+  if (comm->nranks < 2)
+    return failOn(comm, ternInvalidUsage,
+                  "ternRecvAnySource on a communicator of one rank would wait forever: no other rank "
+                  "can send");
+  if (count == 0)  // a zero-count send moves nothing: no sender could be named
+    return failOn(comm, ternInvalidArgument,
+                  "ternRecvAnySource: count is 0 (zero-count sends move nothing, so no sender "
+                  "could be named)");
+  *source = -1;
+  CollArgs a = collArgs(OpKind::Recv, recvbuff, recvbuff, count, datatype, ternSum, -1);
+  a.source = source;
+  return launch(call, comm, a, stream);
+}
+
+static ternResult_t allReduceTernaryExCall(const void* sendbuff, void* recvbuff, size_t count,
+                                    ternDataType_t datatype, ternRedOp_t op,
+                                    const void* tensorHandle, ternComm_t comm,
+                                    ternStream_t stream) {
+  InCall call(comm);
+  const char* what = "ternAllReduceTernary";
+  TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, count, datatype, stream, what));
+  TERN_CHECK(checkOp(comm, op, what));
+  if (datatype != ternFloat32 && datatype != ternFloat16 && datatype != ternBfloat16)
+    return failOn(comm, ternInvalidArgument,
+                  std::string(what) + ": datatype must be float32, float16 or bfloat16, not " +
+                      std::to_string(datatype));
+  if (op != ternSum && op != ternAvg)
+    return failOn(comm, ternInvalidArgument,
+                  std::string(what) + ": op must be ternSum or ternAvg (ternary codes cannot "
+                                      "express products, maxima or minima)");
+  if (count == 0) return ternSuccess;
+  CollArgs args = collArgs(OpKind::Ternary, sendbuff, recvbuff, count, datatype, op);
+  return launch(call, comm, args, stream,
+                makeTernaryTask(ternaryOf(comm), args, tensorHandle, comm->nranks,
+                                currentPriority()));
+}
+
+static ternResult_t barrierCall(ternComm_t comm) {
+  InCall call(comm);
+  TERN_CHECK(checkLiveComm(call, comm));
+  if (groupOpen())
+    return failOn(comm, ternInvalidUsage, "ternBarrier cannot be called inside a group");
+  return launch(call, comm, collArgs(OpKind::Barrier, nullptr, nullptr, 1, ternInt32));
+}
+
+extern "C" {
+
+ternResult_t ternAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
+                           ternStream_t stream) {
+  return groupResult(allReduceCall(sendbuff, recvbuff, count, datatype, op, comm, stream));
+}
+
+ternResult_t ternBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           ternDataType_t datatype, int root, ternComm_t comm,
+                           ternStream_t stream) {
+  return groupResult(broadcastCall(sendbuff, recvbuff, count, datatype, root, comm, stream));
+}
+
+ternResult_t ternReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        ternDataType_t datatype, ternRedOp_t op, int root, ternComm_t comm,
+                        ternStream_t stream) {
+  return groupResult(reduceCall(sendbuff, recvbuff, count, datatype, op, root, comm, stream));
+}
+
+ternResult_t ternAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
+  return groupResult(allGatherCall(sendbuff, recvbuff, sendcount, datatype, comm, stream));
+}
+
+ternResult_t ternAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          ternDataType_t datatype, ternComm_t comm, ternStream_t stream) {
+  return groupResult(allToAllCall(sendbuff, recvbuff, count, datatype, comm, stream));
+}
+
+
 ternResult_t ternGather(const void* sendbuff, void* recvbuff, size_t count,
                         ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream) {
-  return groupCall([&] {
-    InCall call(comm);
-    TERN_CHECK(rootedBlocks(call, sendbuff, recvbuff, count, datatype, root, comm, stream, "ternGather",
-                            "recvbuff"));
-    if (count == 0) return ternSuccess;
-    return launch(call, comm,
-                  collArgs(OpKind::Gather, sendbuff, recvbuff, count, datatype, ternSum, root), stream);
-  });
+  return groupResult(gatherCall(sendbuff, recvbuff, count, datatype, root, comm, stream));
 }
 
 ternResult_t ternScatter(const void* sendbuff, void* recvbuff, size_t count,
                          ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream) {
-  return groupCall([&] {
-    InCall call(comm);
-    TERN_CHECK(rootedBlocks(call, recvbuff, sendbuff, count, datatype, root, comm, stream, "ternScatter",
-                            "sendbuff"));
-    if (count == 0) return ternSuccess;
-    return launch(call, comm,
-                  collArgs(OpKind::Scatter, sendbuff, recvbuff, count, datatype, ternSum, root), stream);
-  });
+  return groupResult(scatterCall(sendbuff, recvbuff, count, datatype, root, comm, stream));
 }
 
 ternResult_t ternReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
                                ternStream_t stream) {
-  return groupCall([&] {
-    InCall call(comm);
-    TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, recvcount, datatype, stream,
-                         "ternReduceScatter"));
-    TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternReduceScatter"));
-    if (recvcount == 0) return ternSuccess;
-    return launch(call, comm,
-                  collArgs(OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op), stream);
-  });
+  return groupResult(reduceScatterCall(sendbuff, recvbuff, recvcount, datatype, op, comm, stream));
 }
 
 static ternResult_t pointToPoint(const void* buf, size_t count, ternDataType_t datatype, int peer,
                                  ternComm_t comm, ternStream_t stream, bool send) {
-  return groupCall([&] {
-    InCall call(comm);
-    const char* what = send ? "ternSend" : "ternRecv";
-    TERN_CHECK(checkArgs(call, comm, buf, buf, count, datatype, stream, what));
-    TERN_CHECK(checkRank(comm, peer, "peer", what));
-    if (count == 0) return ternSuccess;
-    if (peer == comm->rank && !groupOpen())
-      return failOn(comm, ternInvalidUsage,
-                    std::string(what) + " to self outside a group would wait forever; "
-                                        "pair it with its match inside ternGroupStart/End");
-    void* b = const_cast<void*>(buf);
-    return launch(call, comm, collArgs(send ? OpKind::Send : OpKind::Recv, buf, b, count, datatype,
-                                 ternSum, peer), stream);
-  });
+  InCall call(comm);
+  const char* what = send ? "ternSend" : "ternRecv";
+  TERN_CHECK(checkArgs(call, comm, buf, buf, count, datatype, stream, what));
+  TERN_CHECK(checkRank(comm, peer, "peer", what));
+  if (count == 0) return ternSuccess;
+  if (peer == comm->rank && !groupOpen())
+    return failOn(comm, ternInvalidUsage,
+                  std::string(what) + " to self outside a group would wait forever; "
+                                      "pair it with its match inside ternGroupStart/End");
+  void* b = const_cast<void*>(buf);
+  return launch(call, comm, collArgs(send ? OpKind::Send : OpKind::Recv, buf, b, count, datatype,
+                               ternSum, peer), stream);
 }
 
 ternResult_t ternSend(const void* sendbuff, size_t count, ternDataType_t datatype, int peer,
                       ternComm_t comm, ternStream_t stream) {
-  return pointToPoint(sendbuff, count, datatype, peer, comm, stream, true);
+  return groupResult(pointToPoint(sendbuff, count, datatype, peer, comm, stream, true));
 }
 
 ternResult_t ternRecv(void* recvbuff, size_t count, ternDataType_t datatype, int peer,
                       ternComm_t comm, ternStream_t stream) {
-  return pointToPoint(recvbuff, count, datatype, peer, comm, stream, false);
+  return groupResult(pointToPoint(recvbuff, count, datatype, peer, comm, stream, false));
 }
 
 ternResult_t ternRecvAnySource(void* recvbuff, size_t count, ternDataType_t datatype, int* source,
                                ternComm_t comm, ternStream_t stream) {
-  return groupCall([&] {
-    InCall call(comm);
-    const char* what = "ternRecvAnySource";
-    TERN_CHECK(checkArgs(call, comm, recvbuff, recvbuff, count, datatype, stream, what));
-    if (!source) return failOn(comm, ternInvalidArgument, "ternRecvAnySource: source is NULL");
-    if (comm->nranks < 2)
-      return failOn(comm, ternInvalidUsage,
-                    "ternRecvAnySource on a communicator of one rank would wait forever: no other rank "
-                    "can send");
-    if (count == 0)  // a zero-count send moves nothing: no sender could be named
-      return failOn(comm, ternInvalidArgument,
-                    "ternRecvAnySource: count is 0 (zero-count sends move nothing, so no sender "
-                    "could be named)");
-    *source = -1;
-    CollArgs a = collArgs(OpKind::Recv, recvbuff, recvbuff, count, datatype, ternSum, -1);
-    a.source = source;
-    return launch(call, comm, a, stream);
-  });
+  return groupResult(recvAnySourceCall(recvbuff, count, datatype, source, comm, stream));
 }
 
 ternResult_t ternAllReduceTernaryEx(const void* sendbuff, void* recvbuff, size_t count,
                                     ternDataType_t datatype, ternRedOp_t op,
                                     const void* tensorHandle, ternComm_t comm,
                                     ternStream_t stream) {
-  return groupCall([&] {
-    InCall call(comm);
-    const char* what = "ternAllReduceTernary";
-    TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, count, datatype, stream, what));
-    TERN_CHECK(checkOp(comm, op, what));
-    if (datatype != ternFloat32 && datatype != ternFloat16 && datatype != ternBfloat16)
-      return failOn(comm, ternInvalidArgument,
-                    std::string(what) + ": datatype must be float32, float16 or bfloat16, not " +
-                        std::to_string(datatype));
-    if (op != ternSum && op != ternAvg)
-      return failOn(comm, ternInvalidArgument,
-                    std::string(what) + ": op must be ternSum or ternAvg (ternary codes cannot "
-                                        "express products, maxima or minima)");
-    if (count == 0) return ternSuccess;
-    CollArgs args = collArgs(OpKind::Ternary, sendbuff, recvbuff, count, datatype, op);
-    return launch(call, comm, args, stream,
-                  makeTernaryTask(ternaryOf(comm), args, tensorHandle, comm->nranks,
-                                  currentPriority()));
-  });
+  return groupResult(allReduceTernaryExCall(sendbuff, recvbuff, count, datatype, op, tensorHandle, comm, stream));
 }
 
 ternResult_t ternAllReduceTernary(const void* sendbuff, void* recvbuff, size_t count,
@@ -338,13 +385,7 @@ ternResult_t ternCommGetTernaryStats(const ternComm_t comm, ternTernaryStats_t* 
 }
 
 ternResult_t ternBarrier(ternComm_t comm) {
-  return groupCall([&] {
-    InCall call(comm);
-    TERN_CHECK(checkLiveComm(call, comm));
-    if (groupOpen())
-      return failOn(comm, ternInvalidUsage, "ternBarrier cannot be called inside a group");
-    return launch(call, comm, collArgs(OpKind::Barrier, nullptr, nullptr, 1, ternInt32));
-  });
+  return groupResult(barrierCall(comm));
 }
 
 }  // extern "C"

@@ -43,10 +43,8 @@ ternResult_t launchOp(Comm* c, OpPtr op);
 // "without error" (test_engine's DeadPeer at 3 ranks, when the peer's death
 // was known before the call).
 [[gnu::noinline, gnu::cold]] void failGroup(ternResult_t r);
-// A launching call's body (api.cc), its failure noted for the open group.
-template <class Body>
-inline ternResult_t groupCall(Body body) {
-  ternResult_t r = body();
+// A launching call's result (api.cc), its failure noted for the open group.
+inline ternResult_t groupResult(ternResult_t r) {
   if (__builtin_expect(r != ternSuccess && r != ternInProgress, 0)) failGroup(r);
   return r;
 }
