@@ -12,28 +12,12 @@ src/planner/svg_to_png.py), so both formats show the same picture.
 """
 import json
 
-from . import planner
+from . import _charts, planner
 
 __all__ = ["draw"]
 
 
-def check_path(path):
-    if not str(path).endswith((".svg", ".png")):
-        raise ValueError("the gantt path must end in .svg or .png.")
-
-
-def save(svg, path):
-    """Writes the library's SVG chart to `path`, painted as PNG for a .png."""
-    check_path(path)
-    if str(path).endswith(".png"):
-        from ._svg_to_png import convert
-        convert(svg, path)
-        return
-    with open(path, "w") as f:
-        f.write(svg)
-
-
 def draw(trace, path):
     """Draws `trace` (a dict) to `path` (.svg or .png)."""
-    check_path(path)
-    save(planner._call("ternPlanTraceSvg", json.dumps(trace).encode()), path)
+    _charts.check_path(path)
+    _charts.save(planner._call("ternPlanTraceSvg", json.dumps(trace).encode()), path)

@@ -108,9 +108,9 @@ def trace(model, network_now=None, microbatches=None, k=None):
 def gantt(model, path, network_now=None, microbatches=None, k=None):
     """Draws the chosen schedule (or that of microbatches and k) to `path`:
     the library's SVG chart, or for .png that chart painted by matplotlib."""
-    from . import gantt as drawing
-    drawing.check_path(path)
-    drawing.save(_call("ternPlanGantt", _json_text(model), _bandwidth(network_now), microbatches or 0, k or 0, 1),
+    from . import _charts
+    _charts.check_path(path)
+    _charts.save(_call("ternPlanGantt", _json_text(model), _bandwidth(network_now), microbatches or 0, k or 0, 1),
                  path)
 
 
