@@ -183,13 +183,14 @@ std::vector<Span> hostSlices(size_t count, size_t B, int L) {
 // optionally the block sums of squares for clipping (allreduce-sum), then the
 // ring with growing widths; local work between them.
 //
-// Two-level (several hosts of as many ranks each, no clipping: chooseTernary
-// in algo_choice.cc): the host's sum first, densely over shm (a reduce-scatter
-// into the result buffer: rank j of a host holds its host's sum of slice j),
-// then the scales from the host sums, then the ternary ring of slice j among
-// rank j of every host (a "rail"), whose sums have H summands, not N: codes of
-// w(H) bits where the flat ring's grow to w(N); last the slices to every rank
-// of the host (an allgather over shm).  The host sum is what is coded, so the
+// Two-level (several hosts of as many ranks each, no clipping:
+// chooseTernaryTwoLevel in algo_choice.cc): the host's sum first, densely
+// over shm (a reduce-scatter into the result buffer: rank j of a host holds
+// its host's sum of slice j), then the scales of the host sums along the
+// rail of slice j (rank j of every host), then the ternary ring of slice j
+// along that rail, whose sums have H summands, not N: codes of w(H) bits
+// where the flat ring's grow to w(N); last the slices to every rank of the
+// host (an allgather over shm).  The host sum is what is coded, so the
 // result is unbiased as the flat form's; error feedback keeps each rank's
 // residual of the slice it codes.
 class TernaryTask : public Task {
@@ -198,7 +199,7 @@ class TernaryTask : public Task {
 
   ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
     *more = true;
-    if (stage_ == 0) {
+    if (stage_ == 0 && !dense_) {  // the first phase (a dense task keeps stage_ at 0)
       twoLevel_ = chooseTernaryTwoLevel(algoFacts(x, OpKind::Ternary, c_.count * esz()), clip());
       sentBefore_ = bytesSentAtLevel(x);
       if (tooWide(x)) dense_ = makeTask(collArgs(OpKind::AllReduce, c_.src, c_.dst, c_.count, c_.dt, c_.op));
