@@ -50,6 +50,18 @@ ASAN_EXCLUDE+="|^Hosts/TernaryTwoLevel\.BitExactAgainstTheReference/aabbcc |^Hos
 TSAN_EXCLUDE="^Transports/Collectives\.AllSizesTypesOpsPlaces/(tcp_[14]|shm_4)ranks( |\$)"
 TSAN_EXCLUDE+="|^Transports/(EngineCase\.[A-Za-z]+/(shm|tcp)_3ranks|DeviceSim\.[A-Za-z]+/(shm|tcp)_3ranks_[a-z]+)( |\$)"
 
+# An exclusion that leaves every test selected is one ctest could not
+# compile (it says nothing): fail loudly instead.
+check_excludes() {
+  local all some
+  all=$(cd build && ctest -N | sed -n 's/^Total Tests: //p')
+  some=$(cd build && ctest -N -E "$1" | sed -n 's/^Total Tests: //p')
+  if [ "$some" -ge "$all" ]; then
+    echo "scripts/test.sh: this exclusion excludes nothing (CMake's regular expressions take at most 9 groups): $1" >&2
+    exit 1
+  fi
+}
+
 # Every test that `ctest <selection>` picks in the full build $1 runs an
 # executable that the target $2 builds (listed in $1/tests/$2.txt).
 check_target() {
@@ -96,6 +108,8 @@ elif [ "${1:-}" = "--tsan" ]; then
 else
   ./scripts/build.sh build
   (cd build && ctest -j"$jobs" --output-on-failure)
+  check_excludes "$ASAN_EXCLUDE"
+  check_excludes "$TSAN_EXCLUDE"
   check_target build tests_core -L core -E "$ASAN_EXCLUDE"
   check_target build tests_tsan -L core -R "$TSAN_TESTS" -E "$TSAN_EXCLUDE"
 fi
