@@ -13,7 +13,7 @@
 #include "codec/ternary_math.h"
 #include "model/collective_model.h"
 #include "model/model_file.h"
-#include "planner/json.h"
+#include "base/json.h"
 
 using namespace tern::model;
 
@@ -228,14 +228,14 @@ TEST(CollectiveModelFile, BadFilesAreRefusedWithASentence) {
     try {
       loadModelFile(path);
       ADD_FAILURE() << "taken: " << c.text;
-    } catch (const tern::planner::InputError& e) {
+    } catch (const tern::InputError& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find(c.says), std::string::npos) << what;
       EXPECT_NE(what.find("the model file " + path), std::string::npos) << what;
       EXPECT_EQ(what.back(), '.') << what;
     }
   }
-  EXPECT_THROW(loadModelFile(::testing::TempDir() + "no_such_model.json"), tern::planner::InputError);
+  EXPECT_THROW(loadModelFile(::testing::TempDir() + "no_such_model.json"), tern::InputError);
 }
 
 TEST(CollectiveModelFile, Measurements) {
@@ -248,7 +248,7 @@ TEST(CollectiveModelFile, Measurements) {
   EXPECT_EQ(ms[1].dtypeBytes, 8);
   EXPECT_THROW(parseMeasurements(R"({"measurements": [{"algorithm": "tree", "link": "tcp", "hosts": 2, "ranks": 2,
                                      "bytes": 8, "time_us": 1}]})", "m"),
-               tern::planner::InputError);
+               tern::InputError);
 }
 
 }  // namespace

@@ -24,7 +24,7 @@
 #include "comm/comm.h"
 #include "comm/config.h"
 #include "harness.h"
-#include "planner/json.h"
+#include "base/json.h"
 #include "topology/rdma.h"
 
 using namespace terntest;
@@ -491,7 +491,7 @@ std::vector<TracedOp> readTrace(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
-  using namespace tern::planner;
+  using namespace tern;
   Json doc = parseJson(text.str(), path);  // throws when not valid JSON
   std::vector<TracedOp> ops;
   for (const Json& e : expectArray(member(doc, "traceEvents", "trace"), "traceEvents").array) {

@@ -16,7 +16,7 @@
 
 #include "model/model_file.h"
 #include "planner/gantt.h"
-#include "planner/json.h"
+#include "base/json.h"
 #include "planner/kfkb.h"
 #include "planner/priority.h"
 #include "planner/schedule.h"
@@ -24,6 +24,7 @@
 #include "planner/tern_plan.h"
 #include "tern/tern.h"
 
+using namespace tern;
 using namespace tern::planner;
 
 namespace {

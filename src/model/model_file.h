@@ -1,7 +1,7 @@
 // The cost model's file (what TERN_MODEL_FILE and `tern-plan collectives
 // --model` load, what `tern-plan fit` writes) and the measurements a fit
 // reads, as JSON.  docs/PLANNERS.md shows both.  Strict as the planners'
-// inputs are (planner/json.h): a misspelt or missing field, a negative
+// inputs are (base/json.h): a misspelt or missing field, a negative
 // figure or another file's format is refused with one sentence naming it.
 #pragma once
 

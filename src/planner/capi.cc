@@ -90,6 +90,7 @@ Candidate chosenCandidate(const PipelineModel& model, long long m, long long k) 
 }  // namespace
 }  // namespace tern::planner
 
+using namespace tern;
 using namespace tern::planner;
 
 TERN_PLAN_API int ternPlanSchedule(const char* model_json, double bandwidth_gbps, long long microbatches,

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "model/collective_model.h"
-#include "planner/json.h"
+#include "base/json.h"
 
 namespace tern::planner {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/json.h"
+#include "base/json.h"
 #include "planner/schedule.h"
 
 namespace tern::planner {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/json.h"
+#include "base/json.h"
 
 namespace tern::planner {
 

@@ -1,10 +1,10 @@
-#include "planner/json.h"
+#include "base/json.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
-namespace tern::planner {
+namespace tern {
 namespace {
 
 constexpr int kMaxDepth = 256;  // deeper nesting is no planner input; stops stack exhaustion
@@ -378,4 +378,4 @@ std::string jsonNumber(double v) {
   return buf;
 }
 
-}  // namespace tern::planner
+}  // namespace tern

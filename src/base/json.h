@@ -1,4 +1,5 @@
-// A small, strict JSON reader and the writing helpers the planners need.
+// A small, strict JSON reader and the writing helpers the planners and the
+// cost model's file need (base/: libtern and libtern_planner both compile it).
 //
 // Strict on purpose: the planners' inputs are written by people and by
 // profilers, and a silent default (a misspelt key ignored, a trailing comma
@@ -12,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace tern::planner {
+namespace tern {
 
 // An input the planners cannot use: malformed JSON, a missing or wrong field.
 // The message is one sentence meant for the user (the CLI exits 2 with it).
@@ -63,4 +64,4 @@ std::string indexPath(const std::string& parent, size_t index);
 std::string jsonString(const std::string& s);
 std::string jsonNumber(double v);
 
-}  // namespace tern::planner
+}  // namespace tern
