@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -87,19 +88,20 @@ void setConfig(ternComm_t comm, uint32_t block, int ef = 0) {
   ternCommSetTernaryConfig(comm, &cfg);
 }
 
-int exactBody(RankCtx& ctx) {
-  setenv("TERN_CHUNKSIZE", "4096", 1);  // 256-group chunks: chunk edges at small sizes
-  setenv("TERN_BUFFSIZE", "16384", 1);
-  ternComm_t comm = ctx.comm(0);
+// One sweep of bit-exact calls: every input kind, datatype, op, count (but
+// those `skip` leaves out) and place, each result against want(count, dt,
+// op, det, call); `call` counts the calls that drew codes (`draws`).
+using Want = std::function<std::vector<float>(size_t, ternDataType_t, ternRedOp_t, bool, uint64_t)>;
+int exactSweep(RankCtx& ctx, ternComm_t comm, const std::vector<size_t>& counts,
+               const std::function<bool(bool, ternDataType_t, size_t)>& skip, const Want& want, bool draws) {
+  const uint32_t block = 128;
   int fails = 0;
   uint64_t call = 0;
-  const uint32_t block = 128;
   for (bool det : {true, false})
     for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16})
       for (ternRedOp_t op : {ternSum, ternAvg})
-        for (size_t count : {1ul, 31ul, 33ul, 1000ul, 8192ul * ctx.nranks - 1, 8192ul * ctx.nranks + 77,
-                             100003ul}) {
-          if (!det && dt != ternFloat32 && count > 2000) continue;  // keep the reference cheap
+        for (size_t count : counts) {
+          if (skip(det, dt, count)) continue;
           setConfig(comm, block);
           size_t esz = dt == ternFloat32 ? 4 : 2;
           for (bool inplace : {false, true}) {
@@ -108,20 +110,37 @@ int exactBody(RankCtx& ctx) {
             char* s = inplace ? recv.data() : send.data();
             if (inplace) recv = send;
             ternResult_t r = ternAllReduceTernary(s, recv.data(), count, dt, op, comm, nullptr);
-            if (r != ternSuccess) return failf(ctx, "ternary failed: %s", ternGetLastError(comm));
-            std::vector<float> want = reference(ctx.nranks, count, dt, op, det, block, call);
-            if (ctx.nranks > 1) ++call;  // fallbacks draw nothing
+            if (r != ternSuccess) return fails + failf(ctx, "ternary failed: %s", ternGetLastError(comm));
+            std::vector<float> expected = want(count, dt, op, det, call);
+            if (draws) ++call;  // fallbacks draw nothing
             for (size_t i = 0; i < count; ++i) {
               float got = loadAs(dt, recv.data(), i);
-              if (std::memcmp(&got, &want[i], 4) != 0) {
+              if (std::memcmp(&got, &expected[i], 4) != 0) {
                 fails += failf(ctx, "%s dt=%d op=%d count=%zu %s: element %zu is %g, want %g",
                                det ? "deterministic" : "random", dt, op, count,
-                               inplace ? "in-place" : "out-of-place", i, got, want[i]);
+                               inplace ? "in-place" : "out-of-place", i, got, expected[i]);
                 break;
               }
             }
           }
         }
+  return fails;
+}
+
+// Far from a dense reference: random inputs in the other datatypes only at
+// small counts (keeps the reference cheap).
+bool cheapOnly(bool det, ternDataType_t dt, size_t count) { return !det && dt != ternFloat32 && count > 2000; }
+
+int exactBody(RankCtx& ctx) {
+  setenv("TERN_CHUNKSIZE", "4096", 1);  // 256-group chunks: chunk edges at small sizes
+  setenv("TERN_BUFFSIZE", "16384", 1);
+  ternComm_t comm = ctx.comm(0);
+  const size_t n = ctx.nranks;
+  int fails = exactSweep(ctx, comm, {1, 31, 33, 1000, 8192 * n - 1, 8192 * n + 77, 100003}, cheapOnly,
+                         [&](size_t count, ternDataType_t dt, ternRedOp_t op, bool det, uint64_t call) {
+                           return reference(ctx.nranks, count, dt, op, det, 128, call);
+                         },
+                         ctx.nranks > 1);
   ternCommDestroy(comm);
   return fails ? 1 : 0;
 }
@@ -199,38 +218,14 @@ int twoLevelExactBody(RankCtx& ctx, const std::string& hosts) {
   setenv("TERN_CHUNKSIZE", "4096", 1);
   setenv("TERN_BUFFSIZE", "16384", 1);
   ternComm_t comm = ctx.comm(0);
-  int fails = 0;
-  uint64_t call = 0;
-  const uint32_t block = 128;
-  for (bool det : {true, false})
-    for (ternDataType_t dt : {ternFloat32, ternFloat16, ternBfloat16})
-      for (ternRedOp_t op : {ternSum, ternAvg})
-        for (size_t count : {1ul, 100ul, 129ul, 1000ul, 8192ul * 2 + 77, 100003ul}) {
-          if (!det && dt != ternFloat32 && count > 2000) continue;
-          if (!det && even && !pairs) continue;  // a host sum of 3 floats depends on their order
-          setConfig(comm, block);
-          size_t esz = dt == ternFloat32 ? 4 : 2;
-          for (bool inplace : {false, true}) {
-            std::vector<char> send(count * esz), recv(count * esz);
-            for (size_t i = 0; i < count; ++i) storeAs(dt, send.data(), i, gradient(ctx.rank, i, det, block));
-            if (inplace) recv = send;
-            ternResult_t r = ternAllReduceTernary(inplace ? recv.data() : send.data(), recv.data(), count, dt, op,
-                                                  comm, nullptr);
-            if (r != ternSuccess) return failf(ctx, "two-level ternary failed: %s", ternGetLastError(comm));
-            std::vector<float> want = even ? referenceTwoLevel(hosts, count, dt, op, det, block, call)
-                                           : reference(ctx.nranks, count, dt, op, det, block, call);
-            ++call;
-            for (size_t i = 0; i < count; ++i) {
-              float got = loadAs(dt, recv.data(), i);
-              if (std::memcmp(&got, &want[i], 4) != 0) {
-                fails += failf(ctx, "%s dt=%d op=%d count=%zu %s: element %zu is %g, want %g",
-                               det ? "deterministic" : "random", dt, op, count,
-                               inplace ? "in-place" : "out-of-place", i, got, want[i]);
-                break;
-              }
-            }
-          }
-        }
+  // A host sum of 3 floats depends on their order: random inputs only in pairs.
+  auto skip = [&](bool det, ternDataType_t dt, size_t count) { return cheapOnly(det, dt, count) || (!det && even && !pairs); };
+  int fails = exactSweep(ctx, comm, {1, 100, 129, 1000, 8192 * 2 + 77, 100003}, skip,
+                         [&](size_t count, ternDataType_t dt, ternRedOp_t op, bool det, uint64_t call) {
+                           return even ? referenceTwoLevel(hosts, count, dt, op, det, 128, call)
+                                       : reference(ctx.nranks, count, dt, op, det, 128, call);
+                         },
+                         true);
   ternCommDestroy(comm);
   return fails ? 1 : 0;
 }
