@@ -82,11 +82,7 @@ def main():
     p.add_argument("--coll", default="all_reduce", choices=["all_reduce", "all_gather"])
     p.add_argument("--build", default=os.path.join(os.path.dirname(HERE), "build"))
     p.add_argument("--rate", default="1gbit")
-    p.add_argument("-b", default="1M")
-    p.add_argument("-e", default="64M")
-    p.add_argument("-f", default="4")
-    p.add_argument("-n", default="5")
-    p.add_argument("-w", default="2")
+    compare.add_size_args(p, b="1M", e="64M", f=4, n=5, w=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--algos", default="ring,twolevel,auto")
     p.add_argument("--bytes-size", default="64M")
@@ -103,7 +99,7 @@ def main():
         for rnd in range(a.rounds):
             for algo in algos[rnd % len(algos):] + algos[:rnd % len(algos)]:
                 print("# round %d, %s, from %s" % (rnd, algo, time.strftime("%H:%M:%S")), file=sys.stderr)
-                out = run(a, hosts, algo, ["-b", a.b, "-e", a.e, "-f", a.f, "-n", a.n, "-w", a.w, "-c", "1"])
+                out = run(a, hosts, algo, ["-b", a.b, "-e", a.e, "-f", str(a.f), "-n", str(a.n), "-w", str(a.w), "-c", "1"])
                 for size, row in compare.parse_rows(out).items():
                     table[algo].setdefault(size, []).append(row)
         # Bytes per call: two runs that differ only in their timed calls, so
