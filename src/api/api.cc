@@ -197,6 +197,22 @@ static ternResult_t reduceScatterCall(const void* sendbuff, void* recvbuff, size
                 collArgs(OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op), stream);
 }
 
+static ternResult_t pointToPoint(const void* buf, size_t count, ternDataType_t datatype, int peer,
+                                 ternComm_t comm, ternStream_t stream, bool send) {
+  InCall call(comm);
+  const char* what = send ? "ternSend" : "ternRecv";
+  TERN_CHECK(checkArgs(call, comm, buf, buf, count, datatype, stream, what));
+  TERN_CHECK(checkRank(comm, peer, "peer", what));
+  if (count == 0) return ternSuccess;
+  if (peer == comm->rank && !groupOpen())
+    return failOn(comm, ternInvalidUsage,
+                  std::string(what) + " to self outside a group would wait forever; "
+                                      "pair it with its match inside ternGroupStart/End");
+  void* b = const_cast<void*>(buf);
+  return launch(call, comm, collArgs(send ? OpKind::Send : OpKind::Recv, buf, b, count, datatype,
+                               ternSum, peer), stream);
+}
+
 static ternResult_t recvAnySourceCall(void* recvbuff, size_t count, ternDataType_t datatype, int* source,
                                ternComm_t comm, ternStream_t stream) {
   InCall call(comm);
@@ -278,7 +294,6 @@ ternResult_t ternAllToAll(const void* sendbuff, void* recvbuff, size_t count,
   return groupResult(allToAllCall(sendbuff, recvbuff, count, datatype, comm, stream));
 }
 
-
 ternResult_t ternGather(const void* sendbuff, void* recvbuff, size_t count,
                         ternDataType_t datatype, int root, ternComm_t comm, ternStream_t stream) {
   return groupResult(gatherCall(sendbuff, recvbuff, count, datatype, root, comm, stream));
@@ -293,22 +308,6 @@ ternResult_t ternReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                ternDataType_t datatype, ternRedOp_t op, ternComm_t comm,
                                ternStream_t stream) {
   return groupResult(reduceScatterCall(sendbuff, recvbuff, recvcount, datatype, op, comm, stream));
-}
-
-static ternResult_t pointToPoint(const void* buf, size_t count, ternDataType_t datatype, int peer,
-                                 ternComm_t comm, ternStream_t stream, bool send) {
-  InCall call(comm);
-  const char* what = send ? "ternSend" : "ternRecv";
-  TERN_CHECK(checkArgs(call, comm, buf, buf, count, datatype, stream, what));
-  TERN_CHECK(checkRank(comm, peer, "peer", what));
-  if (count == 0) return ternSuccess;
-  if (peer == comm->rank && !groupOpen())
-    return failOn(comm, ternInvalidUsage,
-                  std::string(what) + " to self outside a group would wait forever; "
-                                      "pair it with its match inside ternGroupStart/End");
-  void* b = const_cast<void*>(buf);
-  return launch(call, comm, collArgs(send ? OpKind::Send : OpKind::Recv, buf, b, count, datatype,
-                               ternSum, peer), stream);
 }
 
 ternResult_t ternSend(const void* sendbuff, size_t count, ternDataType_t datatype, int peer,

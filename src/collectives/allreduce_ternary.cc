@@ -166,19 +166,6 @@ uint64_t bytesSentAtLevel(const PlanCtx& x) {
   return sent;
 }
 
-// A host's slices for the two-level form: `count` elements cut in L slices
-// of whole scale blocks (B elements, a multiple of the codec's 64-element
-// super-group), so that a rank's block maxima and groups are its own.
-std::vector<Span> hostSlices(size_t count, size_t B, int L) {
-  const size_t units = (count + B - 1) / B;
-  std::vector<Span> s(L);
-  for (int i = 0; i < L; ++i) {
-    auto cut = [&](int k) { return std::min(count, (units / L * k + std::min<size_t>(units % L, k)) * B); };
-    s[i] = Span{cut(i), cut(i + 1) - cut(i)};
-  }
-  return s;
-}
-
 // The ternary allreduce as phases: block maxima made global (allreduce-max),
 // optionally the block sums of squares for clipping (allreduce-sum), then the
 // ring with growing widths; local work between them.
@@ -247,7 +234,9 @@ class TernaryTask : public Task {
     const HostLayout& hl = *x.hosts;
     const int host = hl.hostOf[x.rank];
     me_ = hl.localRank[x.rank];
-    slices_ = hostSlices(c_.count, block(), static_cast<int>(hl.members[host].size()));
+    // Slices of whole scale blocks (B, a multiple of the codec's 64-element
+    // super-group): a rank's block maxima and code groups are its own.
+    slices_ = spansOf(sliceCuts(c_.count, static_cast<int>(hl.members[host].size()), block()));
     local_ = ringOf(x, hl.members[host], me_);
     std::vector<int> rail(hl.hosts());
     for (int h = 0; h < hl.hosts(); ++h) rail[h] = hl.members[h][me_];

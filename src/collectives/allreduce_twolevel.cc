@@ -40,20 +40,6 @@ namespace tern {
 
 namespace {
 
-// Where L slices of `count` elements start (L + 1 cuts, the last = count).
-std::vector<size_t> slices(size_t count, int L) {
-  std::vector<size_t> cuts(L + 1);
-  for (int i = 0; i <= L; ++i) cuts[i] = count / L * i + std::min<size_t>(count % L, i);
-  return cuts;
-}
-
-// The slices as the ring's blocks (slice k: the block of local rank k).
-std::vector<Span> blocksOf(const std::vector<size_t>& cuts) {
-  std::vector<Span> b(cuts.size() - 1);
-  for (size_t k = 0; k + 1 < cuts.size(); ++k) b[k] = Span{cuts[k], cuts[k + 1] - cuts[k]};
-  return b;
-}
-
 // The member of `cuts`' slices that holds element e (the non-empty slice
 // [cuts[i], cuts[i+1]) with e inside it).
 int holder(const std::vector<size_t>& cuts, size_t e) {
@@ -79,8 +65,8 @@ void planAllReduceTwoLevel(const PlanCtx& x, const void* src, void* dst, size_t 
 
   // 1. Host sums of this rank's slice, into d (a host of one: its input is
   // the host sum; step 2 reads it from s).
-  const std::vector<size_t> myCuts = slices(count, L);
-  const std::vector<Span> mySlices = blocksOf(myCuts);
+  const std::vector<size_t> myCuts = sliceCuts(count, L);
+  const std::vector<Span> mySlices = spansOf(myCuts);
   const RingSpan local = ringOf(x, mine, me);
   if (L > 1) ringReduceScatterSteps(prog, local, mySlices.data(), s, d, esz, chunk, avg && H == 1);
   const char* hostSum = L > 1 ? d : s;
@@ -90,7 +76,7 @@ void planAllReduceTwoLevel(const PlanCtx& x, const void* src, void* dst, size_t 
     std::vector<std::vector<size_t>> cutsOf(H);
     std::vector<size_t> bounds;
     for (int h = 0; h < H; ++h) {
-      cutsOf[h] = slices(count, static_cast<int>(hl.members[h].size()));
+      cutsOf[h] = sliceCuts(count, static_cast<int>(hl.members[h].size()));
       bounds.insert(bounds.end(), cutsOf[h].begin(), cutsOf[h].end());
     }
     std::sort(bounds.begin(), bounds.end());

@@ -80,8 +80,8 @@ void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst
 // first, so a whole buffer larger than the fifo left each waiting for the
 // other to make room (TERN_ALGO=rd hung from 6 MiB over shm and tcp).  Up
 // to a quarter of the fifo (every small-path call: TERN_SMALL_THRESHOLD is
-// capped there) each (peer, direction) appears at most once.  Also the small path's schedule
-// (api/alone.cc), which runs them without a plan and, when it must, hands the
+// capped there) each (peer, direction) appears at most once.  Also the small
+// path's schedule (api/alone.cc), which runs them without a plan and, when it must, hands the
 // operation to the engine at the step it reached.  `emit` gets each step in
 // turn (no array: a Step is 88 bytes, and zeroing room for the most a rank
 // can have, on every call, cost more than the rest of an 8-byte allreduce).

@@ -35,6 +35,19 @@ struct Chunk {
 
 }  // namespace
 
+std::vector<size_t> sliceCuts(size_t count, int L, size_t unit) {
+  const size_t units = (count + unit - 1) / unit;
+  std::vector<size_t> cuts(L + 1);
+  for (int i = 0; i <= L; ++i) cuts[i] = std::min(count, (units / L * i + std::min<size_t>(units % L, i)) * unit);
+  return cuts;
+}
+
+std::vector<Span> spansOf(const std::vector<size_t>& cuts) {
+  std::vector<Span> b(cuts.size() - 1);
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) b[k] = Span{cuts[k], cuts[k + 1] - cuts[k]};
+  return b;
+}
+
 RingSpan ringOf(const PlanCtx& x, const std::vector<int>& members, int pos) {
   const int n = static_cast<int>(members.size());
   return RingSpan{n, pos, x.conn(members[(pos + n - 1) % n]), x.conn(members[(pos + 1) % n])};

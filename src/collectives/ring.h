@@ -40,6 +40,14 @@ void ringReduceScatterSteps(Program& prog, const RingSpan& ring, const Span* blo
 void ringAllGatherSteps(Program& prog, const RingSpan& ring, const Span* blocks, const char* mine,
                         char* d, size_t esz, size_t chunkBytes);
 
+// Where L slices of `count` elements start, each a whole number of `unit`s
+// (the first ones a unit more when they do not divide evenly; the last
+// slices may be empty): L + 1 cuts, the last = count.  The two-level plans'
+// host slices.
+std::vector<size_t> sliceCuts(size_t count, int L, size_t unit = 1);
+// The slices between the cuts as ring blocks (slice k: member k's block).
+std::vector<Span> spansOf(const std::vector<size_t>& cuts);
+
 // The ring of `members` (ranks in ring order) with this rank at `pos`.
 RingSpan ringOf(const PlanCtx& x, const std::vector<int>& members, int pos);
 
