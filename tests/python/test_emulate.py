@@ -163,12 +163,33 @@ def test_roofline_counts_flops_from_the_real_shapes_at_the_emulated_batch():
     assert emulate.roofline("h100", batch=64).efficiency == 1.0
 
 
+def test_a_micro_batch_gets_its_share_of_the_emulated_batch():
+    """A call of fewer rows than the real batch (a pipeline's micro-batch) is
+    that share of the emulated batch, for a named profile and a roofline;
+    the weights are still read once per call."""
+    from tern import emulate_models
+    model = emulate.wrap(mlp(), emulate_models.source("resnet50@v100", batch=64, groups=3, real_batch=32))
+    at = {n: emulate_models.grouped(emulate_models.profile_rows("resnet50@v100", n), 3) for n in (16, 64)}
+    for rows, samples in ((8, 16), (32, 64)):
+        model(batch(n=rows)[0])
+        got = [r["fwd_ms"] for r in emulate.report(model)["layers"]]
+        assert got == pytest.approx([r["fwd_ms"] for r in at[samples]], rel=1e-9)
+    assert 0.2 < at[16][1]["fwd_ms"] / at[64][1]["fwd_ms"] < 0.5  # a quarter of the samples, not the whole batch
+    linear = torch.nn.Linear(32, 64)
+    model = emulate.wrap(torch.nn.Sequential(linear), emulate.roofline("v100", batch=64, real_batch=32))
+    model(torch.randn(8, 32))  # 16 emulated samples
+    fwd_bytes = (8 * 32 + 8 * 64) * 2 * 4 + (32 * 64 + 64) * 4
+    want = max(2.0 * 16 * 32 * 64 / 15.7e12, fwd_bytes / 900e9) * 1e3
+    assert emulate.report(model)["layers"][0]["fwd_ms"] == pytest.approx(want, rel=1e-9)
+
+
 @pytest.mark.parametrize("bad, sentence", [
     (lambda: emulate.parse_ms("20"), "must look like FWD:BWD"),
     (lambda: emulate.parse_ms("20:40@0"), "at least 1"),
     (lambda: emulate.uniform(-1, 2), "must be >= 0"),
     (lambda: emulate.roofline("tpu"), "unknown device 'tpu'"),
     (lambda: emulate.roofline("v100", efficiency=0), "share of the peak"),
+    (lambda: emulate.roofline("v100", real_batch=4), "needs an emulated batch"),
     (lambda: emulate.profile({"layers": [{"name": "x"}]}), "a device profile is"),
     (lambda: emulate.wrap(torch.nn.ReLU(), emulate.uniform(1, 1)), "no leaf module with parameters"),
     (lambda: emulate.report(torch.nn.Linear(2, 2)), "not emulated"),

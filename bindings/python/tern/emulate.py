@@ -38,11 +38,14 @@ Device times:
 - profile(path or dict): {"layers": [{"name", "fwd_ms", "bwd_ms",
   optional "activation_bytes", "gradient_bytes"}]}, matched to the
   wrapped layers by name, else by position when the counts agree.
-- roofline(device, batch=None, dtype="fp32", efficiency=1.0): per layer
-  max(FLOPs / peak, bytes / bandwidth) / efficiency at DEVICES[device],
-  FLOPs and bytes counted from the layer's real shapes at the first call,
+- roofline(device, batch=None, dtype="fp32", efficiency=1.0, real_batch=None):
+  per layer max(FLOPs / peak, bytes / bandwidth) / efficiency at
+  DEVICES[device], FLOPs and bytes counted from each call's real shapes,
   its batch dimension scaled to `batch` (the emulated batch: the real math
-  may run on fewer samples).
+  may run on fewer samples).  With `real_batch` (the real batch that
+  stands for `batch`), a call of fewer rows, a pipeline's micro-batch, is
+  that share of the emulated batch; the weights are still read once per
+  call, so small calls cost more per sample, as on a device.
 """
 import dataclasses
 import json
@@ -150,7 +153,7 @@ class profile:
 class roofline:
     """Device times from each layer's FLOPs and bytes at a device's peak rates."""
 
-    def __init__(self, device, batch=None, dtype="fp32", efficiency=1.0):
+    def __init__(self, device, batch=None, dtype="fp32", efficiency=1.0, real_batch=None):
         if device not in DEVICES:
             raise ValueError(f"unknown device {device!r}; known: {', '.join(sorted(DEVICES))} (tern.emulate.DEVICES).")
         if dtype not in DTYPE_BYTES:
@@ -159,7 +162,10 @@ class roofline:
             raise ValueError(f"efficiency is the share of the peak reached, in (0, 1], not {efficiency}.")
         if batch is not None and batch < 1:
             raise ValueError(f"the emulated batch must be at least 1, not {batch}.")
+        if real_batch is not None and not (batch and real_batch >= 1):
+            raise ValueError(f"a real batch ({real_batch}) needs an emulated batch and must be at least 1.")
         self.device, self.batch, self.dtype, self.efficiency = device, batch, dtype, efficiency
+        self.real_batch = real_batch
 
     def bind(self, names):
         return None
@@ -168,7 +174,9 @@ class roofline:
         x = next((t for t in inputs if torch.is_tensor(t)), None)
         if x is None or not torch.is_tensor(output):
             raise ValueError(f"roofline: layer {name} must take and return a tensor.")
-        scale = self.batch / x.shape[0] if self.batch and x.dim() else 1.0
+        scale = 1.0
+        if self.batch and x.dim():
+            scale = self.batch / (self.real_batch or x.shape[0])
         fwd_flops, param_elems = layer_flops(module, x, output)
         fwd_flops *= scale
         elem = DTYPE_BYTES[self.dtype]

@@ -80,17 +80,61 @@ def grouped(rows, groups):
     return out
 
 
-def source(spec, batch=None, groups=None):
+class named:
+    """A named profile (MODEL@DEVICE[:DTYPE]) at each call's share of the
+    emulated batch: a call of `rows` real rows stands for rows * batch /
+    real_batch emulated samples (a pipeline's micro-batch), and its times
+    are the named model's roofline at that many samples.  The weights are
+    read once per call whatever its size, so small micro-batches cost more
+    per sample, as on a device.  groups: as source()."""
+
+    def __init__(self, spec, batch, real_batch, groups=None):
+        parse(spec)
+        if not (batch >= 1 and real_batch >= 1):
+            raise ValueError(f"the emulated ({batch}) and real ({real_batch}) batches must be at least 1.")
+        self.spec, self.batch, self.real_batch, self.groups = spec, batch, real_batch, groups
+        self._at_samples = {}  # emulated samples -> emulate.profile, made on first use
+        self._bound = []       # every bind()'s names, replayed on each new profile
+
+    def _profile(self, samples):
+        if samples not in self._at_samples:
+            rows = profile_rows(self.spec, samples)
+            made = emulate.profile({"layers": grouped(rows, self.groups) if self.groups else rows})
+            for names in self._bound:
+                made.bind(names)
+            self._at_samples[samples] = made
+        return self._at_samples[samples]
+
+    def bind(self, names):
+        self._profile(self.batch).bind(names)  # raises with a sentence where the layers do not match
+        self._bound.append(list(names))
+        for made in self._at_samples.values():
+            if made is not self._at_samples[self.batch]:
+                made.bind(names)
+
+    def time_of(self, index, name, module, inputs, output):
+        x = next((t for t in inputs if torch.is_tensor(t) and t.dim()), None)
+        rows = x.shape[0] if x is not None else self.real_batch
+        samples = max(1, round(rows * self.batch / self.real_batch))
+        return self._profile(samples).time_of(index, name, module, inputs, output)
+
+
+def source(spec, batch=None, groups=None, real_batch=None):
     """A device-time source from a flag: "FWD:BWD" (ms per layer), a named
     profile MODEL@DEVICE[:DTYPE] (at `batch`, default 32), a profile JSON
     file, or DEVICE[:DTYPE] (the roofline of the module's own layers at
-    `batch`).  groups: spread a named profile over that many layers."""
+    `batch`).  groups: spread a named profile over that many layers.
+    real_batch: the real batch that stands for `batch`; a call of fewer
+    rows (a pipeline's micro-batch) then gets its share's device time, not
+    the whole batch's."""
     if "@" in spec:
+        if real_batch:
+            return named(spec, batch or 32, real_batch, groups)
         rows = profile_rows(spec, batch or 32)
         return emulate.profile({"layers": grouped(rows, groups) if groups else rows})
     head, _, dtype = spec.partition(":")
     if head in emulate.DEVICES:
-        return emulate.roofline(head, batch, dtype or "fp32")
+        return emulate.roofline(head, batch, dtype or "fp32", real_batch=real_batch if batch else None)
     if ":" in spec and not spec.endswith(".json"):
         return emulate.parse_ms(spec)
     return emulate.profile(spec)

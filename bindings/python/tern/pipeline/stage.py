@@ -195,5 +195,5 @@ def _device(cfg):
         return emulate.Device(emulate.uniform(*cfg.emulate_ms))
     if cfg.emulate_profile:
         return emulate.Device(emulate_models.source(cfg.emulate_profile, cfg.emulate_batch or cfg.batch,
-                                                    groups=cfg.layers))
+                                                    groups=cfg.layers, real_batch=cfg.batch))
     return None
