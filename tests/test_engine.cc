@@ -100,6 +100,34 @@ int heldBody(RankCtx& ctx) {
   return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
 }
 
+// An urgent operation that its peers have not issued yet holds nobody back,
+// also not for the rest of a hold that an earlier urgent one started
+// (rounds.cc): every rank runs a bulk allreduce as a request and an urgent
+// one A beside it; rank 0 then issues a second urgent one B that the others
+// issue only after the bulk one.  With a hold of 2 s, rank 0's bulk must
+// still finish at once after A, not 2 s later (before the fix it waited
+// out the hold: PriorityScheduler's small urgent gradients, one after the
+// other, left the link idle so).
+int notEngagedBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm();
+  std::vector<float> bulk(16 << 20), a(1 << 18), b(1 << 10);  // 64 MiB, 1 MiB, 4 KiB
+  fill(bulk, ctx.rank, 1.0f);
+  fill(a, ctx.rank, 2.0f);
+  fill(b, ctx.rank, 3.0f);
+  ternRequest_t rBulk = asyncAllReduce(bulk, 7, comm), rB = nullptr;
+  if (ternRequestWait(asyncAllReduce(a, 0, comm)) != ternSuccess) return failf(ctx, "A: %s", ternGetLastError(comm));
+  auto aDone = Clock::now();
+  if (ctx.rank == 0) rB = asyncAllReduce(b, 0, comm);
+  if (ternRequestWait(rBulk) != ternSuccess) return failf(ctx, "bulk: %s", ternGetLastError(comm));
+  double after = std::chrono::duration<double>(Clock::now() - aDone).count();
+  if (ctx.rank != 0) rB = asyncAllReduce(b, 0, comm);
+  if (ternRequestWait(rB) != ternSuccess) return failf(ctx, "B: %s", ternGetLastError(comm));
+  if (!sumIsRight(bulk, ctx.nranks, 1.0f) || !sumIsRight(a, ctx.nranks, 2.0f) || !sumIsRight(b, ctx.nranks, 3.0f))
+    return failf(ctx, "wrong sums");
+  if (after > 1.5) return failf(ctx, "the bulk allreduce ended %.2f s after A: held behind B, which no peer had", after);
+  return ternCommDestroy(comm) == ternSuccess ? 0 : 1;
+}
+
 // Rank 0 issues level 2 then level 5; the others issue level 5 then level 2:
 // the k-th operation of a level meets the k-th of that level, whatever the
 // order across levels.  Transfers at two levels also cross.
@@ -196,6 +224,9 @@ TEST_P(EngineCase, LevelsMatchWhateverTheOrderAcrossLevels) { run(perLevelBody);
 // spells would stall every rank.  It takes 0.2-0.3 s over shm and tcp.
 TEST_P(EngineCase, HeldBulkStillServesAPeerBlockedInIt) {
   run(heldBody, {{"TERN_PRIORITY_HOLD_US", "50000"}});
+}
+TEST_P(EngineCase, AnUrgentOperationNoPeerIssuedHoldsNobody) {
+  run(notEngagedBody, {{"TERN_PRIORITY_HOLD_US", "2000000"}});
 }
 TEST_P(EngineCase, ManyThreadsOneCommunicator) { run(threadsBody); }
 TEST_P(EngineCase, RequestsTestWaitAndNeverWaited) { run(requestsBody); }

@@ -29,9 +29,16 @@ constexpr size_t kBudgetYielding = 16 << 10;
 // peer issued it too), or it only sends (its bytes are on the link whether
 // or not the peer reads yet).  One that has sent its first bytes and waits
 // for a peer that has not issued it moves nothing until that peer comes.
+bool engaged(const Operation& o) { return !o.greetedIn.empty() || (o.send && !o.collective); }
+
 bool engaged(const Levels::List& list) {
-  return std::any_of(list.begin(), list.end(),
-                     [](const OpPtr& o) { return !o->greetedIn.empty() || (o->send && !o->collective); });
+  return std::any_of(list.begin(), list.end(), [](const OpPtr& o) { return engaged(*o); });
+}
+
+// Whether a level holds less urgent ones back while it waits: an operation
+// of it is engaged and does more than listen (stream receivers hold nobody).
+bool holdsBack(const Levels::List& list) {
+  return std::any_of(list.begin(), list.end(), [](const OpPtr& o) { return !o->phase.listening && engaged(*o); });
 }
 
 }  // namespace
@@ -55,19 +62,23 @@ Rounds::Rounds(double holdSec, Admission& admission, Levels& levels, Stepper& st
 // Once the urgent level has been quiet for hold_ less urgent work fills in
 // again in small slices, so a peer blocked in our bulk operation still gets
 // it done.  A move starts the hold only where the urgent level is engaged
-// with its peers (above): an urgent allreduce that one rank has issued and
-// its peer not yet sends its first bytes and then waits, and holding bulk
-// then left the link idle (PriorityScheduler on ResNet-50's ~130 small urgent
-// tensors per backward: 1.12x plain DDP held, 1.16x with no hold at all;
-// perf/RESULTS.md, 2026-12-04: PriorityScheduler near the ideal on an
-// emulated accelerator).
+// with its peers (above), and only an engaged level holds the others while
+// it waits: an urgent allreduce that one rank has issued and its peer not yet
+// sends its first bytes and then waits, and holding bulk then left the link
+// idle, also for the rest of the hold a finished urgent allreduce had
+// started (PriorityScheduler on ResNet-50's ~130 small urgent tensors per
+// backward, which come one after the other: 1.12x plain DDP held, 1.16x
+// with no hold at all; perf/RESULTS.md, 2026-12-04: PriorityScheduler near
+// the ideal on an emulated accelerator, and 2026-12-05: the priority hold
+// only behind an engaged level).
 bool Rounds::round() {
   stepper_.admit();
   heldFrom_ = kLevels;
-  bool urgentWaiting = false;  // a more urgent level has work
+  bool urgentWaiting = false;  // a more urgent level has work (less urgent ones move in small slices)
+  bool urgentEngaged = false;  // ... that it exchanges with its peers (less urgent ones are held)
   for (Levels::List& list : levels_) {
     if (list.empty()) continue;
-    if (urgentWaiting && Clock::now() < heldUntil_) {
+    if (urgentEngaged && Clock::now() < heldUntil_) {
       heldFrom_ = levels_.levelOf(list);
       return false;
     }
@@ -80,8 +91,8 @@ bool Rounds::round() {
       if (moved && levels_.anyActiveBelow(list) && engaged(list)) heldUntil_ = Clock::now() + hold_;
       return true;
     }
-    // A level whose operations only listen (stream receivers) holds nobody back.
     urgentWaiting |= std::any_of(list.begin(), list.end(), [](const OpPtr& o) { return !o->phase.listening; });
+    urgentEngaged |= holdsBack(list);
   }
   return false;
 }
