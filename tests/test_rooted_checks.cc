@@ -1,5 +1,5 @@
 // The rooted collectives' agreement checks heard without waiting
-// (Step::deferrable, Conn::owed): a rank that only sends (a broadcast's
+// (Step::deferrable, StreamMarks::owed): a rank that only sends (a broadcast's
 // root, a reduce's first rank, a gather's non-roots, a scatter's root)
 // returns once its sends are out, checks the descriptor its peer sends back
 // when it comes (this call, a later one on the stream, or ternCommDestroy),
@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int kAhead = 8;  // OwedDescs::kMax (base/op_desc.h)
+constexpr int kAhead = 8;  // OwedDescs::kMax (engine/op_desc.h)
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 

@@ -13,6 +13,7 @@
 #include "engine/operation.h"
 #include "engine/program.h"
 #include "engine/stream_claims.h"
+#include "engine/stream_marks.h"
 #include "memory/host_reduce.h"
 #include "base/auth.h"
 #include "base/socket.h"
@@ -41,11 +42,12 @@ TEST(StreamClaim, WhatWasIssuedFirstWritesFirst) {
 
   // The chunk waits to go without taking the stream (its kernel-queue bound):
   // its reservation keeps the allreduce issued after it off the stream.
-  c.reservedAt = 5;
+  StreamMarks& m = marks(&c);  // the engine's marks on it
+  m.reservedAt = 5;
   EXPECT_FALSE(claimOut(*allreduce, &c));
   EXPECT_TRUE(claimOut(*chunk, &c));
-  EXPECT_EQ(c.writer, &*chunk);
-  EXPECT_EQ(c.reservedAt, UINT64_MAX);  // it went: the reservation is spent
+  EXPECT_EQ(m.writer, &*chunk);
+  EXPECT_EQ(m.reservedAt, UINT64_MAX);  // it went: the reservation is spent
   EXPECT_FALSE(claimOut(*allreduce, &c));  // the chunk holds the stream
   letGo(*chunk);
 
@@ -60,7 +62,7 @@ TEST(StreamClaim, WhatWasIssuedFirstWritesFirst) {
 
   // Without a reservation an ordered operation takes a free stream, and a
   // reservation made after it was issued does not hold it back.
-  c.reservedAt = 8;
+  m.reservedAt = 8;
   EXPECT_TRUE(claimOut(*allreduce, &c));
   letGo(*allreduce);
 }

@@ -171,7 +171,7 @@ TEST_P(WeightStream, VersionMovingWhileItsSnapshotIsTakenIsNeverTorn) {
 // Every chunk waits while the kernel holds a byte of the stream (tcp): the
 // stream waits without holding its connection, so the allreduce that rank 0
 // issues right after its last push must still let that version go first
-// (Conn::reservedAt), or rank 1, waiting for the version before it joins the
+// (StreamMarks::reservedAt), or rank 1, waiting for the version before it joins the
 // allreduce, and rank 0 would wait for each other.  Whether the allreduce
 // arrives while a chunk waits is up to timing here (the loop that found the
 // hang: 1 run in 4-8 under load); StreamClaim (test_unit) checks the order

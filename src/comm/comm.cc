@@ -323,11 +323,12 @@ std::string ternComm::failureReason() {
 
 ternResult_t ternComm::hearOwed() {
   if (!table) return ternSuccess;
-  std::vector<tern::Conn*> owing;
+  std::vector<tern::Conn*> streams;
   for (int level = 0; level < tern::kLevels; ++level)
     for (tern::Conn* c : table->view(level))
       for (tern::Conn* k : {c, c->small(0)})
-        if (k && !k->owed.empty()) owing.push_back(k);
+        if (k) streams.push_back(k);
+  std::vector<tern::Conn*> owing = tern::Executor::owing(streams);
   if (owing.empty()) return ternSuccess;
   // A peer that heard of a mismatch first failed us: that is the answer.
   if (ternResult_t r = static_cast<ternResult_t>(asyncError.load()); r != ternSuccess)

@@ -96,7 +96,7 @@ struct ternComm : public tern::EngineHost {
     bool send;
   };
   bool claimTransfers(const Transfer* t, uint64_t* seqs, size_t n);
-  // ternCommDestroy: the descriptors its streams still owe (Conn::owed, the
+  // ternCommDestroy: the descriptors its streams still owe (StreamMarks::owed, the
   // checks of the last rooted calls) are heard before they close, so a
   // mismatch there is reported, and no peer's bytes sit unread on a socket
   // that closes (tcp would reset the connection, and could drop what this

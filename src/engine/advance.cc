@@ -12,6 +12,7 @@
 #include "engine/direct_transfer.h"
 #include "engine/operation.h"
 #include "engine/step_payload.h"
+#include "engine/stream_marks.h"
 #include "engine/stream_claims.h"
 #include "engine/stream_records.h"
 
@@ -53,8 +54,9 @@ ternResult_t readDesc(Operation& op, Conn* in, size_t* left) {
   if (h == Heard::kNotYet) return ternSuccess;
   if (h != Heard::kMatched) return heardError(h, in, op.desc, theirs);
   op.greetedIn.push_back(in);
-  if (in->reader != &op) {
-    in->reader = &op;
+  StreamMarks& m = marks(in);
+  if (m.reader != &op) {
+    m.reader = &op;
     op.held.push_back(in);
   }
   *left = 0;
@@ -96,7 +98,7 @@ ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
   // operation's message (an interleaved one's, being read): wait for its
   // end; and that reader may take bytes (padding, its whole message) from
   // under us, so align from where the stream is now.
-  const bool between = !s.in || i.desc == 0 || !s.in->reader || s.in->reader == &op;
+  const bool between = !s.in || i.desc == 0 || !beingRead(s.in, &op);
   if (s.in && between) {
     if (i.desc) i.skip = alignUp(s.in->recvPos(), s.in->recordAlign());
     skipIn(s.in, &i.skip);
@@ -122,7 +124,7 @@ ternResult_t advanceSteps(Operation& op, Program& p, const Reduction& red, int n
     const Step& s = p.steps[p.cur];
     if (s.deferrable) {  // the peer's descriptor, if it came (else owed: phaseThrough)
       OpDesc theirs;
-      Heard h = s.in->reader && s.in->reader != &op ? Heard::kNotYet : hear(s.in, op.desc, &theirs);
+      Heard h = beingRead(s.in, &op) ? Heard::kNotYet : hear(s.in, op.desc, &theirs);
       if (h == Heard::kNotYet) return ternSuccess;
       if (h != Heard::kMatched) return heardError(h, s.in, op.desc, theirs);
       *moved = true;

@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "engine/operation.h"
+#include "engine/stream_marks.h"
 #include "engine/stream_records.h"
 
 namespace tern {
@@ -13,8 +14,9 @@ bool peekPast(Conn* in, OpDesc* d, bool* owed) {
     skipIn(in, &pad);
     if (pad != 0 || !peekRecord(in, d)) return false;
     *owed = false;
-    if (in->owed.empty()) return true;
-    const OpDesc& due = in->owed.front();
+    OwedDescs& owing = marks(in).owed;
+    if (owing.empty()) return true;
+    const OpDesc& due = owing.front();
     // An interleaved message (a weight stream's chunk) that slipped in
     // ahead of the owed descriptor is its reader's; the owed one follows.
     if (d->magic == kDescMagic && d->kind != due.kind && opKind(d->kind).interleaved) return true;
@@ -23,7 +25,7 @@ bool peekPast(Conn* in, OpDesc* d, bool* owed) {
       return true;
     }
     in->recvConsume(sizeof *d);
-    in->owed.pop();
+    owing.pop();
   }
 }
 
@@ -46,7 +48,7 @@ Heard hear(Conn* in, const OpDesc& mine, OpDesc* theirs) {
 ternResult_t heardError(Heard h, const Conn* in, const OpDesc& mine, const OpDesc& theirs) {
   if (h == Heard::kOwedMismatch)
     return setError(ternInvalidUsage, "a call this rank completed earlier did not match its peer's: " +
-                                          descMismatch(in->owed.front(), theirs));
+                                          descMismatch(marksIfAny(in)->owed.front(), theirs));
   return setError(ternInvalidUsage, descMismatch(mine, theirs));
 }
 
@@ -63,9 +65,9 @@ bool onlyHearing(const Program& p) {
 bool oweRest(Phase& ph, const OpDesc& desc) {
   for (const Program& p : ph.progs)
     for (size_t i = p.cur; i < p.steps.size(); ++i)
-      if (p.steps[i].in->owed.full()) return false;
+      if (marks(p.steps[i].in).owed.full()) return false;
   for (Program& p : ph.progs)
-    for (; p.cur < p.steps.size(); ++p.cur) p.steps[p.cur].in->owed.push(desc);
+    for (; p.cur < p.steps.size(); ++p.cur) marks(p.steps[p.cur].in).owed.push(desc);
   return true;
 }
 

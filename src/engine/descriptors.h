@@ -1,18 +1,18 @@
 // A peer's descriptor heard on a stream before its operation's bytes: read
 // past padding, checked against ours and consumed, and the descriptors a
-// stream owes (Conn::owed: descriptor-only receives a phase left to the
+// stream owes (StreamMarks::owed: descriptor-only receives a phase left to the
 // stream's next reader, phaseThrough).
 #pragma once
 #include <string>
 
-#include "base/op_desc.h"
+#include "engine/op_desc.h"
 #include "engine/program.h"
 
 namespace tern {
 
 // Skips the padding at the head of `in` and reads (without consuming) the
 // descriptor that follows, if it has arrived; false otherwise.  The ones the
-// stream owes (Conn::owed) are consumed first as they arrive and match;
+// stream owes (StreamMarks::owed) are consumed first as they arrive and match;
 // *owed: the head is an owed one that does not match (a mismatch to report).
 // Only where a new operation starts on that stream (nobody is reading it).
 bool peekPast(Conn* in, OpDesc* d, bool* owed);
@@ -30,7 +30,7 @@ ternResult_t heardError(Heard h, const Conn* in, const OpDesc& mine, const OpDes
 
 // Whether a phase whose programs have run as far as they go is through:
 // every program done, or done but for descriptor-only receives
-// (Step::deferrable), whose descriptors its streams then owe (Conn::owed).
+// (Step::deferrable), whose descriptors its streams then owe (StreamMarks::owed).
 // False (nothing owed) while one of those streams already owes
 // OwedDescs::kMax: the rank has run that far ahead of its checks and waits.
 // A plan hears a stream at most once per phase.

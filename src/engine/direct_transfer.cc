@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "engine/operation.h"
 #include "engine/stream_records.h"
+#include "engine/stream_marks.h"
 
 namespace tern {
 
@@ -16,8 +17,9 @@ namespace {
 // Which path a direct transfer took, at INFO the first time per connection
 // (a training loop repeats the same transfers), at TRACE every time.
 void notePath(Conn* c, unsigned bit, const std::string& what) {
-  const bool first = !(c->pathsLogged & bit);
-  c->pathsLogged |= bit;
+  unsigned& logged = marks(c).pathsLogged;
+  const bool first = !(logged & bit);
+  logged |= bit;
   if (first) TERN_LOG(Info, "%s (rank %d, %s)", what.c_str(), c->peer, c->name());
   else TERN_LOG(Trace, "%s (rank %d, %s)", what.c_str(), c->peer, c->name());
 }
@@ -32,7 +34,7 @@ constexpr uint32_t kWait = ~0u;
 uint32_t directMode(const MemOps& mem, const Step& s) {
   if (mem.type() == MemType::Host) return offers(s.out->hostDirectMin(), s.bytes) ? 1 : 0;
   if (!offers(s.out->ipcMin(), s.bytes)) return 0;
-  if (s.out->directAcked() < s.out->directPosted) return kWait;
+  if (s.out->directAcked() < marks(s.out).directPosted) return kWait;
   IpcHandle h;
   uint64_t offset;
   if (!mem.ipcExport(s.local, &h, &offset)) {
@@ -54,7 +56,7 @@ void writeDirect(Operation& op, Program& p, const Step& s, size_t* left) {
                  static_cast<uint64_t>(reinterpret_cast<uintptr_t>(s.local)), 0};
   if (mode == kWait || !putRecord(s.out, h)) return;
   p.directNow = mode != 0;
-  if (p.directNow) p.ticket = s.out->directPosted += s.bytes;
+  if (p.directNow) p.ticket = marks(s.out).directPosted += s.bytes;
   *left = 0;
 }
 
@@ -66,7 +68,7 @@ namespace {
 void acceptDirect(Operation& op, Program& p, const Step& s, const DirectHeader& h) {
   const MemOps& mem = *op.ctx.mem;
   const bool host = mem.type() == MemType::Host;
-  s.in->directSeen += h.bytes;
+  const uint64_t ticket = marks(s.in).directSeen += h.bytes;
   std::string why;
   if (h.mode == 1 && host) {
     p.directNow = true;
@@ -84,7 +86,7 @@ void acceptDirect(Operation& op, Program& p, const Step& s, const DirectHeader& 
       return;
     }
   }
-  s.in->directDecline(h.bytes);
+  s.in->directDecline(ticket, h.bytes);
   if (why.empty()) why = host ? "this rank's buffer is host memory" : "this rank's buffer is device memory";
   notePath(s.in, kPathStaged, std::string(h.mode == 2 ? "the peer's device buffer" : "the peer's host buffer") +
                                   " streams through the fifo: " + why);

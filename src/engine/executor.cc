@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/thread_name.h"
+#include "engine/stream_marks.h"
 
 namespace tern {
 
@@ -152,6 +153,13 @@ void Executor::drain() {
     if (token_.tryTake()) driveHeld(nullptr);
     else waits_.sleepUntil([&] { return admission_.outstanding() == 0; });
   }
+}
+
+std::vector<Conn*> Executor::owing(const std::vector<Conn*>& streams) {
+  std::vector<Conn*> out;
+  for (Conn* c : streams)
+    if (const StreamMarks* m = marksIfAny(c); m && !m->owed.empty()) out.push_back(c);
+  return out;
 }
 
 ternResult_t Executor::hearOwed(const std::vector<Conn*>& conns) {

@@ -57,9 +57,12 @@ class Executor {
   bool idle() { return admission_.outstanding() == 0; }
   // TERN_TRACE (engine/trace.h): operations' begin and completion go there.
   void setTrace(Trace* t) { stepper_.setTrace(t); }
-  // Hears what `conns` still owe (Conn::owed) before they close (ternComm::
-  // hearOwed): ternInvalidUsage for a mismatch, ternRemoteError when a live
-  // peer has not sent them within the timeout.
+  // Of `streams`, those that still owe this rank descriptors to check
+  // (StreamMarks::owed).
+  static std::vector<Conn*> owing(const std::vector<Conn*>& streams);
+  // Hears what `conns` still owe before they close (ternComm::hearOwed):
+  // ternInvalidUsage for a mismatch, ternRemoteError when a live peer has
+  // not sent them within the timeout.
   ternResult_t hearOwed(const std::vector<Conn*>& conns);
   // The small path's entry points (inline_runner.h): the drive token if
   // the engine is idle (the caller numbers its work while it holds it), then

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "engine/descriptors.h"
 #include "engine/phase_blockers.h"
+#include "engine/stream_marks.h"
 
 namespace tern {
 
@@ -80,13 +81,14 @@ ternResult_t Health::hearOwed(const std::vector<Conn*>& conns, Clock::time_point
 
 // One connection's owed descriptors, read and checked as they arrive.
 ternResult_t Health::hearOwedOn(Conn* c, Clock::time_point deadline) {
-  while (!c->owed.empty()) {
+  const OwedDescs& owed = marks(c).owed;
+  while (!owed.empty()) {
     bool moved = false;
     if (c->needsProgress()) TERN_CHECK(c->progress(&moved));
     OpDesc theirs;
     bool mismatch = false;
     if (peekPast(c, &theirs, &mismatch) && mismatch) return heardError(Heard::kOwedMismatch, c, theirs, theirs);
-    if (c->owed.empty()) break;
+    if (owed.empty()) break;
     if (c->inputEnded() || Clock::now() > deadline) {
       // A peer that failed (a mismatch it saw first) said why; one that
       // left or stalled without answering did not make the same call.
@@ -94,7 +96,7 @@ ternResult_t Health::hearOwedOn(Conn* c, Clock::time_point deadline) {
       return setError(ternRemoteError, "rank " + std::to_string(c->peer) +
                                            (c->inputEnded() ? " exited without answering"
                                                             : " did not answer, within the timeout,") +
-                                           " this rank's " + describe(c->owed.front()));
+                                           " this rank's " + describe(owed.front()));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

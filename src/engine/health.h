@@ -35,7 +35,7 @@ class Health {
   ternResult_t afterIdleRounds(unsigned n, Levels& levels);
   // The same while the progress thread listens for standing operations.
   ternResult_t whenDue(Levels& levels, Clock::time_point now);
-  // Hears what `conns` still owe (Conn::owed) before they close: the
+  // Hears what `conns` still owe (StreamMarks::owed) before they close: the
   // caller holds the drive token.
   ternResult_t hearOwed(const std::vector<Conn*>& conns, Clock::time_point deadline);
   Clock::time_point deadline() const;

@@ -34,6 +34,7 @@
 #include "engine/inline_runner.h"
 #include "engine/stream_claims.h"
 #include "engine/whole_message.h"
+#include "engine/stream_marks.h"
 
 namespace tern {
 
@@ -57,12 +58,12 @@ bool fitsGreetings(const Phase& ph) {
 // the engine finds the streams of a handed-over operation as it would have.
 void markIn(Operation& op, Conn* c) {
   op.greetedIn.push_back(c);
-  c->reader = &op;
+  marks(c).reader = &op;
   op.held.push_back(c);
 }
 void markOut(Operation& op, Conn* c) {
   op.greetedOut.push_back(c);
-  c->writer = &op;
+  marks(c).writer = &op;
   op.held.push_back(c);
 }
 

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/descriptors.h"
+#include "engine/stream_marks.h"
 
 namespace tern {
 
@@ -93,7 +94,7 @@ ternResult_t Levels::bindSource(const List& list, size_t i, bool* bound) {
     // the middle of another's message (a weight stream's chunk) is skipped.
     auto sendToUs = [&](Conn* k) {
       OpDesc d;
-      return k && !k->reader && peekDesc(k, &d) && d.kind == opKind(op.desc.kind).peerKind &&
+      return k && !beingRead(k) && peekDesc(k, &d) && d.kind == opKind(op.desc.kind).peerKind &&
              d.root == rank_;
     };
     if (!sendToUs(c->small(0)) && !sendToUs(c)) continue;

@@ -1,8 +1,7 @@
 // The operation descriptor as it travels (32 bytes ahead of an operation's
-// first message on a stream), and the few a stream may owe this rank.  Here,
-// below the transports, because a connection keeps the ones it owes
-// (Conn::owed); what the fields must agree on is the engine's
-// (engine/operation.h, descMatches).
+// first message on a stream), and the few a stream may owe this rank (kept
+// in the engine's marks on the stream, engine/stream_marks.h); what the
+// fields must agree on is engine/operation.h's descMatches.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -75,8 +74,10 @@ class OwedDescs {
   void pop() { head_ = (head_ + 1) % kMax, --n_; }
 
  private:
-  OpDesc d_[kMax];
+  // The counters first: empty() is asked on every small call, and this way
+  // it reads the line that the stream's other marks share (StreamMarks).
   size_t head_ = 0, n_ = 0;
+  OpDesc d_[kMax];
 };
 
 }  // namespace tern

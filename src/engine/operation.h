@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "base/dtype.h"
-#include "base/op_desc.h"
+#include "engine/op_desc.h"
 #include "base/socket.h"
 #include "engine/program.h"
 
@@ -108,7 +108,7 @@ struct Operation {
   // Outside its level's issue order (a weight stream's): nobody waits for
   // it and it waits for nobody, it takes no sequence number, and its kind is
   // interleaved, so it moves whole framed messages between other operations'
-  // on a stream (Conn::reader / writer).
+  // on a stream (StreamMarks::reader / writer).
   bool unordered = false;
   // Stays admitted while it has nothing to do (a stream's receiver, which
   // must drain whatever arrives): not counted as outstanding (drain() does

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "engine/descriptors.h"
 #include "engine/operation.h"
+#include "engine/stream_marks.h"
 
 namespace tern {
 
@@ -39,7 +40,7 @@ ternResult_t checkOtherStream(const Operation& op, const Phase& ph) {
     if (!in || p.in.desc == 0) continue;  // not waiting for a descriptor
     Conn* other = in->owner ? in->owner : in->small(0);
     OpDesc d;
-    if (!other || other->reader || !peekDesc(other, &d) || opKind(d.kind).interleaved) continue;
+    if (!other || beingRead(other) || !peekDesc(other, &d) || opKind(d.kind).interleaved) continue;
     std::string why = descMismatch(op.desc, d);
     if (why.empty())
       why = "rank " + std::to_string(d.rank) + " sent its " + describe(d) + " over " + other->name() +

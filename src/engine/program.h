@@ -61,7 +61,7 @@ struct Step {
   // A receive of the peer's descriptor alone that need not hold up its
   // operation (a rooted collective's check that the ranks it only sends to
   // agree; collectives/transfers.h, Transfers::hear): checked if it comes
-  // while the rest of the operation runs, else owed by the stream (Conn::owed)
+  // while the rest of the operation runs, else owed by the stream (StreamMarks::owed)
   // and checked by its next reader.  So a rank that only sends returns when
   // its sends are out, as MPI's eager sends do, instead of a round trip later.
   bool deferrable = false;
@@ -147,7 +147,7 @@ struct Phase {
   bool listening = false;
   // Its messages are whole, each with its own descriptor (an interleaved
   // kind's): the operation greets its streams anew in this phase and lets
-  // go of them (Conn::reader / writer) when the phase ends.
+  // go of them (StreamMarks::reader / writer) when the phase ends.
   bool reframe = false;
   // ... but it keeps the streams it holds into the next phase (a weight
   // stream's version goes whole: chunks back to back, so a collective that

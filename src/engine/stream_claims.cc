@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "engine/stream_marks.h"
+
 namespace tern {
 
 // A stream's send side belongs to one operation from its first message until
@@ -16,24 +18,26 @@ namespace tern {
 // later asks again.
 bool claimOut(Operation& op, Conn* out) {
   if (!out) return true;
-  if (out->writer == &op) {
-    if (op.unordered) out->reservedAt = UINT64_MAX;
+  StreamMarks& m = marks(out);
+  if (m.writer == &op) {
+    if (op.unordered) m.reservedAt = UINT64_MAX;
     return true;
   }
-  if (out->writer || (op.unordered ? out->wantedBy < op.phase.postedAt : out->reservedAt < op.stamp)) {
-    if (!op.unordered) out->wantedBy = std::min(out->wantedBy, op.stamp);
+  if (m.writer || (op.unordered ? m.wantedBy < op.phase.postedAt : m.reservedAt < op.stamp)) {
+    if (!op.unordered) m.wantedBy = std::min(m.wantedBy, op.stamp);
     return false;
   }
-  out->writer = &op;
-  (op.unordered ? out->reservedAt : out->wantedBy) = UINT64_MAX;
+  m.writer = &op;
+  (op.unordered ? m.reservedAt : m.wantedBy) = UINT64_MAX;
   op.held.push_back(out);
   return true;
 }
 
 void letGo(Operation& op) {
   for (Conn* c : op.held) {
-    if (c->writer == &op) c->writer = nullptr;
-    if (c->reader == &op) c->reader = nullptr;
+    StreamMarks& m = marks(c);
+    if (m.writer == &op) m.writer = nullptr;
+    if (m.reader == &op) m.reader = nullptr;
   }
   op.held.clear();
 }

@@ -1,4 +1,4 @@
-// Which operation reads or writes a message on a stream (Conn::reader /
+// Which operation reads or writes a message on a stream (StreamMarks::reader /
 // writer): an operation takes a stream's send side for its message
 // (claimOut, issue order between ordered and interleaved messages) and lets
 // go of every stream it holds when it completes or a reframing phase ends.
@@ -8,13 +8,13 @@
 namespace tern {
 
 // Whether `op` may write its next message on stream `out` now, taking it
-// (Conn::writer) until letGo.  What was issued first goes first: an
+// (StreamMarks::writer) until letGo.  What was issued first goes first: an
 // interleaved message posted after an ordered operation that waits for the
-// stream lets it go first (Conn::wantedBy), and an ordered operation issued
-// after an interleaved message that waits to go (Conn::reservedAt) waits too.
+// stream lets it go first (StreamMarks::wantedBy), and an ordered operation issued
+// after an interleaved message that waits to go (StreamMarks::reservedAt) waits too.
 bool claimOut(Operation& op, Conn* out);
 
-// The operation lets go of the streams it holds (Conn::reader / writer): at
+// The operation lets go of the streams it holds (StreamMarks::reader / writer): at
 // its completion, or at the end of a reframing phase.
 void letGo(Operation& op);
 

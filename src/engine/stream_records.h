@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "base/op_desc.h"
+#include "engine/op_desc.h"
 #include "transport/transport.h"
 
 namespace tern {

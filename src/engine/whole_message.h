@@ -11,6 +11,7 @@
 #include "engine/descriptors.h"
 #include "engine/operation.h"
 #include "engine/step_payload.h"
+#include "engine/stream_marks.h"
 #include "transport/shm_streams.h"
 
 namespace tern {
@@ -25,8 +26,7 @@ inline bool takesWhole(const Step& s, uint64_t opBytes) {
   // threshold, its sibling: Conn::settle) is written by the opening thread
   // until then.
   for (Conn* k : {s.in, s.out})
-    if (k && (k->openState.load(std::memory_order_acquire) != Conn::kOpen || k->reader || k->writer ||
-              !k->carriesWhole(opBytes)))
+    if (k && (k->openState.load(std::memory_order_acquire) != Conn::kOpen || claimed(k) || !k->carriesWhole(opBytes)))
       return false;
   return !directCandidate(s);
 }
@@ -107,17 +107,18 @@ inline void runWhole(const MemOps& mem, const Step& s, const char* in, char* out
   return true;
 }
 
-// The descriptors the stream owes (Conn::owed), consumed while each lies
+// The descriptors the stream owes (StreamMarks::owed), consumed while each lies
 // whole at the stream's next record (foundAhead): true once none is owed.
 // Anything else (one not come, one the engine wrote, a mismatch) is for
 // peekPast to read.
 inline bool payOwedWhole(const Stream& st, Conn* in) {
-  while (!in->owed.empty()) {
+  OwedDescs& owed = marks(in).owed;
+  while (!owed.empty()) {
     const size_t skip = alignUp(st.recvPos(), st.recordAlign()), n = skip + sizeof(OpDesc);
     const char* ip;
-    if (!foundAhead(st, in->owed.front(), n, skip, &ip)) return false;
+    if (!foundAhead(st, owed.front(), n, skip, &ip)) return false;
     st.recvConsume(n);
-    in->owed.pop();
+    owed.pop();
   }
   return true;
 }
@@ -144,16 +145,17 @@ inline bool oursAhead(const Stream& st, const OpDesc& mine, size_t n, size_t ski
 // Whatever else is there (a mismatch, a message the engine wrote, a full
 // owed queue) is hear()'s.
 inline Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
-  if (!in->owed.empty() && !in->owed.full()) return Heard::kNotYet;
+  const OwedDescs& owed = marks(in).owed;
+  if (!owed.empty() && !owed.full()) return Heard::kNotYet;
   const Stream st(in);
-  if (!payOwedWhole(st, in)) return in->owed.full() ? hear(in, mine, theirs) : Heard::kNotYet;
+  if (!payOwedWhole(st, in)) return owed.full() ? hear(in, mine, theirs) : Heard::kNotYet;
   const size_t skip = alignUp(st.recvPos(), st.recordAlign()), n = skip + sizeof(OpDesc);
   const char* ip;
   if (foundAhead(st, mine, n, skip, &ip)) {
     st.recvConsume(n);
     return Heard::kMatched;
   }
-  return in->owed.full() || oursAhead(st, mine, n, skip) ? hear(in, mine, theirs) : Heard::kNotYet;
+  return owed.full() || oursAhead(st, mine, n, skip) ? hear(in, mine, theirs) : Heard::kNotYet;
 }
 
 // One step, whole: kWait while the peer's message has not all arrived,
@@ -174,7 +176,7 @@ inline Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
     }
     hi = headOf(sin.recordAlign(), sin.recvPos(), !greetIn);
     const char* ip;
-    if (!(hi.desc && s.in->owed.empty() && foundAhead(sin, desc, hi.bytes() + s.bytes, hi.skip, &ip))) {
+    if (!(hi.desc && marks(s.in).owed.empty() && foundAhead(sin, desc, hi.bytes() + s.bytes, hi.skip, &ip))) {
       if (sin.recvAvail(&ip) < hi.bytes() + s.bytes) return Try::kWait;
       if (hi.desc && !descMatches(desc, descAt(ip + hi.skip))) return Try::kEngine;
     }

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/descriptors.h"
+#include "engine/stream_marks.h"
 
 namespace tern {
 
@@ -50,9 +51,10 @@ ternResult_t peekMine(const StreamState& s, Conn* c, OpDesc* d, bool* mine) {
     TERN_CHECK(c->progress(&moved));
   }
   const char* p;
-  if (c->reader == nullptr && peekDesc(c, d)) {
+  const bool unread = !beingRead(c);
+  if (unread && peekDesc(c, d)) {
     *mine = d->kind == kWeightStreamKind && static_cast<int>(d->root) == s.id;
-  } else if (c->reader == nullptr && c->inputEnded() && c->recvAvail(&p) == 0) {
+  } else if (unread && c->inputEnded() && c->recvAvail(&p) == 0) {
     return setError(ternRemoteError, "rank " + std::to_string(s.rank) + ": rank " + std::to_string(s.peer) +
                                          (s.isSender() ? ", the receiver" : ", the sender") +
                                          " of weight stream " + std::to_string(s.id) +
@@ -146,7 +148,8 @@ class SendTask final : public Task {
     TERN_CHECK(mayPost(x, off_ + n, &go));
     if (!go) {  // the chunk was posted: what is issued after it waits for it
       Conn* c = x.conn(s_->peer);
-      c->reservedAt = std::min(c->reservedAt, s_->send.movingStamp);
+      uint64_t& reserved = marks(c).reservedAt;
+      reserved = std::min(reserved, s_->send.movingStamp);
       ph->listening = true;
       return ternSuccess;
     }

@@ -158,9 +158,9 @@ class ShmConn : public Conn {
     w->offset = offset;
   }
   char* ipcMap(const MemOps& mem, uint64_t* offset, std::string* why) override;
-  void directDecline(size_t n) override {
+  void directDecline(uint64_t ticket, size_t n) override {
     DirectWord* w = directWord(recvSeg);
-    w->declined.store(directSeen, std::memory_order_relaxed);
+    w->declined.store(ticket, std::memory_order_relaxed);
     w->acked.store(w->acked.load(std::memory_order_relaxed) + n, std::memory_order_release);
   }
   bool directDeclined(uint64_t ticket) const override {

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "base/env.h"
-#include "base/op_desc.h"
 #include "base/socket.h"
 #include "transport/fifo.h"
 #include "tern/tern.h"
@@ -156,9 +155,10 @@ class Conn {
     *why = "this connection has no IPC";
     return nullptr;
   }
-  // Receiver: declines the posted transfer of n bytes (it streams instead).
+  // Receiver: declines the posted transfer of n bytes that ends at `ticket`
+  // (the bytes of posted transfers announced so far; it streams instead).
   // Sender: whether the receiver declined the one that ends at `ticket`.
-  virtual void directDecline(size_t n) { (void)n; }
+  virtual void directDecline(uint64_t ticket, size_t n) { (void)ticket, (void)n; }
   virtual bool directDeclined(uint64_t ticket) const {
     (void)ticket;
     return false;
@@ -167,8 +167,6 @@ class Conn {
   // as the connection table last saw it): a read of its buffer that ended
   // after that may hold invalid bytes.
   virtual bool peerExited() const { return peerGone(); }
-  uint64_t directSeen = 0;  // receiver: bytes of posted transfers read so far
-  unsigned pathsLogged = 0;  // which transfer paths were logged at INFO (engine/direct_transfer.cc)
   // Receiver: copies n bytes at the peer's address `addr` into dst.
   virtual ternResult_t directRead(void* dst, uint64_t addr, size_t n) {
     (void)dst, (void)addr, (void)n;
@@ -236,27 +234,15 @@ class Conn {
   // Receiver: whether the sender said so (what was read may be invalid).
   virtual void directAbandon() {}
   virtual bool directAbandoned() const { return false; }
-  uint64_t directPosted = 0;  // sender: bytes posted for direct reads so far
 
-  // The engine's marks (driving thread only): the operation whose message is
-  // being written / read on this stream, from its descriptor until it lets
-  // go.  Ordered operations of a level never overlap on a stream; these let
-  // an interleaved one (a weight stream's chunk) slip in between them only
-  // at message boundaries.  `wantedBy`: the issue stamp of an ordered
-  // operation waiting for the writer; an interleaved message posted after
-  // it lets it go first (Executor::stamp).  `reservedAt`: the post stamp
-  // of an interleaved message that waits to go without holding the writer
-  // (a weight stream's chunk held back while the kernel queues enough of
-  // the stream): an ordered operation issued after it waits for it as if it
-  // held the stream, or "push; allreduce" on one rank and "wait for the
-  // version; allreduce" on the other would wait for each other.
-  const void* reader = nullptr;
-  const void* writer = nullptr;
-  uint64_t wantedBy = UINT64_MAX;
-  uint64_t reservedAt = UINT64_MAX;
-  // The peer's descriptors this stream still owes (base/op_desc.h): read
-  // and checked before anything else on it (engine/descriptors.cc, peekPast).
-  OwedDescs owed;
+  // What the layer that drives this connection keeps with it, per stream
+  // (the engine's marks: which operation reads and writes it, the
+  // descriptors it owes; engine/stream_marks.h): made by that layer on first
+  // use and freed with the connection.  Transports never look inside.
+  struct Attached {
+    virtual ~Attached() = default;
+  };
+  std::unique_ptr<Attached> attached;
 
   int peer = -1;  // the rank at the other end
   // The peer closed its end (exited or failed).  Not an error by itself: a
