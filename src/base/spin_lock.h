@@ -3,8 +3,9 @@
 // atomic read-modify-write both ways plus a call into libpthread (~60
 // instructions a pair, glibc's unlock must look for sleepers); the small
 // path takes two locks per call (issue order, the drive token), so those
-// were ~250 of an 8-byte allreduce's ~1,800 instructions (callgrind, session
-// 41).  A waiter spins briefly, then yields, then naps: the holders keep it
+// were ~250 of an 8-byte allreduce's ~1,800 instructions (callgrind;
+// perf/RESULTS.md, 2026-12-01: the small path at the cache-line floor).
+// A waiter spins briefly, then yields, then naps: the holders keep it
 // for a few hundred instructions (numbering an operation; a blocking small
 // call's own steps), and a nap, unlike sched_yield, also lets a holder of
 // lower scheduling class run when the waiter is SCHED_FIFO.

@@ -1,4 +1,4 @@
-// Single copy between ranks of one host (docs/ARCHITECTURE.md, "Single copy
+// Single copy between ranks of one host (docs/DECISIONS.md, "Single copy
 // for plain transfers"): a direct step's header (DirectHeader: how the
 // payload comes), the receiver's answer (read the sender's host buffer,
 // copy its device buffer over IPC, or decline), and the payload itself;

@@ -4,7 +4,7 @@
 // call goes through the operation's MemOps, so host code never dereferences a
 // device pointer.  Host memory (synchronous) and, in builds with CUDA, device
 // memory (kernels on the operation's stream, asynchronous: see "Async
-// contract" below and docs/ARCHITECTURE.md).
+// contract" below and docs/DECISIONS.md).
 #pragma once
 #include <cstddef>
 #include <cstdint>

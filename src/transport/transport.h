@@ -304,7 +304,7 @@ class Channel {
 };
 
 // Each priority level has its own connection to each peer (see
-// docs/ARCHITECTURE.md, "Why one connection per level").
+// docs/DECISIONS.md, "One connection per peer and priority level").
 struct ConnSetup {
   int rank, peer;      // this rank and the peer
   int level;           // priority level this connection carries
