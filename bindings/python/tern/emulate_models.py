@@ -106,11 +106,10 @@ class named:
         return self._at_samples[samples]
 
     def bind(self, names):
-        self._profile(self.batch).bind(names)  # raises with a sentence where the layers do not match
-        self._bound.append(list(names))
+        self._profile(self.batch)  # at least one profile to check the names against
         for made in self._at_samples.values():
-            if made is not self._at_samples[self.batch]:
-                made.bind(names)
+            made.bind(names)  # raises with a sentence where the layers do not match
+        self._bound.append(list(names))
 
     def time_of(self, index, name, module, inputs, output):
         x = next((t for t in inputs if torch.is_tensor(t) and t.dim()), None)
