@@ -171,15 +171,23 @@ uint64_t bytesSentAtLevel(const PlanCtx& x) {
 // ring with growing widths; local work between them.
 //
 // Two-level (several hosts of as many ranks each, no clipping:
-// chooseTernaryTwoLevel in algo_choice.cc): the host's sum first, densely
-// over shm (a reduce-scatter into the result buffer: rank j of a host holds
-// its host's sum of slice j), then the scales of the host sums along the
-// rail of slice j (rank j of every host), then the ternary ring of slice j
-// along that rail, whose sums have H summands, not N: codes of w(H) bits
-// where the flat ring's grow to w(N); last the slices to every rank of the
-// host (an allgather over shm).  The host sum is what is coded, so the
+// chooseTernaryTwoLevel in algo_choice.cc): rank j of a host codes slice j
+// of the buffer.  Per slice: the host's sum first, densely over shm (a
+// reduce-scatter into the result buffer), then the scales of the host sums
+// along the rail of slice j (rank j of every host), then the ternary ring of
+// slice j along that rail, whose sums have H summands, not N: codes of w(H)
+// bits where the flat ring's grow to w(N); last the slices to every rank of
+// the host (an allgather over shm).  The host sum is what is coded, so the
 // result is unbiased as the flat form's; error feedback keeps each rank's
 // residual of the slice it codes.
+//
+// The stages overlap: every slice is cut in P pieces (whole scale blocks),
+// and phase t runs two programs side by side, on streams of their own: over
+// shm the host sums of piece t and the allgather of piece t - 2; along the
+// rail the scales and the ternary ring of piece t - 1 (its host sums done in
+// phase t - 1).  So the shm passes run while the network carries codes, not
+// before and after it.  Each element is still coded by the same rank, with
+// the same draw, scale and residual: the result does not depend on P.
 class TernaryTask : public Task {
  public:
   TernaryTask(TernaryState& st, const TernaryCall& call) : st_(st), c_(call) {}
@@ -193,12 +201,9 @@ class TernaryTask : public Task {
     }
     if (dense_) return dense_->next(x, ph, more);
     if (twoLevel_) {
-      switch (stage_++) {
-        case 0: return hostSums(x, ph);
-        case 1: return scales(x, ph);
-        case 2: return rails(x, ph);
-        default: finish(x);
-      }
+      if (stage_ == 0) TERN_CHECK(cutPieces(x));
+      if (stage_ < pieces_ + 2) return overlapped(x, stage_++, ph);
+      finish(x);
     } else {
       switch (stage_++) {
         case 0: return scales(x, ph);
@@ -229,48 +234,74 @@ class TernaryTask : public Task {
   size_t esz() const { return ternTypeSize(c_.dt); }
   uint32_t block() const { return static_cast<uint32_t>(c_.cfg.blockSize); }
 
-  // Two-level, first: this host's sum of slice j into the result buffer.
-  ternResult_t hostSums(const PlanCtx& x, Phase* ph) {
+  // Two-level: the host's slices, each cut in pieces_ pieces; the rings over
+  // the host's ranks and along this rank's rail; the error feedback residual.
+  ternResult_t cutPieces(const PlanCtx& x) {
     const HostLayout& hl = *x.hosts;
     const int host = hl.hostOf[x.rank];
     me_ = hl.localRank[x.rank];
     // Slices of whole scale blocks (B, a multiple of the codec's 64-element
     // super-group): a rank's block maxima and code groups are its own.
     slices_ = spansOf(sliceCuts(c_.count, static_cast<int>(hl.members[host].size()), block()));
+    pieces_ = piecesFor(slices_[0].n * esz(), x.cfg->chunkBytes);
+    TERN_LOG(Trace, "ternary allreduce (two-level) of %zu elements: slices of up to %zu, %d pieces each", c_.count,
+             slices_[0].n, pieces_);
     local_ = ringOf(x, hl.members[host], me_);
     std::vector<int> rail(hl.hosts());
     for (int h = 0; h < hl.hosts(); ++h) rail[h] = hl.members[h][me_];
     rail_ = ringOf(x, rail, host);
-    ph->progs.resize(1);
-    ringReduceScatterSteps(ph->progs[0], local_, slices_.data(), static_cast<const char*>(c_.src),
-                           static_cast<char*>(c_.dst), esz(), x.cfg->chunkBytes, false);
+    nb_ = (c_.count + block() - 1) / block();
+    maxAbs_.assign(nb_, 0.0f);
+    return input(x, c_.dst);
+  }
+
+  // Pieces per slice: each holds at least kChunksPerPiece chunks, so its
+  // rings still stream; at most kMaxPieces, so that filling and draining the
+  // overlap (the first piece's host sums, the last one's allgather) and the
+  // phases' ends stay a small part of the call.  (The same on every rank:
+  // the slices and the chunk size are.)
+  static int piecesFor(size_t sliceBytes, size_t chunkBytes) {
+    constexpr size_t kChunksPerPiece = 8, kMaxPieces = 8;
+    return static_cast<int>(std::clamp<size_t>(sliceBytes / (kChunksPerPiece * chunkBytes), 1, kMaxPieces));
+  }
+
+  // Piece k of every slice of the host (blocks[j]: local rank j's).
+  std::vector<Span> piece(int k) const {
+    std::vector<Span> p(slices_.size());
+    for (size_t j = 0; j < slices_.size(); ++j) {
+      const std::vector<size_t> cuts = sliceCuts(slices_[j].n, pieces_, block());
+      p[j] = Span{slices_[j].at + cuts[k], cuts[k + 1] - cuts[k]};
+    }
+    return p;
+  }
+
+  // Two-level phase t: over shm the host sums of piece t, then the
+  // allgather of piece t - 2; along the rail the scales and the ternary ring
+  // of piece t - 1 (see above).
+  ternResult_t overlapped(const PlanCtx& x, int t, Phase* ph) {
+    ph->progs.resize(2);
+    Program& shm = ph->progs[0];
+    Program& rail = ph->progs[1];
     ph->red = {c_.dt, ternSum};
-    ph->what = "ternary allreduce (two-level): host sums";
+    ph->what = "ternary allreduce (two-level)";
+    char* d = static_cast<char*>(c_.dst);
+    if (t < pieces_) {
+      ringReduceScatterSteps(shm, local_, piece(t).data(), static_cast<const char*>(c_.src), d, esz(),
+                             x.cfg->chunkBytes, false);
+    }
+    if (t >= 2) ringAllGatherSteps(shm, local_, piece(t - 2).data(), nullptr, d, esz(), x.cfg->chunkBytes);
+    if (t >= 1 && t <= pieces_) railSteps(x, piece(t - 1)[me_], rail);
     return ternSuccess;
   }
 
-  // Per-block scales, identical on every rank that codes the block: of the
-  // input, made global (flat); of the host sums of this rank's slice, made
-  // the rail's (two-level: only the slice's coders and decoders need them).
+  // The flat form's per-block scales: of the input, made global.
   ternResult_t scales(const PlanCtx& x, Phase* ph) {
     const uint32_t B = block();
     nb_ = (c_.count + B - 1) / B;
     maxAbs_.assign(nb_, 0.0f);
     if (clip()) sumSq_.resize(nb_);
-    if (!twoLevel_) {
-      x.mem->ternaryBlockStats(c_.src, c_.dt, c_.count, B, maxAbs_.data(), clip() ? sumSq_.data() : nullptr);
-      planAllReduce(x, maxAbs_.data(), maxAbs_.data(), nb_, ternFloat32, ternMax, ph);
-      return ternSuccess;
-    }
-    const Span& mine = slices_[me_];
-    ph->progs.resize(1);
-    ph->red = {ternFloat32, ternMax};
-    ph->what = "ternary allreduce (two-level): scales";
-    if (mine.n == 0) return ternSuccess;  // (every host's rank j alike)
-    float* m = maxAbs_.data() + mine.at / B;
-    x.mem->ternaryBlockStats(static_cast<const char*>(c_.dst) + mine.at * esz(), c_.dt, mine.n, B, m, nullptr);
-    ringAllReduceSteps(ph->progs[0], rail_, reinterpret_cast<const char*>(m), reinterpret_cast<char*>(m),
-                       (mine.n + B - 1) / B, sizeof(float), x.cfg->chunkBytes, false);
+    x.mem->ternaryBlockStats(c_.src, c_.dt, c_.count, B, maxAbs_.data(), clip() ? sumSq_.data() : nullptr);
+    planAllReduce(x, maxAbs_.data(), maxAbs_.data(), nb_, ternFloat32, ternMax, ph);
     return ternSuccess;
   }
 
@@ -308,22 +339,23 @@ class TernaryTask : public Task {
     return ternSuccess;
   }
 
-  // Two-level, last: slice j's ternary ring across hosts (decoded into the
-  // result buffer, over its host sums), then every slice to the host's ranks.
-  ternResult_t rails(const PlanCtx& x, Phase* ph) {
-    TERN_CHECK(input(x, c_.dst));
-    ph->progs.resize(1);
-    Program& prog = ph->progs[0];
-    const Span& mine = slices_[me_];
-    if (mine.n > 0) {  // (every host's rank j has the same slice, empty alike)
-      const size_t g0 = mine.at / kTernaryGroup, g1 = (mine.at + mine.n + kTernaryGroup - 1) / kTernaryGroup;
-      planTernaryRing(x, rail_, Span{g0, g1 - g0}, in_, c_.dst, c_.dt, c_.op == ternAvg ? x.nranks : 0, codecs_,
-                      prog, &payload_);
-    }
-    ringAllGatherSteps(prog, local_, slices_.data(), nullptr, static_cast<char*>(c_.dst), esz(),
-                       x.cfg->chunkBytes);
-    ph->what = "ternary allreduce (two-level)";
-    return ternSuccess;
+  // Two-level, along the rail: the scales of this rank's piece `mine` of
+  // its host sums, made the rail's (only the piece's coders and decoders
+  // need them), then the piece's ternary ring across hosts, decoded into the
+  // result buffer over its host sums.  (Every host's rank j has the same
+  // piece, empty alike.)
+  void railSteps(const PlanCtx& x, const Span& mine, Program& rail) {
+    if (mine.n == 0) return;
+    const uint32_t B = block();
+    rail.ownRed = true;
+    rail.red = {ternFloat32, ternMax};
+    float* m = maxAbs_.data() + mine.at / B;
+    x.mem->ternaryBlockStats(static_cast<const char*>(c_.dst) + mine.at * esz(), c_.dt, mine.n, B, m, nullptr);
+    ringAllReduceSteps(rail, rail_, reinterpret_cast<const char*>(m), reinterpret_cast<char*>(m),
+                       (mine.n + B - 1) / B, sizeof(float), x.cfg->chunkBytes, false);
+    const size_t g0 = mine.at / kTernaryGroup, g1 = (mine.at + mine.n + kTernaryGroup - 1) / kTernaryGroup;
+    planTernaryRing(x, rail_, Span{g0, g1 - g0}, in_, c_.dst, c_.dt, c_.op == ternAvg ? x.nranks : 0, codecs_, rail,
+                    &payload_);
   }
 
   void finish(const PlanCtx& x) {
@@ -339,6 +371,7 @@ class TernaryTask : public Task {
   bool twoLevel_ = false;
   std::unique_ptr<Task> dense_;  // a sum too wide for the codec: the dense allreduce's task
   int me_ = 0;               // two-level: this rank's index on its host (its slice)
+  int pieces_ = 1;           // two-level: pieces per slice
   std::vector<Span> slices_;  // two-level: the host's slices
   RingSpan local_, rail_;    // two-level: the host's ranks; rank j of every host
   size_t nb_ = 0;

@@ -154,7 +154,7 @@ template <class Book>
   bool moved = false, all = true;
   for (Program& p : ph.progs) {
     while (!p.done()) {
-      Try t = tryStep(book, p, desc, mem, ph.red, nranks);
+      Try t = tryStep(book, p, desc, mem, reductionOf(ph, p), nranks);
       if (t == Try::kEngine) return t;
       if (t == Try::kWait) break;
       moved = true;

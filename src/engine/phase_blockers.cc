@@ -17,7 +17,7 @@ ternResult_t checkBlockedOnGone(const Phase& ph, int rank, const char* what) {
     if (p.done()) continue;
     const Step& s = p.steps[p.cur];
     const char* ip;
-    size_t unit = s.codec ? s.inUnit : s.reduce ? typeSize(ph.red.dt) : 1;
+    size_t unit = s.codec ? s.inUnit : s.reduce ? typeSize(reductionOf(ph, p).dt) : 1;
     bool starved = s.in && s.in->inputEnded() && s.in->recvAvail(&ip) < std::max<size_t>(unit, 1);
     Conn* dead = starved ? s.in : (s.out && s.out->peerGone()) ? s.out : nullptr;
     if (dead)

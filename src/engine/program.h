@@ -130,6 +130,11 @@ struct Program {
   bool pending = false;
   uint64_t fence = 0;
   size_t pendIn = 0, pendOut = 0, pendUnits = 0;
+  // A program that reduces otherwise than its phase: two programs of one
+  // phase on different streams with different reductions (the two-level
+  // ternary allreduce's host sums beside its scales).  Else the phase's.
+  bool ownRed = false;
+  Reduction red;
   void add(const Step& s) {
     if (s.bytes > 0) steps.push_back(s);
   }
@@ -166,6 +171,9 @@ struct Phase {
   // stream they both want; those issued after it wait.
   uint64_t postedAt = 0;
 };
+
+// How a program's reducing steps reduce.
+inline const Reduction& reductionOf(const Phase& ph, const Program& p) { return p.ownRed ? p.red : ph.red; }
 
 // What a plan needs from its communicator: who is where, and the connections
 // of the operation's priority level (conns[peer], self included).

@@ -85,7 +85,7 @@ ternResult_t Stepper::pump(Operation& op, bool* pumped) {
 }
 
 ternResult_t Stepper::runPrograms(Operation& op, size_t budget, bool* moved, bool* done) {
-  for (Program& p : op.phase.progs) TERN_CHECK(advance(op, p, op.phase.red, op.ctx.nranks, budget, moved));
+  for (Program& p : op.phase.progs) TERN_CHECK(advance(op, p, reductionOf(op.phase, p), op.ctx.nranks, budget, moved));
   *done = phaseThrough(op.phase, op.desc);
   return ternSuccess;
 }
