@@ -147,6 +147,25 @@ TEST(CollectiveModel, TwoLevelTernaryAt512HostsOf8) {
   EXPECT_FALSE(isTernary(choose(call(4096, evenLayout(2, 1)), true, defaultModel()).algo));
 }
 
+// The two-level ternary overlaps its shm stages with its rails' in pieces of
+// every slice (at least 8 chunks each, at most 8): the slower side whole, the
+// shm side adds a piece's worth, so more pieces predict less time.
+TEST(CollectiveModel, TwoLevelTernaryOverlapsItsStagesInPieces) {
+  EXPECT_EQ(ternaryPieces(32 << 20, 512 << 10), 8);
+  EXPECT_EQ(ternaryPieces(8 << 20, 512 << 10), 2);
+  EXPECT_EQ(ternaryPieces(1 << 20, 512 << 10), 1);
+  EXPECT_EQ(ternaryPieces(200192, 4096), 6);  // TernaryTwoLevel's 100003 floats a slice of 2 hosts
+  EXPECT_EQ(ternaryPieces(0, 4096), 1);
+  Model m = defaultModel();
+  setNetwork(m, Link::Tcp, 1, -1);
+  Call c = call(64 << 20, evenLayout(2, 2));
+  const double eight = predict(Algo::TernaryTwoLevel, c, m).timeUs;
+  c.chunkBytes = 64 << 20;  // one piece: the stages in sequence
+  const double one = predict(Algo::TernaryTwoLevel, c, m).timeUs;
+  EXPECT_LT(eight, one);
+  EXPECT_GT(eight, 0.5 * one);  // the slower side (the 1 Gbit/s rails) stays whole
+}
+
 TEST(CollectiveModel, FitRecoversKnownParametersFromNoisyMeasurements) {
   Model truth = defaultModel();
   truth.links[0] = {1.3, 0.45, 0.09, 0.03};

@@ -302,9 +302,9 @@ class World {
 
   // Moves up to a random slice of the step's payload, as step_payload.cc's
   // payload() and executeStep() do: a step reduces what arrives with `local`
-  // into dst (or straight on), or copies what arrives (or `local`) on.
-  bool payload(SimOp& op, SimOp::Cursor& c, const Step& s) {
-    const Reduction red = op.phase.red;
+  // into dst (or straight on) by its program's reduction, or copies what
+  // arrives (or `local`) on.
+  bool payload(SimOp& op, SimOp::Cursor& c, const Step& s, const Reduction& red) {
     const size_t unit = s.reduce ? ternTypeSize(red.dt) : 1;
     size_t n = std::uniform_int_distribution<size_t>(1, 3 * cfg_.chunkBytes)(rng_);
     n = std::min(s.bytes - c.off, std::max(n - n % unit, unit));
@@ -356,7 +356,7 @@ class World {
         if (!c.laid) lay(op, c, s);
         if (!prologue(r, op, c, s, &moved)) break;
         if (c.off < s.bytes) {
-          moved |= payload(op, c, s);
+          moved |= payload(op, c, s, reductionOf(op.phase, p));
           if (c.off < s.bytes) break;
         }
         ++c.cur;

@@ -28,6 +28,7 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "model/collective_model.h"
 #include "topology/hosts.h"
 
 namespace tern {
@@ -243,7 +244,8 @@ class TernaryTask : public Task {
     // Slices of whole scale blocks (B, a multiple of the codec's 64-element
     // super-group): a rank's block maxima and code groups are its own.
     slices_ = spansOf(sliceCuts(c_.count, static_cast<int>(hl.members[host].size()), block()));
-    pieces_ = piecesFor(slices_[0].n * esz(), x.cfg->chunkBytes);
+    // (The same on every rank: the slices and the chunk size are.)
+    pieces_ = model::ternaryPieces(static_cast<double>(slices_[0].n * esz()), static_cast<double>(x.cfg->chunkBytes));
     TERN_LOG(Trace, "ternary allreduce (two-level) of %zu elements: slices of up to %zu, %d pieces each", c_.count,
              slices_[0].n, pieces_);
     local_ = ringOf(x, hl.members[host], me_);
@@ -253,16 +255,6 @@ class TernaryTask : public Task {
     nb_ = (c_.count + block() - 1) / block();
     maxAbs_.assign(nb_, 0.0f);
     return input(x, c_.dst);
-  }
-
-  // Pieces per slice: each holds at least kChunksPerPiece chunks, so its
-  // rings still stream; at most kMaxPieces, so that filling and draining the
-  // overlap (the first piece's host sums, the last one's allgather) and the
-  // phases' ends stay a small part of the call.  (The same on every rank:
-  // the slices and the chunk size are.)
-  static int piecesFor(size_t sliceBytes, size_t chunkBytes) {
-    constexpr size_t kChunksPerPiece = 8, kMaxPieces = 8;
-    return static_cast<int>(std::clamp<size_t>(sliceBytes / (kChunksPerPiece * chunkBytes), 1, kMaxPieces));
   }
 
   // Piece k of every slice of the host (blocks[j]: local rank j's).

@@ -61,8 +61,8 @@ class Cost {
     c_[param(slow->link, kPerByte)] += times * slow->bytes / 1e3;
     c_[param(slow->link, kPerReduced)] += times * slow->reduced / 1e3;
   }
-  void add(const Params& other) {
-    for (int i = 0; i < kParams; ++i) c_[i] += other[i];
+  void add(const Params& other, double times = 1) {
+    for (int i = 0; i < kParams; ++i) c_[i] += times * other[i];
   }
   double time() const { return std::inner_product(c_.begin(), c_.end(), p_.begin(), 0.0); }
   const Params& coeff() const { return c_; }
@@ -292,6 +292,11 @@ Layout spreadLayout(int ranks, int hosts) {
   return l;
 }
 
+int ternaryPieces(double sliceBytes, double chunkBytes) {
+  constexpr double kChunksPerPiece = 8, kMaxPieces = 8;
+  return static_cast<int>(std::clamp(std::floor(sliceBytes / (kChunksPerPiece * chunkBytes)), 1.0, kMaxPieces));
+}
+
 int ternaryWidth(long long k) {
   int w = 2;
   while (k >>= 1) ++w;
@@ -352,19 +357,25 @@ Prediction predict(Algo a, const Call& call, const Model& m) {
       break;
     }
     case Algo::TernaryTwoLevel: {
-      // Dense inside each host, the ternary ring across hosts on each rank's
-      // slice (widths grow with H, not N), dense allgather inside.  A host's
-      // rails together send 1/H of the buffer per step at the step's width;
-      // the busiest rank codes 1/H of its slice per hop.
-      insideHosts(c, lay, S, true);
+      // Over shm the host sums and the allgather; along the rails the
+      // scales and the ternary ring on each rank's slice (widths grow with
+      // H, not N: a host's rails together send 1/H of the buffer per step at
+      // the step's width; the busiest rank codes 1/H of its slice per hop).
+      // The plan overlaps the two sides in P pieces of every slice, so the
+      // slower side runs whole and the shm side adds one piece's worth
+      // (the first piece's host sums, the last one's allgather).
+      Cost shm(m), rail(m);
+      insideHosts(shm, lay, S, true);
+      insideHosts(shm, lay, S, false);
       const double slice = count / lay.minLocal();
       Call scales = call;
       scales.layout = evenLayout(H, 1);
       scales.bytes = 4 * std::ceil(slice / call.blockSize);
-      c.add(fastestDense(scales, m).coeff);
-      ternarySteps(c, H, count / H, slice * call.dtypeBytes / H,
+      rail.add(fastestDense(scales, m).coeff);
+      ternarySteps(rail, H, count / H, slice * call.dtypeBytes / H,
                    [&](double bytes) { return std::vector<Leg>{{call.net, bytes, 0}}; });
-      insideHosts(c, lay, S, false);
+      c.add(rail.time() >= shm.time() ? rail.coeff() : shm.coeff());
+      c.add(shm.coeff(), 1.0 / ternaryPieces(slice * call.dtypeBytes, call.chunkBytes));
       break;
     }
   }
