@@ -163,7 +163,7 @@ float* residualFor(const MemOps& mem, TernaryResidual& r, size_t count) {
 uint64_t bytesSentAtLevel(const PlanCtx& x) {
   uint64_t sent = 0;
   for (int p = 0; p < x.nranks; ++p)
-    if (p != x.rank) sent += x.conn(p)->bytesSent.load(std::memory_order_relaxed);
+    if (Conn* c = x.conns.ifMade(p); c && p != x.rank) sent += c->bytesSent.load(std::memory_order_relaxed);
   return sent;
 }
 

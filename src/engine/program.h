@@ -181,7 +181,7 @@ struct PlanCtx {
   int rank = 0, nranks = 1;
   const std::vector<int>* ring = nullptr;     // ring[i]: the rank at position i
   const std::vector<int>* ringPos = nullptr;  // ringPos[r]: rank r's position
-  const std::vector<Conn*>* conns = nullptr;  // the level's, per peer (built once per comm)
+  LevelView conns;  // the level's, per peer: each made when a plan first names it
   const Config* cfg = nullptr;
   const MemOps* mem = nullptr;  // how the operation's buffers are copied, reduced, coded
   const HostLayout* hosts = nullptr;  // which ranks share a host (null: all one host)
@@ -190,7 +190,7 @@ struct PlanCtx {
   int pos() const { return (*ringPos)[rank]; }
   int posOf(int r) const { return (*ringPos)[r]; }
   int rankAt(int p) const { return (*ring)[((p % nranks) + nranks) % nranks]; }
-  Conn* conn(int peer) const { return (*conns)[peer]; }
+  Conn* conn(int peer) const { return conns[peer]; }
   Conn* next() const { return conn(rankAt(pos() + 1)); }
   Conn* prev() const { return conn(rankAt(pos() - 1)); }
 };

@@ -124,21 +124,60 @@ ConnTable::ConnTable(TableSetup s)
   for (int p = 0; p < nranks_; ++p) sendMu_.push_back(std::make_unique<std::mutex>());
   ctlIn_.assign(nranks_, std::string());
   ctlClosed_.assign(nranks_, false);
-  for (int p = 0; p < nranks_; ++p)
-    for (int level = 0; level < TERN_PRIORITY_LEVELS; ++level) {
-      auto sl = std::make_unique<Slot>();
-      sl->table = this;
-      sl->peer = p;
-      sl->level = level;
-      sl->conn = s.transportOf[p]->make(setupFor(p, level));
-      sl->conn->peer = p;
-      sl->conn->level = level;
-      sl->conn->flowClass = marks_[level].flowClass;
-      sl->conn->opener = this;
-      view_[level].push_back(sl->conn.get());
-      slots_.push_back(std::move(sl));
-    }
+  peerGone_.assign(nranks_, false);
+  transportOf_ = std::move(s.transportOf);
+  slots_.reset(new std::atomic<Slot*>[static_cast<size_t>(nranks_) * TERN_PRIORITY_LEVELS]);
+  for (size_t i = 0; i < static_cast<size_t>(nranks_) * TERN_PRIORITY_LEVELS; ++i) slots_[i] = nullptr;
+  for (auto& level : made_) {
+    level.reset(new std::atomic<Conn*>[nranks_]);
+    for (int p = 0; p < nranks_; ++p) level[p] = nullptr;
+  }
   if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) wake_[0] = wake_[1] = -1;
+}
+
+// The slot and its unopened connection (the transport's object: no socket,
+// segment, endpoint or memory yet), published for readers without a lock.
+ConnTable::Slot& ConnTable::makeSlot(int peer, int level) {
+  std::lock_guard<std::mutex> lk(makeMu_);
+  std::atomic<Slot*>& at = slots_[static_cast<size_t>(peer) * TERN_PRIORITY_LEVELS + level];
+  if (Slot* s = at.load(std::memory_order_relaxed)) return *s;
+  auto sl = std::make_unique<Slot>();
+  sl->table = this;
+  sl->peer = peer;
+  sl->level = level;
+  sl->conn = transportOf_[peer]->make(setupFor(peer, level));
+  sl->conn->peer = peer;
+  sl->conn->level = level;
+  sl->conn->flowClass = marks_[level].flowClass;
+  sl->conn->opener = this;
+  sl->conn->gone = gone_ || peerGone_[peer];
+  sl->closed = stop_.load() || sl->conn->gone;
+  Slot* s = sl.get();
+  owned_.push_back(std::move(sl));
+  made_[level][peer].store(s->conn.get(), std::memory_order_release);
+  at.store(s, std::memory_order_release);
+  return *s;
+}
+
+Conn* ConnTable::make(int peer, int level) { return slot(peer, level).conn.get(); }
+
+std::vector<ConnTable::Slot*> ConnTable::slotsMade() const {
+  std::lock_guard<std::mutex> lk(makeMu_);
+  std::vector<Slot*> out;
+  for (const auto& s : owned_) out.push_back(s.get());
+  return out;
+}
+
+std::vector<Conn*> ConnTable::made(int level) const {
+  std::vector<Conn*> out;
+  for (Slot* s : slotsMade())
+    if (s->level == level) out.push_back(s->conn.get());
+  return out;
+}
+
+int ConnTable::madeCount() const {
+  std::lock_guard<std::mutex> lk(makeMu_);
+  return static_cast<int>(owned_.size());
 }
 
 void ConnTable::start() { ctl_ = std::thread(&ConnTable::controlLoop, this); }
@@ -148,7 +187,7 @@ void ConnTable::quiesce() {
   stop_ = true;
   wake();
   if (ctl_.joinable()) ctl_.join();
-  for (auto& s : slots_) s->close();
+  for (Slot* s : slotsMade()) s->close();
   std::unique_lock<std::mutex> lk(openingMu_);
   openingCv_.wait(lk, [this] { return opening_.load() == 0; });
 }
@@ -270,7 +309,11 @@ void ConnTable::notifyAll(ternResult_t code, const std::string& why) {
 }
 
 void ConnTable::shutDown() {
-  for (auto& s : slots_) s->conn->gone = true;  // nothing more goes out: no graceful close
+  {  // nothing more goes out: no graceful close
+    std::lock_guard<std::mutex> lk(makeMu_);
+    gone_ = true;
+    for (auto& s : owned_) s->conn->gone = true;
+  }
   goDown();
   for (int p = 0; p < nranks_; ++p)
     if (ctlFd_[p] >= 0) shutdown(ctlFd_[p], SHUT_RDWR);
@@ -364,10 +407,16 @@ void ConnTable::dispatch(int peer, int type, int level, const std::string& paylo
 // stays readable) and its openings end now.
 void ConnTable::peerClosed(int p) {
   ctlClosed_[p] = true;
+  {
+    std::lock_guard<std::mutex> lk(makeMu_);
+    peerGone_[p] = true;  // made from now on: born gone
+  }
   for (int level = 0; level < TERN_PRIORITY_LEVELS; ++level) {
-    Slot& s = slot(p, level);
-    s.conn->gone = true;
-    s.close();
+    if (Conn* c = connIfMade(p, level)) {
+      Slot& s = slot(p, level);
+      c->gone = true;
+      s.close();
+    }
   }
 }
 

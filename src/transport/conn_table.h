@@ -1,7 +1,8 @@
-// The connection table: every (peer, level) connection of a communicator,
-// made unopened at creation (no socket, segment, endpoint or memory) and
-// opened on first use or whenever asked (connect), by the transport the
-// registry picked for the peer.  The table owns the control socket to each
+// The connection table: the (peer, level) connections of a communicator,
+// each made when first asked for (a plan naming it, a peer opening it:
+// nothing per peer and level at creation but two null pointers) and opened
+// on first use or whenever asked (connect), by the transport the registry
+// picked for the peer.  The table owns the control socket to each
 // peer it talks to, made when the first connection to that peer opens (by
 // whichever end opens first; when both dial at once, the socket the higher
 // rank dialled is kept), and frames it: a failure notice, a request to open
@@ -63,14 +64,23 @@ class ConnTable : public ConnOpener {
   ~ConnTable() override;
 
   // The connections of a level, per peer (self included), as plans see them.
-  const std::vector<Conn*>& view(int level) const { return view_[level]; }
-  Conn* conn(int peer, int level) const { return view_[level][peer]; }
+  LevelView view(int level) { return LevelView{made_[level].get(), this, level}; }
+  // (peer, level)'s connection, made now if it was not.
+  Conn* conn(int peer, int level) { return view(level)[peer]; }
+  // ... or null if no one asked for it yet.
+  Conn* connIfMade(int peer, int level) const { return made_[level][peer].load(std::memory_order_acquire); }
+  // The connections of a level made so far.
+  std::vector<Conn*> made(int level) const;
+  // ConnOpener: made on first ask.
+  Conn* make(int peer, int level) override;
   // Starts opening (peer, level) now, if it is not open or opening.
   ternResult_t connect(int peer, int level);
   // ConnOpener: the engine's first use.
   ternResult_t request(Conn& c, bool* ready) override;
-  // Connections to other ranks opened so far (statistics, tests).
+  // Connections to other ranks opened so far, and connection objects made
+  // (self included; statistics, tests).
   int openedCount() const { return opened_.load(); }
+  int madeCount() const;
 
   // Sends a failure notice to every peer it has a control socket to (best
   // effort: it never blocks).  A rank that receives a notice passes it on
@@ -93,7 +103,13 @@ class ConnTable : public ConnOpener {
 
  private:
   struct Slot;
-  Slot& slot(int peer, int level) { return *slots_[static_cast<size_t>(peer) * TERN_PRIORITY_LEVELS + level]; }
+  Slot& slot(int peer, int level) {
+    Slot* s = slots_[static_cast<size_t>(peer) * TERN_PRIORITY_LEVELS + level].load(std::memory_order_acquire);
+    return s ? *s : makeSlot(peer, level);
+  }
+  Slot& makeSlot(int peer, int level);
+  // Every slot made so far (a copy: more may be made meanwhile).
+  std::vector<Slot*> slotsMade() const;
   ConnSetup setupFor(int peer, int level) const;
   void begin(Slot& s, bool announce);
   void runOpen(Slot& s, bool announce);
@@ -120,8 +136,15 @@ class ConnTable : public ConnOpener {
   std::vector<SockAddr> addrs_;
   FlowMark marks_[TERN_PRIORITY_LEVELS];
   std::vector<std::unique_ptr<Transport>> transports_;  // outlive the connections below
-  std::vector<std::unique_ptr<Slot>> slots_;           // [peer * TERN_PRIORITY_LEVELS + level]
-  std::vector<Conn*> view_[TERN_PRIORITY_LEVELS];
+  std::vector<Transport*> transportOf_;                // per peer
+  // Slots and their connections, made on first ask (makeSlot, under
+  // makeMu_, which also guards owned_, gone_ and peerGone_); read without a lock.
+  mutable std::mutex makeMu_;
+  std::vector<std::unique_ptr<Slot>> owned_;
+  std::unique_ptr<std::atomic<Slot*>[]> slots_;                     // [peer * TERN_PRIORITY_LEVELS + level]
+  std::unique_ptr<std::atomic<Conn*>[]> made_[TERN_PRIORITY_LEVELS];  // [level][peer]: slot's conn
+  bool gone_ = false;  // shut down: connections made from now on are born gone
+  std::vector<bool> peerGone_;  // per peer: its control socket closed (the same)
   std::function<void(int, ternResult_t, const std::string&)> onNotice_;
 
   // The control sockets (-1 until made; then fixed until the table goes).

@@ -28,6 +28,23 @@ class ConnOpener {
   virtual ~ConnOpener() = default;
   // Starts opening `c` unless it is open or under way; *ready when it is open.
   virtual ternResult_t request(Conn& c, bool* ready) = 0;
+  // The connection to `peer` at `level`, made now (unopened) if no one asked
+  // for it before: a connection object exists only for the (peer, level)
+  // pairs a rank talks on, not for every one at init.
+  virtual Conn* make(int peer, int level) = 0;
+};
+
+// One level's connections as plans see them (self included): made[peer] once
+// made, null before; operator[] makes it on first ask.
+struct LevelView {
+  const std::atomic<Conn*>* made = nullptr;
+  ConnOpener* maker = nullptr;
+  int level = 0;
+  Conn* operator[](int peer) const {
+    Conn* c = made[peer].load(std::memory_order_acquire);
+    return c ? c : maker->make(peer, level);
+  }
+  Conn* ifMade(int peer) const { return made[peer].load(std::memory_order_acquire); }
 };
 
 class Conn {
