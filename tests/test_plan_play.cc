@@ -121,11 +121,11 @@ class World {
     conns_.resize(n);
     connPtrs_.resize(n);
     for (int r = 0; r < n; ++r) {
-      connPtrs_[r].reset(new std::atomic<Conn*>[n]);
+      connPtrs_[r].made.reset(new std::atomic<Conn*>[n]);
       for (int p = 0; p < n; ++p) {
         conns_[r].push_back(std::make_unique<SimConn>(r, p, false));
         if (k.ll) conns_[r].back()->attachSibling(k.ll);
-        connPtrs_[r][p] = conns_[r].back().get();
+        connPtrs_[r].made[p] = conns_[r].back().get();
       }
     }
     for (int ll = 0; ll < 2; ++ll) {
@@ -189,7 +189,7 @@ class World {
     x.nranks = n_;
     x.ring = &ring_;
     x.ringPos = &ringPos_;
-    x.conns = LevelView{connPtrs_[r].get(), nullptr, 0};  // every one made: nothing to make
+    x.conns = &connPtrs_[r];  // every one made: nothing to make
     x.cfg = &cfg_;
     x.mem = memOps(MemType::Host);
     x.hosts = hasHosts_ ? &hosts_ : nullptr;
@@ -420,7 +420,7 @@ class World {
   Config cfg_{};
   std::vector<int> ring_, ringPos_;
   std::vector<std::vector<std::unique_ptr<SimConn>>> conns_;
-  std::vector<std::unique_ptr<std::atomic<Conn*>[]>> connPtrs_;  // [rank][peer]
+  std::vector<LevelConns> connPtrs_;  // [rank].made[peer]
   std::vector<Stream> streams_[2];
   std::vector<std::vector<std::unique_ptr<SimOp>>> ops_;
   std::string error_;
@@ -774,16 +774,17 @@ TEST(PlanPlay, OwnBlockIsCopiedAfterTheSends) {
     std::vector<int> ring(n);
     std::iota(ring.begin(), ring.end(), 0);
     std::vector<std::unique_ptr<SimConn>> owned;
-    std::unique_ptr<std::atomic<Conn*>[]> conns(new std::atomic<Conn*>[n]);
+    LevelConns conns;
+    conns.made.reset(new std::atomic<Conn*>[n]);
     for (int p = 0; p < n; ++p) {
       owned.push_back(std::make_unique<SimConn>(me, p, false));
-      conns[p] = owned.back().get();
+      conns.made[p] = owned.back().get();
     }
     PlanCtx x;
     x.rank = me;
     x.nranks = n;
     x.ring = x.ringPos = &ring;
-    x.conns = LevelView{conns.get(), nullptr, 0};
+    x.conns = &conns;
     x.cfg = &cfg;
     x.mem = memOps(MemType::Host);
     for (size_t count : {size_t(16), size_t(4096)})  // 64 B blocks: one program; 16 KiB: one each

@@ -43,6 +43,9 @@ TernaryState& ternaryState(Attachments& owner, const ternTernaryConfig_t& initia
 
 namespace {
 
+// The scales' reduction (a float max per block), beside a phase that sums.
+constexpr Reduction kScalesMax{ternFloat32, ternMax};
+
 // One codec for every ternary step; what it does is set by its flags.  It
 // runs through the operation's MemOps: the CPU codec for host buffers, the
 // codec's kernels on the operation's stream for device buffers (so only
@@ -163,7 +166,7 @@ float* residualFor(const MemOps& mem, TernaryResidual& r, size_t count) {
 uint64_t bytesSentAtLevel(const PlanCtx& x) {
   uint64_t sent = 0;
   for (int p = 0; p < x.nranks; ++p)
-    if (Conn* c = x.conns.ifMade(p); c && p != x.rank) sent += c->bytesSent.load(std::memory_order_relaxed);
+    if (Conn* c = x.conns->ifMade(p); c && p != x.rank) sent += c->bytesSent.load(std::memory_order_relaxed);
   return sent;
 }
 
@@ -339,8 +342,7 @@ class TernaryTask : public Task {
   void railSteps(const PlanCtx& x, const Span& mine, Program& rail) {
     if (mine.n == 0) return;
     const uint32_t B = block();
-    rail.ownRed = true;
-    rail.red = {ternFloat32, ternMax};
+    rail.red = &kScalesMax;
     float* m = maxAbs_.data() + mine.at / B;
     x.mem->ternaryBlockStats(static_cast<const char*>(c_.dst) + mine.at * esz(), c_.dt, mine.n, B, m, nullptr);
     ringAllReduceSteps(rail, rail_, reinterpret_cast<const char*>(m), reinterpret_cast<char*>(m),

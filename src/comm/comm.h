@@ -64,7 +64,7 @@ struct ternComm : public tern::EngineHost {
     x.ringPos = &ringPos;
     x.cfg = &cfg;
     x.mem = hostMem;
-    x.conns = table->view(level);
+    x.conns = &table->view(level);
     x.hosts = &hosts;
     x.model = model.get();
     return x;

@@ -132,9 +132,9 @@ struct Program {
   size_t pendIn = 0, pendOut = 0, pendUnits = 0;
   // A program that reduces otherwise than its phase: two programs of one
   // phase on different streams with different reductions (the two-level
-  // ternary allreduce's host sums beside its scales).  Else the phase's.
-  bool ownRed = false;
-  Reduction red;
+  // ternary allreduce's host sums beside its scales; the task owns it).
+  // Null: the phase's.
+  const Reduction* red = nullptr;
   void add(const Step& s) {
     if (s.bytes > 0) steps.push_back(s);
   }
@@ -173,7 +173,7 @@ struct Phase {
 };
 
 // How a program's reducing steps reduce.
-inline const Reduction& reductionOf(const Phase& ph, const Program& p) { return p.ownRed ? p.red : ph.red; }
+inline const Reduction& reductionOf(const Phase& ph, const Program& p) { return p.red ? *p.red : ph.red; }
 
 // What a plan needs from its communicator: who is where, and the connections
 // of the operation's priority level (conns[peer], self included).
@@ -181,7 +181,7 @@ struct PlanCtx {
   int rank = 0, nranks = 1;
   const std::vector<int>* ring = nullptr;     // ring[i]: the rank at position i
   const std::vector<int>* ringPos = nullptr;  // ringPos[r]: rank r's position
-  LevelView conns;  // the level's, per peer: each made when a plan first names it
+  const LevelConns* conns = nullptr;  // the level's, per peer: each made when a plan first names it
   const Config* cfg = nullptr;
   const MemOps* mem = nullptr;  // how the operation's buffers are copied, reduced, coded
   const HostLayout* hosts = nullptr;  // which ranks share a host (null: all one host)
@@ -190,7 +190,7 @@ struct PlanCtx {
   int pos() const { return (*ringPos)[rank]; }
   int posOf(int r) const { return (*ringPos)[r]; }
   int rankAt(int p) const { return (*ring)[((p % nranks) + nranks) % nranks]; }
-  Conn* conn(int peer) const { return conns[peer]; }
+  Conn* conn(int peer) const { return conns->at(peer); }
   Conn* next() const { return conn(rankAt(pos() + 1)); }
   Conn* prev() const { return conn(rankAt(pos() - 1)); }
 };

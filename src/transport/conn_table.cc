@@ -128,9 +128,11 @@ ConnTable::ConnTable(TableSetup s)
   transportOf_ = std::move(s.transportOf);
   slots_.reset(new std::atomic<Slot*>[static_cast<size_t>(nranks_) * TERN_PRIORITY_LEVELS]);
   for (size_t i = 0; i < static_cast<size_t>(nranks_) * TERN_PRIORITY_LEVELS; ++i) slots_[i] = nullptr;
-  for (auto& level : made_) {
-    level.reset(new std::atomic<Conn*>[nranks_]);
-    for (int p = 0; p < nranks_; ++p) level[p] = nullptr;
+  for (int level = 0; level < TERN_PRIORITY_LEVELS; ++level) {
+    made_[level].made.reset(new std::atomic<Conn*>[nranks_]);
+    for (int p = 0; p < nranks_; ++p) made_[level].made[p] = nullptr;
+    made_[level].maker = this;
+    made_[level].level = level;
   }
   if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) wake_[0] = wake_[1] = -1;
 }
@@ -154,12 +156,14 @@ ConnTable::Slot& ConnTable::makeSlot(int peer, int level) {
   sl->closed = stop_.load() || sl->conn->gone;
   Slot* s = sl.get();
   owned_.push_back(std::move(sl));
-  made_[level][peer].store(s->conn.get(), std::memory_order_release);
+  made_[level].made[peer].store(s->conn.get(), std::memory_order_release);
   at.store(s, std::memory_order_release);
   return *s;
 }
 
 Conn* ConnTable::make(int peer, int level) { return slot(peer, level).conn.get(); }
+
+Conn* LevelConns::makeNow(int peer) const { return maker->make(peer, level); }
 
 std::vector<ConnTable::Slot*> ConnTable::slotsMade() const {
   std::lock_guard<std::mutex> lk(makeMu_);

@@ -64,11 +64,11 @@ class ConnTable : public ConnOpener {
   ~ConnTable() override;
 
   // The connections of a level, per peer (self included), as plans see them.
-  LevelView view(int level) { return LevelView{made_[level].get(), this, level}; }
+  const LevelConns& view(int level) const { return made_[level]; }
   // (peer, level)'s connection, made now if it was not.
-  Conn* conn(int peer, int level) { return view(level)[peer]; }
+  Conn* conn(int peer, int level) const { return made_[level].at(peer); }
   // ... or null if no one asked for it yet.
-  Conn* connIfMade(int peer, int level) const { return made_[level][peer].load(std::memory_order_acquire); }
+  Conn* connIfMade(int peer, int level) const { return made_[level].ifMade(peer); }
   // The connections of a level made so far.
   std::vector<Conn*> made(int level) const;
   // ConnOpener: made on first ask.
@@ -142,7 +142,7 @@ class ConnTable : public ConnOpener {
   mutable std::mutex makeMu_;
   std::vector<std::unique_ptr<Slot>> owned_;
   std::unique_ptr<std::atomic<Slot*>[]> slots_;                     // [peer * TERN_PRIORITY_LEVELS + level]
-  std::unique_ptr<std::atomic<Conn*>[]> made_[TERN_PRIORITY_LEVELS];  // [level][peer]: slot's conn
+  LevelConns made_[TERN_PRIORITY_LEVELS];  // [level].made[peer]: the slot's conn
   bool gone_ = false;  // shut down: connections made from now on are born gone
   std::vector<bool> peerGone_;  // per peer: its control socket closed (the same)
   std::function<void(int, ternResult_t, const std::string&)> onNotice_;

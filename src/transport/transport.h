@@ -35,15 +35,18 @@ class ConnOpener {
 };
 
 // One level's connections as plans see them (self included): made[peer] once
-// made, null before; operator[] makes it on first ask.
-struct LevelView {
-  const std::atomic<Conn*>* made = nullptr;
+// made, null before; at() makes it on first ask.
+struct LevelConns {
+  std::unique_ptr<std::atomic<Conn*>[]> made;
   ConnOpener* maker = nullptr;
   int level = 0;
-  Conn* operator[](int peer) const {
+  Conn* at(int peer) const {
     Conn* c = made[peer].load(std::memory_order_acquire);
-    return c ? c : maker->make(peer, level);
+    return __builtin_expect(c != nullptr, 1) ? c : makeNow(peer);
   }
+  // Out of line and cold: plans on the small path inline at() and keep
+  // their registers.
+  [[gnu::cold, gnu::noinline]] Conn* makeNow(int peer) const;
   Conn* ifMade(int peer) const { return made[peer].load(std::memory_order_acquire); }
 };
 
