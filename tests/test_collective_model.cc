@@ -151,11 +151,11 @@ TEST(CollectiveModel, TwoLevelTernaryAt512HostsOf8) {
 // every slice (at least 8 chunks each, at most 8): the slower side whole, the
 // shm side adds a piece's worth, so more pieces predict less time.
 TEST(CollectiveModel, TwoLevelTernaryOverlapsItsStagesInPieces) {
-  EXPECT_EQ(ternaryPieces(32 << 20, 512 << 10), 8);
-  EXPECT_EQ(ternaryPieces(8 << 20, 512 << 10), 2);
-  EXPECT_EQ(ternaryPieces(1 << 20, 512 << 10), 1);
-  EXPECT_EQ(ternaryPieces(200192, 4096), 6);  // TernaryTwoLevel's 100003 floats a slice of 2 hosts
-  EXPECT_EQ(ternaryPieces(0, 4096), 1);
+  EXPECT_EQ(overlapPieces(32 << 20, 512 << 10), 8);
+  EXPECT_EQ(overlapPieces(8 << 20, 512 << 10), 2);
+  EXPECT_EQ(overlapPieces(1 << 20, 512 << 10), 1);
+  EXPECT_EQ(overlapPieces(200192, 4096), 6);  // TernaryTwoLevel's 100003 floats a slice of 2 hosts
+  EXPECT_EQ(overlapPieces(0, 4096), 1);
   Model m = defaultModel();
   setNetwork(m, Link::Tcp, 1, -1);
   Call c = call(64 << 20, evenLayout(2, 2));

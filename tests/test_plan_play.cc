@@ -585,13 +585,14 @@ TEST(PlanPlay, AllReduceTwoLevel) {
 
 // The two-level allgather at 1-16 ranks on 1-4 hosts of as many ranks each
 // (uneven hosts take the ring, and are played too), contiguous or
-// interleaved, out of place and in place.
+// interleaved, out of place and in place; blocks of 2000 int32 are cut in
+// pieces (3 at 256-byte chunks, 8 at 64) whose stages overlap over phases.
 TEST(PlanPlay, AllGatherTwoLevel) {
   uint32_t seed = 11;
   for (int hosts = 1; hosts <= 4; ++hosts)
     for (int n = hosts; n <= 16; ++n)
       for (int layout = 0; layout < 2; ++layout)
-        for (size_t count : {size_t(1), size_t(67)})
+        for (size_t count : {size_t(1), size_t(67), size_t(2000)})
           for (bool inPlace : {false, true}) {
             std::vector<uint64_t> ids(n);
             for (int r = 0; r < n; ++r) ids[r] = layout == 0 ? r * hosts / n : r % hosts;

@@ -160,12 +160,29 @@ void planAllReduce(const PlanCtx& x, const void* src, void* dst, size_t count, t
   }
 }
 
-void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph) {
-  const AlgoFacts f = algoFacts(x, OpKind::AllGather, bytesPerRank * x.nranks);
-  const Algo a = x.nranks > 1 ? chooseAlgo(f) : Algo::Ring;
+namespace {
+
+Algo allGatherAlgo(const PlanCtx& x, size_t bytesPerRank, AlgoFacts* f) {
+  *f = algoFacts(x, OpKind::AllGather, bytesPerRank * x.nranks);
+  return x.nranks > 1 ? chooseAlgo(*f) : Algo::Ring;
+}
+
+}  // namespace
+
+int allGatherPhases(const PlanCtx& x, size_t bytesPerRank) {
+  AlgoFacts f;
+  if (allGatherAlgo(x, bytesPerRank, &f) != Algo::TwoLevel) return 1;
+  int pieces = 1;
+  withHosts(x, [&](const PlanCtx& y) { pieces = allGatherTwoLevelPieces(y, bytesPerRank); });
+  return pieces == 1 ? 1 : pieces + 1;
+}
+
+void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph, int phase) {
+  AlgoFacts f;
+  const Algo a = allGatherAlgo(x, bytesPerRank, &f);
   if (a != Algo::TwoLevel) return planAllGatherRing(x, src, dst, bytesPerRank, ph);
-  announce(a, f);
-  withHosts(x, [&](const PlanCtx& y) { planAllGatherTwoLevel(y, src, dst, bytesPerRank, ph); });
+  if (phase == 0) announce(a, f);
+  withHosts(x, [&](const PlanCtx& y) { planAllGatherTwoLevel(y, src, dst, bytesPerRank, ph, phase); });
 }
 
 }  // namespace tern

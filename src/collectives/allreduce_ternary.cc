@@ -248,7 +248,7 @@ class TernaryTask : public Task {
     // super-group): a rank's block maxima and code groups are its own.
     slices_ = spansOf(sliceCuts(c_.count, static_cast<int>(hl.members[host].size()), block()));
     // (The same on every rank: the slices and the chunk size are.)
-    pieces_ = model::ternaryPieces(static_cast<double>(slices_[0].n * esz()), static_cast<double>(x.cfg->chunkBytes));
+    pieces_ = model::overlapPieces(static_cast<double>(slices_[0].n * esz()), static_cast<double>(x.cfg->chunkBytes));
     TERN_LOG(Trace, "ternary allreduce (two-level) of %zu elements: slices of up to %zu, %d pieces each", c_.count,
              slices_[0].n, pieces_);
     local_ = ringOf(x, hl.members[host], me_);

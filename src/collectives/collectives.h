@@ -122,12 +122,19 @@ void recursiveDoublingSteps(const PlanCtx& x, char* d, size_t bytes, Emit emit) 
 void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, int root, Phase* ph);
 void planReduce(const PlanCtx& x, const void* src, void* dst, size_t count, ternDataType_t dt,
                 ternRedOp_t op, int root, Phase* ph);
-// Allgather: the ring, or two-level (chooseAlgo).
-void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph);
+// Allgather: the ring, or two-level (chooseAlgo).  Its phases: one, or, two
+// levels over large blocks, P + 1 (allGatherPhases); planAllGather plans
+// phase `phase` of them.
+int allGatherPhases(const PlanCtx& x, size_t bytesPerRank);
+void planAllGather(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph, int phase = 0);
 void planAllGatherRing(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph);
 // An allgather across hosts per local rank, then inside each host
-// (allgather_twolevel.cc); every host must have as many ranks.
-void planAllGatherTwoLevel(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph);
+// (allgather_twolevel.cc); every host must have as many ranks.  Its blocks
+// cut in allGatherTwoLevelPieces pieces: phase `phase` of P + 1 (one piece:
+// one phase).
+int allGatherTwoLevelPieces(const PlanCtx& x, size_t bytesPerRank);
+void planAllGatherTwoLevel(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph,
+                           int phase = 0);
 void planReduceScatter(const PlanCtx& x, const void* src, void* dst, size_t recvcount,
                        ternDataType_t dt, ternRedOp_t op, Phase* ph);
 
@@ -172,7 +179,8 @@ std::unique_ptr<Task> makeTask(const CollArgs& a, std::unique_ptr<Task> reuse = 
 // planning it does no local work that a second planning would repeat (not
 // allreduce: it copies its input into its output first; not an all-to-all
 // that stages its input), so the operation the path hands over, if it must,
-// can plan the same again.
+// can plan the same again; and whether it is one phase (not an allgather
+// in pieces).
 bool plansPurely(const CollArgs& a, const PlanCtx& x);
 void planPure(const CollArgs& a, const PlanCtx& x, Phase* ph);
 // A send's or receive's one step over `peer`, its connection to the other

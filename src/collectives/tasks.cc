@@ -1,5 +1,6 @@
 // Tasks of the dense collectives, the barrier and point-to-point transfers:
-// one phase of programs, then any local work that belongs after it.
+// one phase of programs (an allgather in two levels over large blocks:
+// several, allgather_twolevel.cc), then any local work that belongs after it.
 #include <typeinfo>
 #include <vector>
 
@@ -35,9 +36,10 @@ class DenseTask final : public Task {
   }
 
   ternResult_t next(const PlanCtx& x, Phase* ph, bool* more) override {
-    *more = stage_++ == 0;
+    if (stage_ == 0 && a_.kind == OpKind::AllGather) phases_ = allGatherPhases(x, a_.count * typeSize(a_.dt));
+    *more = stage_ < phases_;
     if (*more) {
-      plan(x, ph);
+      plan(x, ph, stage_++);
       return ternSuccess;
     }
     // After the programs: recursive doubling leaves the average's division.
@@ -47,7 +49,7 @@ class DenseTask final : public Task {
   }
 
  private:
-  void plan(const PlanCtx& x, Phase* ph) {
+  void plan(const PlanCtx& x, Phase* ph, int phase) {
     switch (a_.kind) {
       case OpKind::Barrier:  // a one-integer allreduce: nobody leaves before all arrived
         ph->what = "barrier";
@@ -59,6 +61,8 @@ class DenseTask final : public Task {
       }
       case OpKind::Ternary:
         return;  // not dense (allreduce_ternary.cc)
+      case OpKind::AllGather:  // one phase, or two levels in pieces
+        return planAllGather(x, a_.src, a_.dst, a_.count * typeSize(a_.dt), ph, phase);
       default:
         planPure(a_, x, ph);
     }
@@ -82,7 +86,7 @@ class DenseTask final : public Task {
 
   CollArgs a_;
   std::vector<char> staged_;
-  int stage_ = 0;
+  int stage_ = 0, phases_ = 1;
   int token_ = 0;
 };
 
@@ -96,6 +100,8 @@ bool plansPurely(const CollArgs& a, const PlanCtx& x) {
       return false;
     case OpKind::AllToAll:
       return !allToAllStages(x, a);
+    case OpKind::AllGather:
+      return allGatherPhases(x, a.count * typeSize(a.dt)) == 1;
     default:
       return true;
   }

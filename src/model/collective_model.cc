@@ -292,7 +292,7 @@ Layout spreadLayout(int ranks, int hosts) {
   return l;
 }
 
-int ternaryPieces(double sliceBytes, double chunkBytes) {
+int overlapPieces(double sliceBytes, double chunkBytes) {
   constexpr double kChunksPerPiece = 8, kMaxPieces = 8;
   return static_cast<int>(std::clamp(std::floor(sliceBytes / (kChunksPerPiece * chunkBytes)), 1.0, kMaxPieces));
 }
@@ -375,7 +375,7 @@ Prediction predict(Algo a, const Call& call, const Model& m) {
       ternarySteps(rail, H, count / H, slice * call.dtypeBytes / H,
                    [&](double bytes) { return std::vector<Leg>{{call.net, bytes, 0}}; });
       c.add(rail.time() >= shm.time() ? rail.coeff() : shm.coeff());
-      c.add(shm.coeff(), 1.0 / ternaryPieces(slice * call.dtypeBytes, call.chunkBytes));
+      c.add(shm.coeff(), 1.0 / overlapPieces(slice * call.dtypeBytes, call.chunkBytes));
       break;
     }
   }

@@ -102,14 +102,15 @@ struct Call {
   double chunkBytes = 512 << 10;  // the rings' chunk (TERN_CHUNKSIZE)
 };
 
-// Pieces the two-level ternary allreduce cuts each host slice of
-// `sliceBytes` in, to overlap its shm stages with its rail's
-// (collectives/allreduce_ternary.cc): each piece holds at least 8 chunks, so
-// its rings still stream; at most 8 pieces, so that filling and draining the
-// overlap and the phases' ends stay a small part of the call (16 were slower
-// at 64 MiB: perf/RESULTS.md, 2026-12-05: the two-level ternary allreduce's
-// stages overlapped).  The plan and the model share this rule.
-int ternaryPieces(double sliceBytes, double chunkBytes);
+// Pieces a two-level plan cuts each host slice or block of `sliceBytes` in,
+// to overlap its shm stages with its network ones (the ternary allreduce,
+// allreduce_ternary.cc; the allgather, allgather_twolevel.cc): each piece
+// holds at least 8 chunks, so its rings still stream; at most 8 pieces, so
+// that filling and draining the overlap and the phases' ends stay a small
+// part of the call (16 were slower for the ternary allreduce at 64 MiB:
+// perf/RESULTS.md, 2026-12-05: the two-level ternary allreduce's stages
+// overlapped).  The plans and the model share this rule.
+int overlapPieces(double sliceBytes, double chunkBytes);
 
 // Bits a sum of k ternary values takes in tern's codes: floor(log2 k) + 2,
 // which is ceil(log2(2k + 1)) (codec/ternary_math.h's ternaryWidth).
