@@ -53,8 +53,10 @@ struct AlgoFacts {
 // (perf/RESULTS.md, 2026-12-04: two-level allreduce across emulated hosts);
 // smaller sizes were not measured.
 constexpr size_t kTwoLevelFromBytes = size_t(64) << 10;
-// The allgather's (its output's bytes): 1.00-1.16x the ring's busbw from 1
-// MiB to 64 MiB at 1 Gbit/s, noisy below (same section, loaded host).
+// The allgather's (its output's bytes): 1.28-1.48x the ring's busbw from 1
+// MiB to 64 MiB at 1 Gbit/s on a quiet host (perf/RESULTS.md, 2026-12-05:
+// the two-level allgather's stages overlapped; noisy below 1 MiB, measured
+// on a loaded host on 2026-12-04).
 constexpr size_t kTwoLevelAllGatherFromBytes = size_t(1) << 20;
 Algo chooseAlgo(const AlgoFacts& f);
 // Whether a ternary allreduce runs in two levels (allreduce_ternary.cc):
