@@ -154,7 +154,8 @@ TEST(AlgoChoice, PureFunctionOfTheFacts) {
 // Bytes this rank sent over shm and over tcp at the default level.
 void bytesByTransport(ternComm_t c, uint64_t* shm, uint64_t* tcp) {
   *shm = *tcp = 0;
-  for (tern::Conn* k : c->table->made(TERN_PRIORITY_DEFAULT)) {
+  for (tern::Conn* k : c->table->connsMade()) {
+    if (k->level != TERN_PRIORITY_DEFAULT) continue;
     const uint64_t b = k->bytesSent.load();
     if (!strcmp(k->name(), "shm")) *shm += b;
     if (!strcmp(k->name(), "tcp")) *tcp += b;

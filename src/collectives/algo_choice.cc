@@ -170,6 +170,9 @@ Algo allGatherAlgo(const PlanCtx& x, size_t bytesPerRank, AlgoFacts* f) {
 }  // namespace
 
 int allGatherPhases(const PlanCtx& x, size_t bytesPerRank) {
+  // Blocks too small for two pieces are one phase whatever the algorithm:
+  // known without choosing it (the small path asks for every call).
+  if (model::overlapPieces(static_cast<double>(bytesPerRank), static_cast<double>(x.cfg->chunkBytes)) == 1) return 1;
   AlgoFacts f;
   if (allGatherAlgo(x, bytesPerRank, &f) != Algo::TwoLevel) return 1;
   int pieces = 1;

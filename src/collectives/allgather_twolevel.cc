@@ -42,8 +42,7 @@ struct Layout2 {
         L(static_cast<int>(hl.members[host].size())), bytesPerRank(bpr) {}
   // Piece k of P of `rank`'s block (the whole block: P = 1).
   Span piece(int rank, int k, int P) const {
-    const std::vector<size_t> cuts = sliceCuts(bytesPerRank, P, 64);
-    return Span{static_cast<size_t>(rank) * bytesPerRank + cuts[k], cuts[k + 1] - cuts[k]};
+    return pieceOf(Span{static_cast<size_t>(rank) * bytesPerRank, bytesPerRank}, k, P, 64);
   }
   // This rank's rail: rank `me` of every host.
   RingSpan rail() const {

@@ -263,10 +263,7 @@ class TernaryTask : public Task {
   // Piece k of every slice of the host (blocks[j]: local rank j's).
   std::vector<Span> piece(int k) const {
     std::vector<Span> p(slices_.size());
-    for (size_t j = 0; j < slices_.size(); ++j) {
-      const std::vector<size_t> cuts = sliceCuts(slices_[j].n, pieces_, block());
-      p[j] = Span{slices_[j].at + cuts[k], cuts[k + 1] - cuts[k]};
-    }
+    for (size_t j = 0; j < slices_.size(); ++j) p[j] = pieceOf(slices_[j], k, pieces_, block());
     return p;
   }
 

@@ -48,6 +48,11 @@ std::vector<Span> spansOf(const std::vector<size_t>& cuts) {
   return b;
 }
 
+Span pieceOf(const Span& whole, int k, int P, size_t unit) {
+  const std::vector<size_t> cuts = sliceCuts(whole.n, P, unit);
+  return Span{whole.at + cuts[k], cuts[k + 1] - cuts[k]};
+}
+
 RingSpan ringOf(const PlanCtx& x, const std::vector<int>& members, int pos) {
   const int n = static_cast<int>(members.size());
   return RingSpan{n, pos, x.conn(members[(pos + n - 1) % n]), x.conn(members[(pos + 1) % n])};

@@ -47,6 +47,9 @@ void ringAllGatherSteps(Program& prog, const RingSpan& ring, const Span* blocks,
 std::vector<size_t> sliceCuts(size_t count, int L, size_t unit = 1);
 // The slices between the cuts as ring blocks (slice k: member k's block).
 std::vector<Span> spansOf(const std::vector<size_t>& cuts);
+// Piece k of `whole` cut in P pieces of whole `unit`s (sliceCuts): what the
+// two-level plans overlap their stages in.
+Span pieceOf(const Span& whole, int k, int P, size_t unit);
 
 // The ring of `members` (ranks in ring order) with this rank at `pos`.
 RingSpan ringOf(const PlanCtx& x, const std::vector<int>& members, int pos);

@@ -262,9 +262,8 @@ void ternComm::onFailure(ternResult_t r, const std::string& why) {
   // Before any operation completes with the error (and its caller may reuse
   // its buffers): peers still reading our posted buffers must learn it.
   // (Only open ones posted anything; one still opening is its thread's.)
-  for (int level = 0; level < kLevels; ++level)
-    for (Conn* c : table->made(level))
-      if (c->openState.load(std::memory_order_acquire) == Conn::kOpen) c->directAbandon();
+  for (Conn* c : table->connsMade())
+    if (c->openState.load(std::memory_order_acquire) == Conn::kOpen) c->directAbandon();
   failWith(r, why);  // also what a nonblocking caller reads after ternCommGetAsyncError
 }
 
@@ -285,12 +284,11 @@ ternResult_t ternComm::checkHealth() {
 void ternComm::wireBytesByClass(uint64_t* sent, uint64_t* recv) const {
   std::fill(sent, sent + kLevels, 0);
   std::fill(recv, recv + kLevels, 0);
-  for (int level = 0; level < kLevels; ++level)
-    for (Conn* c : table->made(level)) {
-      if (c->peer == rank) continue;
-      sent[c->flowClass] += c->bytesSent.load(std::memory_order_relaxed);
-      recv[c->flowClass] += c->bytesRecv.load(std::memory_order_relaxed);
-    }
+  for (Conn* c : table->connsMade()) {
+    if (c->peer == rank) continue;
+    sent[c->flowClass] += c->bytesSent.load(std::memory_order_relaxed);
+    recv[c->flowClass] += c->bytesRecv.load(std::memory_order_relaxed);
+  }
 }
 
 void ternComm::wireBytes(uint64_t* sent, uint64_t* recv) const {
@@ -324,10 +322,9 @@ std::string ternComm::failureReason() {
 ternResult_t ternComm::hearOwed() {
   if (!table) return ternSuccess;
   std::vector<tern::Conn*> streams;
-  for (int level = 0; level < tern::kLevels; ++level)
-    for (tern::Conn* c : table->made(level))
-      for (tern::Conn* k : {c, c->small(0)})
-        if (k) streams.push_back(k);
+  for (tern::Conn* c : table->connsMade())
+    for (tern::Conn* k : {c, c->small(0)})
+      if (k) streams.push_back(k);
   std::vector<tern::Conn*> owing = tern::Executor::owing(streams);
   if (owing.empty()) return ternSuccess;
   // A peer that heard of a mismatch first failed us: that is the answer.

@@ -153,9 +153,9 @@ template <class Book>
 [[gnu::always_inline]] inline Try runPhase(Book& book, Phase& ph, const OpDesc& desc, const MemOps& mem, int nranks, bool* done) {
   bool moved = false, all = true;
   for (Program& p : ph.progs) {
-    const Reduction& red = ph.red;  // (runsWhole: no program here reduces otherwise)
     while (!p.done()) {
-      Try t = tryStep(book, p, desc, mem, red, nranks);
+      // The phase's reduction: runsWhole left no program here that reduces otherwise.
+      Try t = tryStep(book, p, desc, mem, ph.red, nranks);
       if (t == Try::kEngine) return t;
       if (t == Try::kWait) break;
       moved = true;

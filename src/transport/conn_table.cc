@@ -172,10 +172,9 @@ std::vector<ConnTable::Slot*> ConnTable::slotsMade() const {
   return out;
 }
 
-std::vector<Conn*> ConnTable::made(int level) const {
+std::vector<Conn*> ConnTable::connsMade() const {
   std::vector<Conn*> out;
-  for (Slot* s : slotsMade())
-    if (s->level == level) out.push_back(s->conn.get());
+  for (Slot* s : slotsMade()) out.push_back(s->conn.get());
   return out;
 }
 

@@ -69,8 +69,8 @@ class ConnTable : public ConnOpener {
   Conn* conn(int peer, int level) const { return made_[level].at(peer); }
   // ... or null if no one asked for it yet.
   Conn* connIfMade(int peer, int level) const { return made_[level].ifMade(peer); }
-  // The connections of a level made so far.
-  std::vector<Conn*> made(int level) const;
+  // The connections made so far, of every level.
+  std::vector<Conn*> connsMade() const;
   // ConnOpener: made on first ask.
   Conn* make(int peer, int level) override;
   // Starts opening (peer, level) now, if it is not open or opening.
