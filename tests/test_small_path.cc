@@ -1,4 +1,4 @@
-// The small path (engine/inline_runner.cc, api/alone.cc): a blocking small
+// The small path (engine/inline_runner.cc, comm/inline_calls.cc): a blocking small
 // collective on an idle communicator runs on the caller's thread with whole
 // messages and hands over to the engine when it must.  Real processes over
 // shm.  White-box: the engine's counters say which path each rank took, so
@@ -189,7 +189,7 @@ TEST(SmallPathFaults, StalledPeerTimesOutWithoutBurningACore) {
 }
 
 // Groups' sends and receives are recorded and run as transfers without
-// operations (api/group.cc, api/alone.cc, transfersAlone).  Each case checks
+// operations (api/group.cc, comm/inline_calls.cc, transfersInline).  Each case checks
 // the data: a plain ring send/recv (counted on the path), a late peer (the
 // engine takes the transfers over as operations numbered as they were),
 // blocking sends and receives outside a group (groups of one), a

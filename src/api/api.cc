@@ -1,11 +1,10 @@
 // The C API's calls that launch work: argument checks (checks.h), then the
-// small path if the engine takes the call inline (alone.h), else an
+// small path if the engine takes the call inline (comm/inline_calls.h), else an
 // Operation for the communicator's executor (or for the open group).
 // Communicators themselves: comm_api.cc.  Every failure returns a ternResult_t
 // with a sentence for ternGetLastError; nothing aborts the caller.
 #include <cstddef>
 
-#include "api/alone.h"
 #include "api/checks.h"
 #include "api/group.h"
 #include "api/premul.h"
@@ -13,6 +12,8 @@
 #include "collectives/ternary.h"
 #include "comm/comm.h"
 #include "comm/config.h"
+#include "comm/inline_calls.h"
+#include "comm/operations.h"
 #include "base/dtype.h"
 #include "base/error.h"
 
@@ -55,7 +56,8 @@ ternResult_t launch(const InCall& call, ternComm* c, CollArgs args, ternStream_t
   ternResult_t alone;
   const bool p2p = args.kind == OpKind::Send || args.kind == OpKind::Recv;
   if (!stream && !task && p2p && recordInGroup(c, args, &alone)) return alone;
-  if (!stream && !task && callAlone(c, args, &alone)) return alone;
+  int level;
+  if (!stream && !task && soloCall(&level) && callInline(c, args, level, &alone)) return alone;
   OpPtr op = c->engine->newOperation();
   op->streamMem = std::move(mem);
   std::string why;
@@ -68,32 +70,6 @@ ternResult_t launch(const InCall& call, ternComm* c, CollArgs args, ternStream_t
 
 }  // namespace
 
-namespace tern {
-
-OpDesc callDesc(const Comm* c, const CollArgs& args, int level) {
-  OpDesc d;
-  d.magic = kDescMagic;
-  d.kind = collectiveKind(args.kind).id;
-  d.dtype = static_cast<uint8_t>(args.dt);
-  d.redop = static_cast<uint8_t>(args.op);
-  d.level = static_cast<uint8_t>(level);
-  d.root = args.root;
-  d.rank = c->rank;
-  d.count = args.count;
-  return d;
-}
-
-void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task> task, int level) {
-  op->level = level;
-  op->collective = args.kind != OpKind::Send && args.kind != OpKind::Recv;
-  op->peer = op->collective ? -1 : args.root;
-  op->send = args.kind == OpKind::Send;
-  op->anySource = args.source != nullptr;
-  op->source = args.source;
-  op->desc = callDesc(c, args, op->level);
-  op->task = task ? std::move(task) : makeTask(args, std::move(op->task));
-}
-}  // namespace tern
 
 // Gather and scatter: the root's side holds nranks blocks; the other side one.
 static ternResult_t rootedBlocks(const InCall& call, const void* one, const void* many, size_t count,

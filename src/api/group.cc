@@ -5,7 +5,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "api/alone.h"
+#include "comm/inline_calls.h"
 #include "base/error.h"
 
 namespace tern {
@@ -107,7 +107,7 @@ bool runRecorded(PerThread& t, ternResult_t* r) {
     *r = setError(ternInvalidUsage, kGoneBeforeEnd);
     return true;
   }
-  const bool ran = transfersAlone(c, t.recorded.data(), t.recorded.size(), r);
+  const bool ran = transfersInline(c, t.recorded.data(), t.recorded.size(), r);
   call.leave();
   if (ran) t.recorded.clear();
   return ran;
@@ -133,30 +133,6 @@ bool soloCall(int* level) {
   const PerThread& t = self();
   *level = t.priority;
   return t.depth == 0;
-}
-
-// Waits for the last operation first: a caller that drives (Executor::wait)
-// lets go of the drive token when the operation it waits for is done, and
-// with work left over it hands the rest to the progress thread.  Waiting for
-// the first of a send/recv pair handed the receive over in every call (a
-// wake-up and a token hand-back per call: a small sendrecv took 1.9-3.0 us,
-// 0.7-1.6 since, perf/RESULTS.md 2026-11-28); the last one is usually the last to
-// finish, so the caller drives them all.  Failures are recorded in call
-// order (the last failing operation's sentence stays, the first one's code
-// is returned), as before.
-ternResult_t waitAll(const IssuedOps& ops, bool hostOnly) {
-  for (size_t i = ops.size(); i-- > 0;) {
-    auto& [c, op] = ops[i];
-    if (!(hostOnly && op->streamMem)) c->engine->wait(*op, nullptr);
-  }
-  ternResult_t first = ternSuccess;
-  for (auto& [c, op] : ops) {
-    if ((hostOnly && op->streamMem) || op->result == ternSuccess) continue;
-    c->setLastError(op->error);
-    setThreadError(op->error);
-    if (first == ternSuccess) first = op->result;
-  }
-  return first;
 }
 
 namespace {

@@ -12,6 +12,7 @@
 
 #include "collectives/collectives.h"
 #include "comm/comm.h"
+#include "comm/operations.h"
 #include "engine/operation.h"
 
 struct ternRequest {
@@ -20,15 +21,13 @@ struct ternRequest {
 
 namespace tern {
 
-using IssuedOps = std::vector<std::pair<Comm*, OpPtr>>;
-
 bool groupOpen();
 int currentPriority();
 // Outside a group (false inside one); *level: the thread's priority.  One
-// thread-local look-up for both (the small path's, api/alone.cc).
+// thread-local look-up for both (the API's, before it asks the small path).
 bool soloCall(int* level);
 // Inside a group, records a small send or receive instead of making its
-// operation (api/alone.h, P2pCall): true when recorded (*r: ternSuccess).
+// operation (comm/inline_calls.h, P2pCall): true when recorded (*r: ternSuccess).
 // Outside a group: false.  An operation added to the group after them
 // (launchOp) first turns the recorded ones into operations, in call order.
 bool recordInGroup(Comm* c, const CollArgs& a, ternResult_t* r);
@@ -48,9 +47,6 @@ inline ternResult_t groupResult(ternResult_t r) {
   if (__builtin_expect(r != ternSuccess && r != ternInProgress, 0)) failGroup(r);
   return r;
 }
-// Waits for issued operations; records failures on their communicators.
-// hostOnly: not the operations on a stream (nobody waits for those).
-ternResult_t waitAll(const IssuedOps& ops, bool hostOnly = false);
 // A thread inside a call on a communicator (comm_api.cc, with the registry):
 // ternCommDestroy and ternCommAbort free it only after every such thread has
 // left, so a watchdog thread's abort never frees what a caller blocked in a

@@ -5,7 +5,7 @@
 //
 // Allreduce:
 // - Up to TERN_SMALL_THRESHOLD bytes: recursive doubling, whatever TERN_ALGO
-//   says.  The small path (api/alone.cc) runs that schedule without asking,
+//   says.  The small path (comm/inline_calls.cc) runs that schedule without asking,
 //   and a rank whose engine was busy must meet its peers' bytes with the
 //   same plan; so a forced algorithm applies above the threshold
 //   (TERN_SMALL_THRESHOLD=0 forces it at every size).

@@ -83,7 +83,7 @@ void planAllReduceRecursiveDoubling(const PlanCtx& x, const void* src, void* dst
 // other to make room (TERN_ALGO=rd hung from 6 MiB over shm and tcp).  Up
 // to a quarter of the fifo (every small-path call: TERN_SMALL_THRESHOLD is
 // capped there) each (peer, direction) appears at most once.  Also the small
-// path's schedule (api/alone.cc), which runs them without a plan and, when it must, hands the
+// path's schedule (comm/inline_calls.cc), which runs them without a plan and, when it must, hands the
 // operation to the engine at the step it reached.  `emit` gets each step in
 // turn (no array: a Step is 88 bytes, and zeroing room for the most a rank
 // can have, on every call, cost more than the rest of an 8-byte allreduce).
@@ -177,7 +177,7 @@ std::unique_ptr<Task> makeTask(const CollArgs& a, std::unique_ptr<Task> reuse = 
 // A dense call's one phase from its arguments alone (every kind but the
 // barrier, whose task holds its token, and the ternary allreduce; an
 // all-to-all from its own input): the dense task's plan, and the small
-// path's (api/alone.cc) without an operation.  plansPurely: whether
+// path's (comm/inline_calls.cc) without an operation.  plansPurely: whether
 // planning it does no local work that a second planning would repeat (not
 // allreduce: it copies its input into its output first; not an all-to-all
 // that stages its input), so the operation the path hands over, if it must,
@@ -187,7 +187,7 @@ bool plansPurely(const CollArgs& a, const PlanCtx& x);
 void planPure(const CollArgs& a, const PlanCtx& x, Phase* ph);
 // A send's or receive's one step over `peer`, its connection to the other
 // end: a plain transfer between the caller's buffer and that connection
-// (Step::direct).  Its plan's, and the small path's transfers' (api/alone.cc).
+// (Step::direct).  Its plan's, and the small path's transfers' (comm/inline_calls.cc).
 Step p2pStep(const CollArgs& a, Conn* peer);
 
 }  // namespace tern

@@ -87,7 +87,7 @@ struct ternComm : public tern::EngineHost {
   // The small path's start: the drive token if the engine is idle, and the
   // level's next sequence number (false: neither).
   bool claimAlone(int level, uint64_t* seq);
-  // The same for a group's transfers without operations (api/alone.cc):
+  // The same for a group's transfers without operations (comm/inline_calls.cc):
   // transfer t[i] with its peer at its level; sends take the next number of
   // their (peer, level) as issued, receives the engine's next as started
   // (into seqs[i]).

@@ -67,7 +67,7 @@ class Executor {
   // The small path's entry points (inline_runner.h): the drive token if
   // the engine is idle (the caller numbers its work while it holds it), then
   // its operations run on the caller's thread (InlineRunner::runAlone).  The
-  // calls without an operation (api/alone.cc) use the runner itself.
+  // calls without an operation (comm/inline_calls.cc) use the runner itself.
   bool claimIdle() { return runner_.claimIdle(); }
   bool runAlone(const std::vector<OpPtr>& ops) { return runner_.runAlone(ops); }
   InlineRunner& inlineRunner() { return runner_; }

@@ -30,7 +30,7 @@ struct InlineWork {
   bool anySource = false;    // a receive from any source picks its sender in the rounds
   bool weightStream = false; // unordered or standing (weight streams)
   // A call run without an operation (steps, a kept phase, transfers:
-  // api/alone.cc): those forms move bytes between ranks only.
+  // comm/inline_calls.cc): those forms move bytes between ranks only.
   bool withoutOperation = false;
 };
 

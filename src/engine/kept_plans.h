@@ -1,7 +1,7 @@
 // What the inline runner keeps between calls so that a call that repeats
 // the last one (training, a benchmark) plans nothing: the
 // recursive-doubling allreduce's steps, another collective's pure plan, a
-// group's transfers, each with the call it was made for (api/alone.cc makes
+// group's transfers, each with the call it was made for (comm/inline_calls.cc makes
 // and reads them).  Read and written only by the drive token's holder.
 #pragma once
 #include <cstddef>

@@ -12,7 +12,7 @@
 // that uses links of several classes at once (a flat ring across hosts: shm
 // inside a host, the network at its boundary) costs what its slowest class
 // takes.  tern's own terms beside NCCL's: a per-reduced-byte cost (the CPU
-// adds what it receives), a latency of the small path (api/alone.cc: whole
+// adds what it receives), a latency of the small path (comm/inline_calls.cc: whole
 // messages on the caller's thread, no engine rounds), and the ternary codec,
 // whose cost is the CPU's whatever link carries the codes.
 #pragma once

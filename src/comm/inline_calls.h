@@ -1,4 +1,4 @@
-// The small path at the API: a blocking collective of a few KiB on an idle
+// The small path's calls: a blocking collective of a few KiB on an idle
 // communicator runs on the caller's thread with no operation and no engine
 // round (engine/inline_runner.cc), and hands over to the engine only when it
 // must: an allreduce or barrier runs its recursive-doubling steps (no plan
@@ -6,10 +6,13 @@
 // all-to-all run their plan (planPure), kept by the engine (engine/kept_plans.h).
 // A group's small sends and receives on one communicator are recorded
 // instead of made into operations (api/group.cc) and run at its end as
-// transfers (transfersAlone); a blocking one outside a group too.  The rest
-// take the operation-based small path (ternComm::issueAlone, api/group.cc).
+// transfers (transfersInline); a blocking one outside a group too.  The rest
+// take the operation-based small path (ternComm::issueAlone).
 // Whether a call runs inline at all is the engine's decision
-// (engine/inline_choice.h, runsInline); this layer only asks it.
+// (engine/inline_choice.h, runsInline); this file only asks it, matches a
+// call with the plan the engine keeps, and hands over.  The API only checks
+// arguments and says at which level the caller waits (its thread's priority,
+// outside a group).
 #pragma once
 #include <memory>
 
@@ -17,11 +20,6 @@
 #include "comm/comm.h"
 
 namespace tern {
-
-// What the API makes of a call (api.cc): its descriptor at `level`, and its
-// operation (level, descriptor and task).
-OpDesc callDesc(const Comm* c, const CollArgs& args, int level);
-void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task> task, int level);
 
 // A send or receive a group recorded instead of making its operation, and
 // the priority level it was called at.
@@ -40,10 +38,11 @@ OpPtr recordedOp(Comm* c, const P2pCall& call);
 // made into operations then, numbered as they were, and waited for.  False
 // when it does not apply (nothing done: make their operations and issue them).
 constexpr size_t kMaxTransfers = 16;
-bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r);
+bool transfersInline(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r);
 
-// False when the small path does not apply (nothing was done: launch as
-// usual); else *r is the call's result.
-bool callAlone(Comm* c, const CollArgs& a, ternResult_t* r);
+// A blocking call outside a group, its caller waiting at `level`: false
+// when the small path does not apply (nothing was done: launch as usual);
+// else *r is the call's result.
+bool callInline(Comm* c, const CollArgs& a, int level, ternResult_t* r);
 
 }  // namespace tern

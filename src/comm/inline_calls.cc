@@ -1,12 +1,12 @@
-// The small path for a blocking collective (alone.h).  Its steps are the
+// The small path for a blocking collective (inline_calls.h).  Its steps are the
 // plan's (recursiveDoublingSteps, planPure), so its bytes on every stream are
 // the plan's: a peer whose engine was busy runs the same operation through
 // its plan and still matches.  When the engine must take over (a late peer,
 // a mismatch to report, a stream it cannot take whole), the operation is
 // made then and started where the path stood.
-#include "api/alone.h"
+#include "comm/inline_calls.h"
 
-#include "api/group.h"
+#include "comm/operations.h"
 #include "base/dtype.h"
 #include "base/error.h"
 
@@ -25,12 +25,8 @@ InlineWork callWork(const CollArgs& a) {
   return w;
 }
 
-// A call outside a group (its level: the thread's priority) that the engine runs inline.
-bool applies(const Comm* c, const CollArgs& a, int* level) {
-  InlineWork w = callWork(a);
-  w.waitsNow = soloCall(level);
-  return runsInline(c->inlineSettings(), w);
-}
+// A call outside a group that the engine runs inline.
+bool applies(const Comm* c, const CollArgs& a) { return runsInline(c->inlineSettings(), callWork(a)); }
 
 // What the inline runner keeps between calls (the token's holder only).
 KeptPlans& kept(Comm* c) { return c->engine->inlineRunner().kept(); }
@@ -200,7 +196,7 @@ void keepTransfers(Comm* c, const P2pCall* calls, size_t n) {
 
 }  // namespace
 
-bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
+bool transfersInline(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
   if (n > kMaxTransfers || shareStream(calls, n)) return false;
   Comm::Transfer t[kMaxTransfers];
   for (size_t i = 0; i < n; ++i) t[i] = {calls[i].a.root, calls[i].level, calls[i].a.kind == OpKind::Send};
@@ -223,19 +219,18 @@ bool transfersAlone(Comm* c, const P2pCall* calls, size_t n, ternResult_t* r) {
   return true;
 }
 
-bool callAlone(Comm* c, const CollArgs& a, ternResult_t* r) {
-  int level;
+bool callInline(Comm* c, const CollArgs& a, int level, ternResult_t* r) {
   switch (a.kind) {
     case OpKind::Send:
     case OpKind::Recv: {  // a blocking one outside a group: a group of one
-      if (!soloCall(&level) || !mayRecord(c, a)) return false;
+      if (!mayRecord(c, a)) return false;
       const P2pCall call{a, level};
-      return transfersAlone(c, &call, 1, r);
+      return transfersInline(c, &call, 1, r);
     }
     case OpKind::Ternary:
       return false;
     default:
-      if (!applies(c, a, &level)) return false;
+      if (!applies(c, a)) return false;
       return a.kind == OpKind::AllReduce || a.kind == OpKind::Barrier ? allReduceAlone(c, a, level, r)
                                                                      : plannedAlone(c, a, level, r);
   }
