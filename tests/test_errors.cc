@@ -187,8 +187,9 @@ TEST(ErrorsInit, CommlessErrorsArePerThread) {
 }
 
 // After a peer fails the communicator: every later call names the cause
-// once ("failed earlier (cause)", not nested call after call), and a later
-// comm-less misuse is still what ternGetLastError reports.
+// once ("failed earlier (cause)", not nested call after call), other threads
+// hear the cause, and a later comm-less misuse is still what
+// ternGetLastError reports.
 TEST(ErrorsAsync, FailedEarlierNamesTheCauseOnce) {
   terntest::expectAllRanksOk(terntest::runRanks(2, {{"TERN_TIMEOUT", "10"}}, [](terntest::RankCtx& c) {
     ternComm_t comm = c.comm(0);
@@ -206,6 +207,22 @@ TEST(ErrorsAsync, FailedEarlierNamesTheCauseOnce) {
     if (later[0] != later[1] || later[0].find("failed earlier (" + cause + ")") == std::string::npos)
       return terntest::failf(c, "cause '%s', then '%s', then '%s'", cause.c_str(),
                              later[0].c_str(), later[1].c_str());
+    // Errors travel one way (base/error.h): a thread that recorded no failure
+    // hears why the communicator failed; one that recorded an unrelated one
+    // hears the failure once ternCommGetAsyncError has reported it to it.
+    std::string watchdog, polled, stale;
+    std::thread([&] { watchdog = ternGetLastError(comm); }).join();
+    std::thread([&] {
+      ternSetPriority(42);
+      stale = ternGetLastError(comm);
+      ternResult_t async = ternSuccess;
+      if (ternCommGetAsyncError(comm, &async) == ternSuccess && async != ternSuccess)
+        polled = ternGetLastError(comm);
+    }).join();
+    if (watchdog.empty() || later[0].find("failed earlier (" + watchdog + ")") == std::string::npos ||
+        polled != watchdog || stale.find("ternSetPriority") == std::string::npos)
+      return terntest::failf(c, "watchdog '%s', stale '%s', polled '%s', later '%s'", watchdog.c_str(),
+                             stale.c_str(), polled.c_str(), later[0].c_str());
     // The same refusal inside an async group: an error and no request (a
     // request for the emptied group once "ended without error").
     ternRequest_t req = nullptr;

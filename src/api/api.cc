@@ -63,7 +63,7 @@ ternResult_t launch(const InCall& call, ternComm* c, CollArgs args, ternStream_t
   std::string why;
   ternResult_t r = static_cast<int>(args.op) >= ternNumOps ? setUpPreMulSum(c, &args, *op, &why)
                                                             : ternSuccess;
-  if (r != ternSuccess) return failOn(c, r, std::string(collectiveKind(args.kind).name) + ": " + why);
+  if (r != ternSuccess) return setError(r, std::string(collectiveKind(args.kind).name) + ": " + why);
   makeOp(c, op, args, std::move(task), currentPriority());
   return launchOp(c, std::move(op));
 }
@@ -78,8 +78,7 @@ static ternResult_t rootedBlocks(const InCall& call, const void* one, const void
   TERN_CHECK(checkArgs(call, comm, one, one, count, datatype, stream, what));
   TERN_CHECK(checkRank(comm, root, "root", what));
   if (comm->rank == root && count > 0 && !many)
-    return failOn(comm, ternInvalidArgument,
-                  std::string(what) + ": " + manyName + " is NULL on the root");
+    return setError(ternInvalidArgument, std::string(what) + ": " + manyName + " is NULL on the root");
   return ternSuccess;
 }
 
@@ -104,7 +103,7 @@ static ternResult_t broadcastCall(const void* sendbuff, void* recvbuff, size_t c
   TERN_CHECK(checkArgs(call, comm, recvbuff, recvbuff, count, datatype, stream, "ternBroadcast"));
   TERN_CHECK(checkRank(comm, root, "root", "ternBroadcast"));
   if (comm->rank == root && count > 0 && !sendbuff)
-    return failOn(comm, ternInvalidArgument, "ternBroadcast: sendbuff is NULL on the root");
+    return setError(ternInvalidArgument, "ternBroadcast: sendbuff is NULL on the root");
   if (count == 0) return ternSuccess;
   return launch(call, comm,
                 collArgs(OpKind::Broadcast, sendbuff, recvbuff, count, datatype, ternSum, root),
@@ -119,7 +118,7 @@ static ternResult_t reduceCall(const void* sendbuff, void* recvbuff, size_t coun
   TERN_CHECK(checkOpOrPreMulSum(comm, op, datatype, "ternReduce"));
   TERN_CHECK(checkRank(comm, root, "root", "ternReduce"));
   if (comm->rank == root && count > 0 && !recvbuff)
-    return failOn(comm, ternInvalidArgument, "ternReduce: recvbuff is NULL on the root");
+    return setError(ternInvalidArgument, "ternReduce: recvbuff is NULL on the root");
   if (count == 0) return ternSuccess;
   return launch(call, comm, collArgs(OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root),
                 stream);
@@ -181,9 +180,9 @@ static ternResult_t pointToPoint(const void* buf, size_t count, ternDataType_t d
   TERN_CHECK(checkRank(comm, peer, "peer", what));
   if (count == 0) return ternSuccess;
   if (peer == comm->rank && !groupOpen())
-    return failOn(comm, ternInvalidUsage,
-                  std::string(what) + " to self outside a group would wait forever; "
-                                      "pair it with its match inside ternGroupStart/End");
+    return setError(ternInvalidUsage, std::string(what) +
+                                          " to self outside a group would wait forever; "
+                                          "pair it with its match inside ternGroupStart/End");
   void* b = const_cast<void*>(buf);
   return launch(call, comm, collArgs(send ? OpKind::Send : OpKind::Recv, buf, b, count, datatype,
                                ternSum, peer), stream);
@@ -194,15 +193,15 @@ static ternResult_t recvAnySourceCall(void* recvbuff, size_t count, ternDataType
   InCall call(comm);
   const char* what = "ternRecvAnySource";
   TERN_CHECK(checkArgs(call, comm, recvbuff, recvbuff, count, datatype, stream, what));
-  if (!source) return failOn(comm, ternInvalidArgument, "ternRecvAnySource: source is NULL");
+  if (!source) return setError(ternInvalidArgument, "ternRecvAnySource: source is NULL");
   if (comm->nranks < 2)
-    return failOn(comm, ternInvalidUsage,
-                  "ternRecvAnySource on a communicator of one rank would wait forever: no other rank "
-                  "can send");
+    return setError(ternInvalidUsage,
+                    "ternRecvAnySource on a communicator of one rank would wait forever: no other rank "
+                    "can send");
   if (count == 0)  // a zero-count send moves nothing: no sender could be named
-    return failOn(comm, ternInvalidArgument,
-                  "ternRecvAnySource: count is 0 (zero-count sends move nothing, so no sender "
-                  "could be named)");
+    return setError(ternInvalidArgument,
+                    "ternRecvAnySource: count is 0 (zero-count sends move nothing, so no sender "
+                    "could be named)");
   *source = -1;
   CollArgs a = collArgs(OpKind::Recv, recvbuff, recvbuff, count, datatype, ternSum, -1);
   a.source = source;
@@ -218,13 +217,13 @@ static ternResult_t allReduceTernaryExCall(const void* sendbuff, void* recvbuff,
   TERN_CHECK(checkArgs(call, comm, sendbuff, recvbuff, count, datatype, stream, what));
   TERN_CHECK(checkOp(comm, op, what));
   if (datatype != ternFloat32 && datatype != ternFloat16 && datatype != ternBfloat16)
-    return failOn(comm, ternInvalidArgument,
-                  std::string(what) + ": datatype must be float32, float16 or bfloat16, not " +
-                      std::to_string(datatype));
+    return setError(ternInvalidArgument, std::string(what) +
+                                             ": datatype must be float32, float16 or bfloat16, not " +
+                                             std::to_string(datatype));
   if (op != ternSum && op != ternAvg)
-    return failOn(comm, ternInvalidArgument,
-                  std::string(what) + ": op must be ternSum or ternAvg (ternary codes cannot "
-                                      "express products, maxima or minima)");
+    return setError(ternInvalidArgument, std::string(what) +
+                                             ": op must be ternSum or ternAvg (ternary codes cannot "
+                                             "express products, maxima or minima)");
   if (count == 0) return ternSuccess;
   CollArgs args = collArgs(OpKind::Ternary, sendbuff, recvbuff, count, datatype, op);
   return launch(call, comm, args, stream,
@@ -235,8 +234,7 @@ static ternResult_t allReduceTernaryExCall(const void* sendbuff, void* recvbuff,
 static ternResult_t barrierCall(ternComm_t comm) {
   InCall call(comm);
   TERN_CHECK(checkLiveComm(call, comm));
-  if (groupOpen())
-    return failOn(comm, ternInvalidUsage, "ternBarrier cannot be called inside a group");
+  if (groupOpen()) return setError(ternInvalidUsage, "ternBarrier cannot be called inside a group");
   return launch(call, comm, collArgs(OpKind::Barrier, nullptr, nullptr, 1, ternInt32));
 }
 
@@ -316,7 +314,7 @@ ternResult_t ternAllReduceTernary(const void* sendbuff, void* recvbuff, size_t c
 
 ternResult_t ternCommGetTernaryConfig(const ternComm_t comm, ternTernaryConfig_t* config) {
   InCall call(comm);
-  if (!config) return failOn(nullptr, ternInvalidArgument, "config is NULL");
+  if (!config) return setError(ternInvalidArgument, "config is NULL");
   TERN_CHECK(checkLiveComm(call, comm));
   TernaryState& st = ternaryOf(comm);
   std::lock_guard<std::mutex> lk(st.mu);
@@ -326,12 +324,12 @@ ternResult_t ternCommGetTernaryConfig(const ternComm_t comm, ternTernaryConfig_t
 
 ternResult_t ternCommSetTernaryConfig(ternComm_t comm, const ternTernaryConfig_t* config) {
   InCall call(comm);
-  if (!config) return failOn(nullptr, ternInvalidArgument, "config is NULL");
+  if (!config) return setError(ternInvalidArgument, "config is NULL");
   TERN_CHECK(checkLiveComm(call, comm));
   if (const char* bad = ternaryConfigProblem(*config))
-    return failOn(comm, ternInvalidArgument, std::string("ternCommSetTernaryConfig: ") + bad);
+    return setError(ternInvalidArgument, std::string("ternCommSetTernaryConfig: ") + bad);
   if (groupOpen())
-    return failOn(comm, ternInvalidUsage, "ternCommSetTernaryConfig cannot be called inside a group");
+    return setError(ternInvalidUsage, "ternCommSetTernaryConfig cannot be called inside a group");
   // Calls issued from now on use it; running ones keep the options they
   // were issued with.
   TernaryState& st = ternaryOf(comm);
@@ -351,7 +349,7 @@ ternResult_t ternCommReleaseTensor(ternComm_t comm, const void* tensorHandle) {
 
 ternResult_t ternCommGetTernaryStats(const ternComm_t comm, ternTernaryStats_t* stats) {
   InCall call(comm);
-  if (!stats) return failOn(nullptr, ternInvalidArgument, "stats is NULL");
+  if (!stats) return setError(ternInvalidArgument, "stats is NULL");
   TERN_CHECK(checkLiveComm(call, comm));
   TernaryState& st = ternaryOf(comm);
   std::lock_guard<std::mutex> lk(st.mu);

@@ -27,25 +27,27 @@ const char* const kNoDeviceWhy = "libtern was built without CUDA";
                                                       size_t count, ternDataType_t dt, ternStream_t stream,
                                                       const char* what) {
   if (static_cast<int>(dt) < 0 || dt >= ternNumTypes)
-    return failOn(c, ternInvalidArgument,
-                  std::string(what) + ": datatype " + std::to_string(dt) + " is not a ternDataType_t");
+    return setError(ternInvalidArgument,
+                    std::string(what) + ": datatype " + std::to_string(dt) + " is not a ternDataType_t");
   size_t all;
   if (__builtin_mul_overflow(count, 8 * static_cast<size_t>(c->nranks), &all))
-    return failOn(c, ternInvalidArgument, std::string(what) + ": count is too large");
+    return setError(ternInvalidArgument, std::string(what) + ": count is too large");
   if (count > 0 && (!buf || !buf2))
-    return failOn(c, ternInvalidArgument, std::string(what) + ": a buffer is NULL but count is " +
-                                              std::to_string(count));
+    return setError(ternInvalidArgument,
+                    std::string(what) + ": a buffer is NULL but count is " + std::to_string(count));
   if (stream && !deviceMemoryUsable())
-    return failOn(c, ternInvalidArgument,
-                  std::string(what) + ": stream is not NULL but this process has no usable CUDA "
-                                      "device (" + kNoDeviceWhy +
-                                      "), so its buffers cannot be device memory: pass host "
-                                      "buffers and a NULL stream");
+    return setError(ternInvalidArgument, std::string(what) +
+                                             ": stream is not NULL but this process has no usable CUDA "
+                                             "device (" +
+                                             kNoDeviceWhy +
+                                             "), so its buffers cannot be device memory: pass host "
+                                             "buffers and a NULL stream");
   return ternSuccess;
 }
 
 [[gnu::noinline, gnu::cold]] ternResult_t opRefused(ternComm* c, ternRedOp_t op, const char* what) {
-  return failOn(c, ternInvalidArgument, std::string(what) + ": op " + std::to_string(op) + " is not a ternRedOp_t");
+  return setError(ternInvalidArgument,
+                  std::string(what) + ": op " + std::to_string(op) + " is not a ternRedOp_t");
 }
 
 // A built-in op, or one of c's PreMulSum ops made for datatype dt.
@@ -53,20 +55,20 @@ const char* const kNoDeviceWhy = "libtern was built without CUDA";
   if (static_cast<int>(op) < ternNumOps) return opRefused(c, op, what);
   ternDataType_t made;
   if (!isPreMulSum(c, op, &made))
-    return failOn(c, ternInvalidArgument,
-                  std::string(what) + ": op " + std::to_string(op) +
-                      " is neither a ternRedOp_t nor a live ternRedOpCreatePreMulSum op of this "
-                      "communicator");
+    return setError(ternInvalidArgument,
+                    std::string(what) + ": op " + std::to_string(op) +
+                        " is neither a ternRedOp_t nor a live ternRedOpCreatePreMulSum op of this "
+                        "communicator");
   if (made != dt)
-    return failOn(c, ternInvalidArgument,
-                  std::string(what) + ": op " + std::to_string(op) + " was made for datatype " +
-                      std::to_string(made) + " but the call's datatype is " + std::to_string(dt));
+    return setError(ternInvalidArgument, std::string(what) + ": op " + std::to_string(op) +
+                                             " was made for datatype " + std::to_string(made) +
+                                             " but the call's datatype is " + std::to_string(dt));
   return ternSuccess;
 }
 
 [[gnu::noinline, gnu::cold]] ternResult_t rankRefused(ternComm* c, int r, const char* role, const char* what) {
-  return failOn(c, ternInvalidArgument, std::string(what) + ": " + role + " " + std::to_string(r) +
-                                            " is not in [0, " + std::to_string(c->nranks) + ")");
+  return setError(ternInvalidArgument, std::string(what) + ": " + role + " " + std::to_string(r) +
+                                           " is not in [0, " + std::to_string(c->nranks) + ")");
 }
 
 // The buffers a call on a stream reads or writes on this rank (a root's
@@ -93,18 +95,18 @@ ternResult_t streamBuffers(ternComm* c, const CollArgs& a, const char* what, Mem
   for (int i = 0; i < n; ++i) kinds[i].kind = bufferKind(ptrs[i], &dev[i]);
   std::string why;
   if (n == 2 && !memTypeForBuffers({kinds[0], kinds[1]}, type, &why))
-    return failOn(c, ternInvalidArgument, std::string(what) + ": " + why);
+    return setError(ternInvalidArgument, std::string(what) + ": " + why);
   if (n == 2 && dev[0] != dev[1])
-    return failOn(c, ternInvalidArgument,
-                  std::string(what) + ": sendbuff is on device " + std::to_string(dev[0]) +
-                      " but recvbuff on device " + std::to_string(dev[1]));
+    return setError(ternInvalidArgument, std::string(what) + ": sendbuff is on device " +
+                                             std::to_string(dev[0]) + " but recvbuff on device " +
+                                             std::to_string(dev[1]));
   *type = n ? kinds[0].kind : MemType::Host;
   *device = dev[0];
   if (*type == MemType::Host)
-    return failOn(c, ternInvalidArgument,
-                  std::string(what) + ": stream is not NULL but " + (n ? kinds[0].name : "the buffer") +
-                      " is host memory: pass a NULL stream for host buffers, device memory with a "
-                      "stream");
+    return setError(ternInvalidArgument,
+                    std::string(what) + ": stream is not NULL but " + (n ? kinds[0].name : "the buffer") +
+                        " is host memory: pass a NULL stream for host buffers, device memory with a "
+                        "stream");
   return ternSuccess;
 }
 
@@ -179,7 +181,7 @@ ternResult_t copyAlone(ternComm* c, const CollArgs& a, const StagedDevice& dev, 
   const StagedBuffers b = stagedBuffers(c, a);
   if (b.srcBytes && b.dstBytes && b.src != b.dst)
     if (int e = dev.deviceToDevice(b.dst, b.src, b.dstBytes, stream))
-      return failOn(c, ternUnhandledCudaError, std::string(what) + ": " + dev.error(e));
+      return setError(ternUnhandledCudaError, std::string(what) + ": " + dev.error(e));
   return ternSuccess;
 }
 
@@ -189,14 +191,15 @@ ternResult_t captureCall(ternComm* c, const CollArgs& a, bool stageable, const S
                          ternStream_t stream, const char* what, const StagedSubmitFor& submitFor) {
   StagedBuffers b = stagedBuffers(c, a);
   if (!stageable || !stageableCall(a, b))
-    return failOn(c, ternInvalidUsage,
-                  std::string(what) + ": a stream being captured into a CUDA graph takes only calls "
-                  "outside a group, with a built-in op, no buffer over TERN_STAGED_MAX_BYTES and not "
-                  "the ternary allreduce; make this call outside the capture");
+    return setError(ternInvalidUsage,
+                    std::string(what) +
+                        ": a stream being captured into a CUDA graph takes only calls "
+                        "outside a group, with a built-in op, no buffer over TERN_STAGED_MAX_BYTES and not "
+                        "the ternary allreduce; make this call outside the capture");
   auto pinned = std::make_shared<CollArgs>(a);
   std::string why;
   if (!captureStaged(dev, stream, &b, submitFor(pinned), &why))
-    return failOn(c, ternUnhandledCudaError, std::string(what) + ": " + why);
+    return setError(ternUnhandledCudaError, std::string(what) + ": " + why);
   pinned->src = b.src;  // before any replay: the graph is not launched yet
   pinned->dst = static_cast<void*>(b.dst);
   return ternSuccess;
@@ -214,12 +217,12 @@ ternResult_t streamOps(ternComm* c, CollArgs* a, bool stageable, ternStream_t st
   }
   if (!*mem) *mem = makeStreamOps(type, stream, device);
   if (!*mem)
-    return failOn(c, ternUnhandledCudaError,
-                  std::string(what) + ": could not set up the device operation (no work stream)");
+    return setError(ternUnhandledCudaError,
+                    std::string(what) + ": could not set up the device operation (no work stream)");
   if (groupOpen()) return ternSuccess;
   (*mem)->begin();
   if ((*mem)->error() != ternSuccess)
-    return failOn(c, (*mem)->error(), std::string(what) + ": " + (*mem)->lastError());
+    return setError((*mem)->error(), std::string(what) + ": " + (*mem)->lastError());
   return ternSuccess;
 }
 }  // namespace tern

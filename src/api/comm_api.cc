@@ -1,7 +1,8 @@
 // The C API's communicators: the registry of live ones, which threads are
 // inside a call on one (so that destroy and abort free nothing a call still
-// uses), their creation, destruction and queries, and the failure sentences
-// every API file records (failOn).  Calls that launch work: api.cc.
+// uses), their creation, destruction and queries, and the calling thread's
+// last failure (ternGetLastError; base/error.h says how errors travel).
+// Calls that launch work: api.cc.
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -115,24 +116,16 @@ bool isLive(const ternComm* c) { return isLive(c, threadCall); }
 
 namespace tern {
 
-// Records an API-level failure both for the thread and on the communicator.
-ternResult_t failOn(ternComm* c, ternResult_t code, const std::string& msg) {
-  setError(code, msg);
-  if (c && isLive(c)) c->setLastError(msg);
-  return code;
-}
-
 ternResult_t commRefused(const InCall& call, ternComm* c) {
-  if (!c) return failOn(nullptr, ternInvalidArgument, "comm is NULL");
+  if (!c) return setError(ternInvalidArgument, "comm is NULL");
   if (!call.entered)
-    return failOn(nullptr, ternInvalidUsage,
-                  "comm is not a live communicator (already destroyed or never created)");
+    return setError(ternInvalidUsage, "comm is not a live communicator (already destroyed or never created)");
   int e = c->asyncError.load();
   if (e == ternSuccess) return ternSuccess;  // (healthy after all: another thread's failure)
   std::string why = c->failureReason();  // the cause, not the last sentence (no nesting)
-  return failOn(c, static_cast<ternResult_t>(e),
-                "the communicator failed earlier (" + (why.empty() ? "aborted" : why) +
-                    "); call ternCommAbort and make a new one");
+  return setError(static_cast<ternResult_t>(e), "the communicator failed earlier (" +
+                                                    (why.empty() ? "aborted" : why) +
+                                                    "); call ternCommAbort and make a new one");
 }
 
 InCall::InCall(Comm* c) : c_(c) {
@@ -168,21 +161,20 @@ void leaveComm(Comm* c) { c->callers.fetch_sub(1); }
 
 extern "C" {
 
-// The newer of the communicator's last failure and the calling thread's:
-// a comm-less call (ternGroupEnd, ternSetPriority, ...) that fails after the
-// communicator's last failure is what this thread hears about.  Every path
-// that returns an error records it in one of the two (setError, failOn(),
-// ternComm::failWith), so nothing here needs to know the paths.
+// The calling thread's last failure: every call that returns an error has
+// recorded its sentence there (base/error.h), whether it found the failure
+// itself or heard it from an operation or a failed communicator.  A thread
+// that has recorded none (a watchdog that only polls) hears why `comm`
+// failed, if it did.
 const char* ternGetLastError(ternComm_t comm) {
   static thread_local std::string copy;
-  uint64_t commStamp = 0;
-  std::string commMsg = (comm && isLive(comm)) ? comm->getLastError(&commStamp) : std::string();
-  copy = commStamp > lastThreadErrorStamp() ? commMsg : lastThreadError();
+  copy = lastThreadError();
+  if (copy.empty() && comm && isLive(comm)) copy = comm->failureReason();
   return copy.c_str();
 }
 
 ternResult_t ternGetVersion(int* version) {
-  if (!version) return failOn(nullptr, ternInvalidArgument, "version is NULL");
+  if (!version) return setError(ternInvalidArgument, "version is NULL");
   *version = TERN_VERSION_CODE;
   return ternSuccess;
 }
@@ -190,7 +182,7 @@ ternResult_t ternGetVersion(int* version) {
 size_t ternTypeSize(ternDataType_t dt) { return typeSize(dt); }
 
 ternResult_t ternGetUniqueId(ternUniqueId* uniqueId) {
-  if (!uniqueId) return failOn(nullptr, ternInvalidArgument, "uniqueId is NULL");
+  if (!uniqueId) return setError(ternInvalidArgument, "uniqueId is NULL");
   Config cfg = readConfig();
   IdContents id;
   randomBytes(id.secret.key, sizeof id.secret.key);
@@ -217,13 +209,12 @@ ternResult_t ternCommInitRank(ternComm_t* comm, int nranks, ternUniqueId commId,
 
 ternResult_t ternCommInitRankConfig(ternComm_t* comm, int nranks, ternUniqueId commId, int rank,
                                     const ternConfig_t* config) {
-  if (!comm) return failOn(nullptr, ternInvalidArgument, "comm is NULL");
+  if (!comm) return setError(ternInvalidArgument, "comm is NULL");
   *comm = nullptr;
-  if (nranks < 1)
-    return failOn(nullptr, ternInvalidArgument, "nranks " + std::to_string(nranks) + " < 1");
+  if (nranks < 1) return setError(ternInvalidArgument, "nranks " + std::to_string(nranks) + " < 1");
   if (rank < 0 || rank >= nranks)
-    return failOn(nullptr, ternInvalidArgument, "rank " + std::to_string(rank) +
-                                                    " is not in [0, " + std::to_string(nranks) + ")");
+    return setError(ternInvalidArgument,
+                    "rank " + std::to_string(rank) + " is not in [0, " + std::to_string(nranks) + ")");
   IdContents id;
   TERN_CHECK(decodeId(commId, &id));
   return registerNew(comm, nranks, id, rank, config);
@@ -232,7 +223,7 @@ ternResult_t ternCommInitRankConfig(ternComm_t* comm, int nranks, ternUniqueId c
 ternResult_t ternCommInitFromEnv(ternComm_t* comm) { return ternCommInitFromEnvConfig(comm, nullptr); }
 
 ternResult_t ternCommInitFromEnvConfig(ternComm_t* comm, const ternConfig_t* config) {
-  if (!comm) return failOn(nullptr, ternInvalidArgument, "comm is NULL");
+  if (!comm) return setError(ternInvalidArgument, "comm is NULL");
   *comm = nullptr;
   EnvJob job;
   TERN_CHECK(jobFromEnv(&job));
@@ -256,7 +247,7 @@ static void deleteWhenUnused(ternComm_t comm) {
 }
 
 static ternResult_t unregister(ternComm_t comm) {
-  if (!comm) return failOn(nullptr, ternInvalidArgument, "comm is NULL");
+  if (!comm) return setError(ternInvalidArgument, "comm is NULL");
   std::lock_guard<std::mutex> lk(registryMu);
   if (!registry.erase(comm))
     return setError(ternInvalidUsage,
@@ -283,22 +274,26 @@ ternResult_t ternCommAbort(ternComm_t comm) {
 }
 
 ternResult_t ternCommGetAsyncError(ternComm_t comm, ternResult_t* asyncError) {
-  if (!asyncError) return failOn(comm, ternInvalidArgument, "asyncError is NULL");
-  if (!comm) return failOn(nullptr, ternInvalidArgument, "comm is NULL");
+  if (!asyncError) return setError(ternInvalidArgument, "asyncError is NULL");
+  if (!comm) return setError(ternInvalidArgument, "comm is NULL");
   InCall call(comm);
-  if (!call.entered) return failOn(nullptr, ternInvalidUsage, "comm is not a live communicator");
+  if (!call.entered) return setError(ternInvalidUsage, "comm is not a live communicator");
   ternResult_t e = static_cast<ternResult_t>(comm->asyncError.load());
   *asyncError = e != ternSuccess ? e : comm->engine->idle() ? ternSuccess : ternInProgress;
+  // The failure it reports becomes this thread's (ternGetLastError).
+  if (e != ternSuccess) {
+    const std::string why = comm->failureReason();
+    setThreadError(why.empty() ? "the communicator was aborted" : why);
+  }
   return ternSuccess;
 }
 
 // Queries that work on a failed communicator too: only the pointers are checked.
 static ternResult_t checkQuery(const InCall& call, const ternComm* comm, const void* out,
                                const char* name) {
-  if (!out) return failOn(nullptr, ternInvalidArgument, std::string(name) + " is NULL");
+  if (!out) return setError(ternInvalidArgument, std::string(name) + " is NULL");
   if (!call.entered)
-    return failOn(nullptr, comm ? ternInvalidUsage : ternInvalidArgument,
-                  "comm is not a live communicator");
+    return setError(comm ? ternInvalidUsage : ternInvalidArgument, "comm is not a live communicator");
   return ternSuccess;
 }
 
@@ -318,7 +313,7 @@ ternResult_t ternCommUserRank(const ternComm_t comm, int* rank) {
 
 ternResult_t ternCommRingOrder(const ternComm_t comm, int* ranks) {
   InCall call(comm);
-  if (!ranks) return failOn(nullptr, ternInvalidArgument, "ranks is NULL");
+  if (!ranks) return setError(ternInvalidArgument, "ranks is NULL");
   TERN_CHECK(checkLiveComm(call, comm));
   std::copy(comm->ring.begin(), comm->ring.end(), ranks);
   return ternSuccess;
@@ -346,9 +341,9 @@ ternResult_t ternCommGetFlowStats(const ternComm_t comm, ternFlowStats_t* stats)
   InCall call(comm);
   TERN_CHECK(checkQuery(call, comm, stats, "stats"));
   if (stats->size < offsetof(ternFlowStats_t, flowClasses))
-    return failOn(nullptr, ternInvalidArgument,
-                  "stats->size " + std::to_string(stats->size) +
-                      " is too small for a ternFlowStats_t (set it to sizeof(ternFlowStats_t))");
+    return setError(ternInvalidArgument,
+                    "stats->size " + std::to_string(stats->size) +
+                        " is too small for a ternFlowStats_t (set it to sizeof(ternFlowStats_t))");
   ternFlowStats_t all{};
   all.size = std::min(stats->size, sizeof all);
   all.flowClasses = comm->cfg.flowClasses;

@@ -167,8 +167,7 @@ ternResult_t beginStreams(const IssuedOps& ops) {
     if (op->streamMem) op->streamMem->hold();
   for (auto& [c, op] : ops)
     if (op->streamMem && op->streamMem->error() != ternSuccess)
-      return failOn(c, op->streamMem->error(),
-                    std::string("ternGroupEnd: ") + op->streamMem->lastError());
+      return setError(op->streamMem->error(), std::string("ternGroupEnd: ") + op->streamMem->lastError());
   return ternSuccess;
 }
 

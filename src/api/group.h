@@ -72,8 +72,6 @@ class InCall {
   Comm* c_;
   CallSlot* slot_ = nullptr;
 };
-// A failure recorded on the thread and the communicator (comm_api.cc).
-ternResult_t failOn(Comm* c, ternResult_t code, const std::string& msg);
 // Why a communicator cannot be used (checkLiveComm found it so), recorded.
 [[gnu::noinline, gnu::cold]] ternResult_t commRefused(const InCall& call, Comm* c);
 // Every call's first check, inline: a live, healthy communicator that

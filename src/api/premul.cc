@@ -121,21 +121,20 @@ ternResult_t ternRedOpCreatePreMulSum(ternRedOp_t* op, void* scalar, ternDataTyp
   const std::string what = "ternRedOpCreatePreMulSum: ";
   InCall call(comm);
   TERN_CHECK(checkLiveComm(call, comm));
-  if (!op || !scalar)
-    return failOn(comm, ternInvalidArgument, what + (op ? "scalar" : "op") + " is NULL");
+  if (!op || !scalar) return setError(ternInvalidArgument, what + (op ? "scalar" : "op") + " is NULL");
   if (static_cast<int>(datatype) < 0 || datatype >= ternNumTypes)
-    return failOn(comm, ternInvalidArgument,
-                  what + "datatype " + std::to_string(datatype) + " is not a ternDataType_t");
+    return setError(ternInvalidArgument,
+                    what + "datatype " + std::to_string(datatype) + " is not a ternDataType_t");
   if (residence != ternScalarDevice && residence != ternScalarHostImmediate)
-    return failOn(comm, ternInvalidArgument,
-                  what + "residence " + std::to_string(residence) + " is not a ternScalarResidence_t");
+    return setError(ternInvalidArgument,
+                    what + "residence " + std::to_string(residence) + " is not a ternScalarResidence_t");
   int device = -1;
   PreMulSumOp o{datatype, residence, {}, nullptr, bufferKind(scalar, &device)};
   if (residence == ternScalarHostImmediate) {
     if (o.kind != MemType::Host)
-      return failOn(comm, ternInvalidArgument,
-                    what + "a ternScalarHostImmediate scalar must be host memory (this one is " +
-                        memKindWords(o.kind) + ": use ternScalarDevice)");
+      return setError(ternInvalidArgument,
+                      what + "a ternScalarHostImmediate scalar must be host memory (this one is " +
+                          memKindWords(o.kind) + ": use ternScalarDevice)");
     memcpy(o.value, scalar, typeSize(datatype));
   } else {
     o.ptr = scalar;
@@ -155,9 +154,9 @@ ternResult_t ternRedOpDestroy(ternRedOp_t op, ternComm_t comm) {
   const size_t erased = t.ops.erase(static_cast<int>(op));
   lk.unlock();
   if (!erased)
-    return failOn(comm, ternInvalidArgument,
-                  "ternRedOpDestroy: op " + std::to_string(op) +
-                      " is not a live ternRedOpCreatePreMulSum op of this communicator");
+    return setError(ternInvalidArgument,
+                    "ternRedOpDestroy: op " + std::to_string(op) +
+                        " is not a live ternRedOpCreatePreMulSum op of this communicator");
   return ternSuccess;
 }
 

@@ -48,7 +48,7 @@ std::string describeOpen(const OpenRecord& r) {
 }
 
 ternResult_t bad(ternComm* c, const std::string& msg) {
-  return failOn(c, ternInvalidArgument, "ternWeightStreamOpen: " + msg);
+  return setError(ternInvalidArgument, "ternWeightStreamOpen: " + msg);
 }
 
 ternResult_t checkOpen(const InCall& call, ternComm* c, int peer, int sender, int n, const size_t* counts,
@@ -78,8 +78,7 @@ ternResult_t checkOpen(const InCall& call, ternComm* c, int peer, int sender, in
   if (priority < 0 || priority >= TERN_PRIORITY_LEVELS)
     return bad(c, "priority " + std::to_string(priority) + " is not in [0, " +
                       std::to_string(TERN_PRIORITY_LEVELS) + ") (0 = most urgent, 7 = bulk)");
-  if (groupOpen())
-    return failOn(c, ternInvalidUsage, "ternWeightStreamOpen cannot be called inside a group");
+  if (groupOpen()) return setError(ternInvalidUsage, "ternWeightStreamOpen cannot be called inside a group");
   return ternSuccess;
 }
 
@@ -104,11 +103,11 @@ ternResult_t handshake(ternComm* c, int peer, const OpenRecord& mine) {
   TERN_CHECK(r);
   OpenRecord expect = mine;
   if (theirs.magic == kOpenMagic && memcmp(&theirs, &expect, sizeof expect) == 0) return ternSuccess;
-  return failOn(c, ternInvalidUsage,
-                "ternWeightStreamOpen: rank " + std::to_string(peer) + " opened " + describeOpen(theirs) +
-                    " but rank " + std::to_string(c->rank) + " opened " + describeOpen(mine) +
-                    ": both ends must open their streams in the same order with the same "
-                    "arguments");
+  return setError(ternInvalidUsage, "ternWeightStreamOpen: rank " + std::to_string(peer) + " opened " +
+                                        describeOpen(theirs) + " but rank " + std::to_string(c->rank) +
+                                        " opened " + describeOpen(mine) +
+                                        ": both ends must open their streams in the same order with the same "
+                                        "arguments");
 }
 
 // The stream, if it is live (not closed) and this end may make the call;
@@ -121,26 +120,25 @@ ternResult_t liveStream(ternWeightStream_t ws, const char* what, bool sender) {
                       std::string(what) + ": ws is " + (ws ? "not an open stream (closed already?)" : "NULL"));
   }
   if (ws->state->isSender() != sender)
-    return failOn(ws->comm, ternInvalidUsage,
-                  std::string(what) + ": rank " + std::to_string(ws->state->rank) + " is the " +
-                      (sender ? "receiver" : "sender") + " of weight stream " +
-                      std::to_string(ws->state->id) + "; only the " + (sender ? "sender" : "receiver") +
-                      " may call it");
+    return setError(ternInvalidUsage, std::string(what) + ": rank " + std::to_string(ws->state->rank) +
+                                          " is the " + (sender ? "receiver" : "sender") +
+                                          " of weight stream " + std::to_string(ws->state->id) +
+                                          "; only the " + (sender ? "sender" : "receiver") + " may call it");
   return ternSuccess;
 }
 
 ternResult_t checkTensors(ternWeightStream_t ws, const void* const* tensors, const char* what) {
-  if (!tensors) return failOn(ws->comm, ternInvalidArgument, std::string(what) + ": tensors is NULL");
+  if (!tensors) return setError(ternInvalidArgument, std::string(what) + ": tensors is NULL");
   for (size_t i = 0; i < ws->state->shape.bytes.size(); ++i)
     if (!tensors[i])
-      return failOn(ws->comm, ternInvalidArgument,
-                    std::string(what) + ": tensors[" + std::to_string(i) + "] is NULL");
+      return setError(ternInvalidArgument,
+                      std::string(what) + ": tensors[" + std::to_string(i) + "] is NULL");
   return ternSuccess;
 }
 
 // A failure of the stream's own calls is recorded on the communicator too.
 ternResult_t recorded(ternWeightStream_t ws, ternResult_t r) {
-  return r == ternSuccess ? r : failOn(ws->comm, r, lastThreadError());
+  return r == ternSuccess ? r : setError(r, lastThreadError());
 }
 
 }  // namespace
@@ -176,8 +174,8 @@ ternResult_t ternWeightStreamPush(ternWeightStream_t ws, const void* const* tens
   TERN_CHECK(checkLiveComm(call, ws->comm));
   TERN_CHECK(checkTensors(ws, tensors, what));
   if (version < 0)
-    return failOn(ws->comm, ternInvalidArgument, std::string(what) + ": version " +
-                                                     std::to_string(version) + " is negative");
+    return setError(ternInvalidArgument,
+                    std::string(what) + ": version " + std::to_string(version) + " is negative");
   return recorded(ws, streamPush(*ws->comm, ws->state, tensors, version));
 }
 
@@ -187,11 +185,11 @@ ternResult_t ternWeightStreamPoll(ternWeightStream_t ws, void* const* tensors, l
   InCall call(ws->comm);
   TERN_CHECK(checkLiveComm(call, ws->comm));
   TERN_CHECK(checkTensors(ws, tensors, what));
-  if (!version) return failOn(ws->comm, ternInvalidArgument, std::string(what) + ": version is NULL");
+  if (!version) return setError(ternInvalidArgument, std::string(what) + ": version is NULL");
   streamPoll(*ws->state, tensors, version);
   // A failed stream (dead sender) says so; what arrived before stays readable.
   const Operation& op = *ws->state->recv.op;
-  if (op.done.load() && op.result != ternSuccess) return failOn(ws->comm, op.result, op.error);
+  if (op.done.load() && op.result != ternSuccess) return setError(op.result, op.error);
   return ternSuccess;
 }
 
@@ -202,7 +200,7 @@ ternResult_t ternWeightStreamWait(ternWeightStream_t ws, void* const* tensors, l
   InCall call(ws->comm);
   TERN_CHECK(checkLiveComm(call, ws->comm));
   TERN_CHECK(checkTensors(ws, tensors, what));
-  if (!version) return failOn(ws->comm, ternInvalidArgument, std::string(what) + ": version is NULL");
+  if (!version) return setError(ternInvalidArgument, std::string(what) + ": version is NULL");
   return recorded(ws, streamWait(*ws->state, tensors, minVersion, version, ws->comm->cfg.timeoutSec));
 }
 

@@ -1,6 +1,5 @@
 #include "base/error.h"
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -9,11 +8,6 @@
 namespace tern {
 
 static thread_local std::string tlsLastError;
-static thread_local uint64_t tlsStamp = 0;
-static std::atomic<uint64_t> stamps{0};
-
-uint64_t nextErrorStamp() { return stamps.fetch_add(1) + 1; }
-uint64_t lastThreadErrorStamp() { return tlsStamp; }
 
 ternResult_t setError(ternResult_t code, const std::string& msg) {
   setThreadError(msg);
@@ -29,14 +23,7 @@ ternResult_t setSysError(const std::string& what) {
 }
 
 const std::string& lastThreadError() { return tlsLastError; }
-void clearThreadError() {
-  tlsLastError.clear();
-  tlsStamp = 0;
-}
-void setThreadError(const std::string& msg) {
-  tlsLastError = msg;
-  tlsStamp = nextErrorStamp();
-}
+void setThreadError(const std::string& msg) { tlsLastError = msg; }
 
 }  // namespace tern
 

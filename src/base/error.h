@@ -7,18 +7,22 @@
 
 namespace tern {
 
+// Errors travel one way.  A failure is found on some thread and recorded
+// there (setError: the thread's last error, logged at WARN); its code goes
+// up the stack (TERN_CHECK) to the API call, which returns it, and
+// ternGetLastError reads the calling thread's sentence.  What fails on
+// another thread travels as a value to the thread that reports it: an
+// operation's result and sentence (Operation::result, error) to the caller
+// that waits for it, a communicator's failure (asyncError, its reason) to
+// any call that finds it failed; that call records the sentence as its
+// thread's.  No second copy is kept anywhere to be merged later.
+//
 // Records `msg` as the calling thread's last error (and logs it at WARN) and
 // returns `code`, so callers can write `return setError(...)`.
 ternResult_t setError(ternResult_t code, const std::string& msg);
 // Like setError, with strerror(errno) appended.
 ternResult_t setSysError(const std::string& what);
 const std::string& lastThreadError();
-void clearThreadError();
-// Every recorded error (the thread's here, a communicator's in comm.cc) is
-// stamped from one process-wide counter, so ternGetLastError can tell which
-// of a thread's and a communicator's sentences is the newer.
-uint64_t nextErrorStamp();
-uint64_t lastThreadErrorStamp();
 
 }  // namespace tern
 
@@ -29,7 +33,8 @@ uint64_t lastThreadErrorStamp();
   } while (0)
 
 namespace tern {
-// Sets the thread's last error without logging (for errors already logged
-// where they happened, e.g. on the progress thread).
+// Sets the thread's last error without logging (a sentence that travelled
+// here as a value and was logged where it happened, e.g. on the progress
+// thread).
 void setThreadError(const std::string& msg);
 }  // namespace tern

@@ -244,13 +244,12 @@ void ternComm::fail(ternResult_t r) {
 }
 
 // Every failure path of the communicator (the executor's, a peer's notice)
-// comes through here, so its last error is always the newest sentence.
+// comes through here: the first one's sentence is its reason.
 void ternComm::failWith(ternResult_t r, const std::string& why) {
   {
     std::lock_guard<std::mutex> lk(errMu);
     if (failReason.empty()) failReason = why;
   }
-  setLastError(why);
   fail(r);
 }
 
@@ -264,7 +263,7 @@ void ternComm::onFailure(ternResult_t r, const std::string& why) {
   // (Only open ones posted anything; one still opening is its thread's.)
   for (Conn* c : table->connsMade())
     if (c->openState.load(std::memory_order_acquire) == Conn::kOpen) c->directAbandon();
-  failWith(r, why);  // also what a nonblocking caller reads after ternCommGetAsyncError
+  failWith(r, why);  // also what a nonblocking caller hears from ternCommGetAsyncError
 }
 
 void ternComm::refreshLiveness() {
@@ -300,18 +299,6 @@ void ternComm::wireBytes(uint64_t* sent, uint64_t* recv) const {
 
 const char* ternComm::transportName(int peer) const {
   return table->conn(peer, TERN_PRIORITY_DEFAULT)->name();
-}
-
-void ternComm::setLastError(const std::string& e) {
-  std::lock_guard<std::mutex> lk(errMu);
-  lastError = e;
-  lastErrorStamp = nextErrorStamp();
-}
-
-std::string ternComm::getLastError(uint64_t* stamp) {
-  std::lock_guard<std::mutex> lk(errMu);
-  if (stamp) *stamp = lastErrorStamp;
-  return lastError;
 }
 
 std::string ternComm::failureReason() {

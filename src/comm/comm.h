@@ -118,11 +118,8 @@ struct ternComm : public tern::EngineHost {
   void wireBytesByClass(uint64_t* sent, uint64_t* recv) const;
   const char* transportName(int peer) const;
 
-  // The communicator's latest failure sentence, stamped (base/error.h) so
-  // ternGetLastError can compare it with the calling thread's.
-  void setLastError(const std::string& e);
-  std::string getLastError(uint64_t* stamp = nullptr);
-  // What failed the communicator first (empty while it is healthy).
+  // What failed the communicator first (empty while it is healthy): the
+  // sentence a call that finds it failed records as its thread's.
   std::string failureReason();
 
   // tern::EngineHost
@@ -137,8 +134,7 @@ struct ternComm : public tern::EngineHost {
 
  private:
   std::mutex errMu;
-  std::string lastError, failReason;
-  uint64_t lastErrorStamp = 0;
+  std::string failReason;
   tern::SpinLock issueMu;  // held for a few hundred instructions (base/spin_lock.h)
   void number(tern::Operation& op);  // its plan context and sequence number (issueMu held)
   uint64_t collSeq[tern::kLevels] = {};

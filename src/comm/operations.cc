@@ -44,11 +44,11 @@ ternResult_t waitAll(const IssuedOps& ops, bool hostOnly) {
     if (!(hostOnly && op->streamMem)) c->engine->wait(*op, nullptr);
   }
   ternResult_t first = ternSuccess;
-  for (auto& [c, op] : ops) {
-    if ((hostOnly && op->streamMem) || op->result == ternSuccess) continue;
-    c->setLastError(op->error);
-    setThreadError(op->error);
-    if (first == ternSuccess) first = op->result;
+  for (auto& issued : ops) {
+    const Operation& op = *issued.second;
+    if ((hostOnly && op.streamMem) || op.result == ternSuccess) continue;
+    setThreadError(op.error);  // the operation's sentence, now the caller's
+    if (first == ternSuccess) first = op.result;
   }
   return first;
 }

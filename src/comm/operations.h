@@ -22,9 +22,9 @@ OpDesc callDesc(const Comm* c, const CollArgs& args, int level);
 void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task> task, int level);
 
 using IssuedOps = std::vector<std::pair<Comm*, OpPtr>>;
-// Waits for issued operations; records failures on their communicators and
-// the calling thread.  hostOnly: not the operations on a stream (nobody
-// waits for those).
+// Waits for issued operations: the first failure's code, the last failing
+// one's sentence recorded as the calling thread's (base/error.h).
+// hostOnly: not the operations on a stream (nobody waits for those).
 ternResult_t waitAll(const IssuedOps& ops, bool hostOnly = false);
 
 }  // namespace tern

@@ -31,13 +31,9 @@ std::string vformat(const char* fmt, va_list ap) {
   return buf;
 }
 
-void remember(ncclComm_t comm, const std::string& msg) {
-  tlsLastError = msg;
-  if (comm) {
-    std::lock_guard<std::mutex> g(comm->mu);
-    comm->lastError = msg;
-  }
-}
+// As in tern (and NCCL), the sentence is the calling thread's: the call
+// that returns the failure records it, whatever communicator it was on.
+void remember(const std::string& msg) { tlsLastError = msg; }
 
 }  // namespace
 
@@ -46,27 +42,24 @@ ncclResult_t fail(ncclComm_t comm, ncclResult_t code, const char* fmt, ...) {
   va_start(ap, fmt);
   std::string msg = vformat(fmt, ap);
   va_end(ap);
-  remember(comm, msg);
+  remember(msg);
   return code;
 }
 
 ncclResult_t fromTern(ncclComm_t comm, ternResult_t r) {
   if (r == ternSuccess || r == ternInProgress) return static_cast<ncclResult_t>(r);
-  remember(comm, ternGetLastError(comm ? comm->tern : nullptr));
+  remember(ternGetLastError(comm ? comm->tern : nullptr));
   // NCCL has no timeout code: a stalled peer is the remote side's failure.
   if (r == ternTimeout) return ncclRemoteError;
   return static_cast<ncclResult_t>(r);  // 1..6 have the same meaning and value
 }
 
+// A thread that has recorded no failure hears why the communicator failed,
+// if it did (ternGetLastError's rule).
 const char* lastError(ncclComm_t comm) {
-  if (comm) {
-    std::lock_guard<std::mutex> g(liveMu());
-    if (live().count(comm)) {
-      std::lock_guard<std::mutex> g2(comm->mu);
-      if (!comm->lastError.empty()) return comm->lastError.c_str();
-    }
-  }
-  return tlsLastError.c_str();
+  if (!tlsLastError.empty() || !comm) return tlsLastError.c_str();
+  std::lock_guard<std::mutex> g(liveMu());
+  return live().count(comm) ? ternGetLastError(comm->tern) : tlsLastError.c_str();
 }
 
 bool logEnabled() {

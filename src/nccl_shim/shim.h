@@ -44,7 +44,6 @@ struct ncclComm {
   std::mutex mu;
   std::map<int, PreMulSum> ops;   // ncclRedOp_t value -> user op
   int nextOp = ncclNumOps;
-  std::string lastError;
   std::thread initThread;                         // a nonblocking init outside a group
 
   static constexpr uint64_t kMagic = 0x7465726e6e63636cull;  // "ternnccl"
@@ -52,8 +51,8 @@ struct ncclComm {
 
 namespace shim {
 
-// Remembers the sentence for ncclGetLastError (per thread, and per comm when
-// given) and returns code.  A printf-style sentence, one line.
+// Remembers the sentence for ncclGetLastError (the calling thread's) and
+// returns code.  A printf-style sentence, one line.
 ncclResult_t fail(ncclComm_t comm, ncclResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 // A tern result as an NCCL result; on failure the sentence is tern's.
