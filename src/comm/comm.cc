@@ -262,7 +262,7 @@ void ternComm::onFailure(ternResult_t r, const std::string& why) {
   // its buffers): peers still reading our posted buffers must learn it.
   // (Only open ones posted anything; one still opening is its thread's.)
   for (Conn* c : table->connsMade())
-    if (c->openState.load(std::memory_order_acquire) == Conn::kOpen) c->directAbandon();
+    if (c->direct && c->openState.load(std::memory_order_acquire) == Conn::kOpen) c->direct->abandon();
   failWith(r, why);  // also what a nonblocking caller hears from ternCommGetAsyncError
 }
 

@@ -32,16 +32,16 @@ bool offers(size_t min, size_t bytes) { return min > 0 && bytes >= min; }
 // belongs to an earlier transfer that the receiver has not finished).
 constexpr uint32_t kWait = ~0u;
 uint32_t directMode(const MemOps& mem, const Step& s) {
-  if (mem.type() == MemType::Host) return offers(s.out->hostDirectMin(), s.bytes) ? 1 : 0;
-  if (!offers(s.out->ipcMin(), s.bytes)) return 0;
-  if (s.out->directAcked() < marks(s.out).directPosted) return kWait;
+  if (mem.type() == MemType::Host) return offers(s.out->direct->hostMinBytes(), s.bytes) ? 1 : 0;
+  if (!offers(s.out->direct->ipcMinBytes(), s.bytes)) return 0;
+  if (s.out->direct->acked() < marks(s.out).directPosted) return kWait;
   IpcHandle h;
   uint64_t offset;
   if (!mem.ipcExport(s.local, &h, &offset)) {
     notePath(s.out, kPathNoExport, "device buffer cannot be exported over IPC: staged through host memory");
     return 0;
   }
-  s.out->ipcPost(h, offset);
+  s.out->direct->ipcPost(h, offset);
   return 2;
 }
 
@@ -79,14 +79,14 @@ void acceptDirect(Operation& op, Program& p, const Step& s, const DirectHeader& 
   }
   if (h.mode == 2 && !host) {
     uint64_t offset = 0;
-    if (char* base = s.in->ipcMap(mem, &offset, &why)) {
+    if (char* base = s.in->direct->ipcMap(mem, &offset, &why)) {
       p.directNow = true;
       p.ipcSrc = base + offset;
       notePath(s.in, kPathIpc, "device buffers over IPC: a device-to-device copy from the peer's buffer");
       return;
     }
   }
-  s.in->directDecline(ticket, h.bytes);
+  s.in->direct->decline(ticket, h.bytes);
   if (why.empty()) why = host ? "this rank's buffer is host memory" : "this rank's buffer is device memory";
   notePath(s.in, kPathStaged, std::string(h.mode == 2 ? "the peer's device buffer" : "the peer's host buffer") +
                                   " streams through the fifo: " + why);
@@ -114,7 +114,7 @@ namespace {
 // the peer did not fail while it read (a failed sender's caller may have
 // changed the bytes), then acknowledges.
 ternResult_t checkSenderAlive(const Step& s, const char* how) {
-  if (s.in->directAbandoned() || s.in->peerExited())
+  if (s.in->direct->abandoned() || s.in->direct->peerExited())
     return setError(ternRemoteError, "rank " + std::to_string(s.in->peer) + " failed or exited while "
                                      "this rank read its " + how + ": the data received is not valid");
   return ternSuccess;
@@ -133,7 +133,7 @@ ternResult_t ipcPayload(const MemOps& mem, Program& p, const Step& s, size_t* un
   if (mem.error() != ternSuccess) return setError(mem.error(), mem.lastError());
   TERN_CHECK(checkSenderAlive(s, "device buffer over IPC"));
   *units = s.bytes - p.off;
-  s.in->directAck(*units);
+  s.in->direct->ack(*units);
   countIpc(*units);
   p.ipcInFlight = false;
   return ternSuccess;
@@ -145,9 +145,9 @@ ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, size_t 
                            size_t* units, bool* moved) {
   *units = 0;
   if (s.out) {
-    if (s.out->directAcked() < p.ticket) return ternSuccess;
+    if (s.out->direct->acked() < p.ticket) return ternSuccess;
     *moved = true;
-    if (s.out->directDeclined(p.ticket)) {
+    if (s.out->direct->declined(p.ticket)) {
       p.directNow = false;
       return ternSuccess;
     }
@@ -157,7 +157,7 @@ ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, size_t 
     TERN_CHECK(ipcPayload(mem, p, s, units, moved));
   } else {
     size_t n = std::min(s.bytes - p.off, limit);
-    if (ternResult_t r = s.in->directRead(s.dst + p.off, p.peerAddr + p.off, n); r != ternSuccess) {
+    if (ternResult_t r = s.in->direct->read(s.dst + p.off, p.peerAddr + p.off, n); r != ternSuccess) {
       // A sender that failed takes its buffer back, which may be unmapped by
       // now (EFAULT): its failure, marked before that, is the cause to report.
       TERN_CHECK(checkSenderAlive(s, "buffer"));
@@ -166,7 +166,7 @@ ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, size_t 
     // Checked after the read: a sender marks itself failed before its
     // caller may touch the buffer, so no mark now means the bytes were valid.
     TERN_CHECK(checkSenderAlive(s, "buffer"));
-    s.in->directAck(n);
+    s.in->direct->ack(n);
     *units = n;
   }
   p.off += *units;

@@ -55,7 +55,7 @@ struct Step {
   // small path, where dividing by 72 cost ~25 instructions a call.)
   // A plain transfer from the caller's buffer (`local`, sender) into the
   // caller's buffer (`dst`, receiver), nothing else: it may go single copy
-  // over a connection that offers it (Conn::directMin).  Set by the plans of
+  // over a connection that offers it (DirectCopy::minBytes).  Set by the plans of
   // both ends alike, so both know a direct header comes first.
   bool direct = false;
   // A receive of the peer's descriptor alone that need not hold up its

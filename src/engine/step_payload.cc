@@ -52,7 +52,7 @@ bool mustSettleNow(const MemOps& mem, const Step& s) {
 }
 
 // A plain transfer's bytes between the caller's host buffer and connections
-// that move them without staging (Conn::unstagedMin): a send-only step's
+// that move them without staging (Conn::unstaged): a send-only step's
 // from its source, once what was staged before it (its descriptor) has gone
 // to the kernel; a receive-only step's into its destination, once what was
 // staged has been read; a forwarding step (a ring allgather's, broadcast's)
@@ -61,7 +61,9 @@ bool mustSettleNow(const MemOps& mem, const Step& s) {
 // transfer (it stages); else *moved says how many bytes the step is done
 // with (0: not now).
 bool unstagedPayload(const MemOps& mem, Program& p, const Step& s, size_t n, size_t* moved) {
-  auto eligible = [&](const Conn* c) { return c->unstagedMin() > 0 && s.bytes >= c->unstagedMin(); };
+  auto eligible = [&](const Conn* c) {
+    return c->unstaged && c->unstaged->minBytes() > 0 && s.bytes >= c->unstaged->minBytes();
+  };
   // Cheapest first: a small operation (or any over shm) leaves after one call;
   // a local copy (no connection: an own block) is not a transfer.
   const Conn* c = s.in ? s.in : s.out;
@@ -74,11 +76,11 @@ bool unstagedPayload(const MemOps& mem, Program& p, const Step& s, size_t n, siz
     // urgent allreduce beside a bulk one took 2.4-3.1x its solo time in
     // about half the runs with these sends unstaged, 1.0-1.06x staged.
     if (s.out->mixed) return false;
-    *moved = s.out->sendUnstaged(s.local + off, n);
+    *moved = s.out->unstaged->send(s.local + off, n);
     return true;
   }
   if (s.in && !s.out && s.dst && nothingStaged()) {
-    *moved = s.in->recvUnstaged(s.dst + off, n, s.bytes - off - n);
+    *moved = s.in->unstaged->recv(s.dst + off, n, s.bytes - off - n);
     return true;
   }
   if (s.in && s.out && s.dst && !s.local && eligible(s.out) && (p.fwd > 0 || nothingStaged())) {
@@ -89,8 +91,8 @@ bool unstagedPayload(const MemOps& mem, Program& p, const Step& s, size_t n, siz
     // bulk allreduce at 1 Gbit/s beside urgent ones: 1.47x its time).  The
     // bytes land in the destination: receiving ahead costs no memory.
     const size_t got = off + p.fwd, m = std::min(n, s.bytes - got);
-    if (m > 0) p.fwd += s.in->recvUnstaged(s.dst + got, m, s.bytes - got - m);
-    *moved = p.fwd ? s.out->sendUnstaged(s.dst + off, p.fwd) : 0;
+    if (m > 0) p.fwd += s.in->unstaged->recv(s.dst + got, m, s.bytes - got - m);
+    *moved = p.fwd ? s.out->unstaged->send(s.dst + off, p.fwd) : 0;
     p.fwd -= *moved;
     return true;
   }

@@ -113,7 +113,7 @@ bool readPeer(pid_t pid, void* dst, uint64_t addr, size_t n) {
   return true;
 }
 
-class ShmConn : public Conn {
+class ShmConn : public Conn, public DirectCopy {
  public:
   const char* name() const override { return "shm"; }
   // The limit is agreed by open() on the table's opener thread: read only
@@ -124,7 +124,7 @@ class ShmConn : public Conn {
   }
   uint64_t smallUpTo() const override { return ll_.limit(); }
   LlConn ll_;
-  ternResult_t directRead(void* dst, uint64_t addr, size_t n) override {
+  ternResult_t read(void* dst, uint64_t addr, size_t n) override {
     if (readPeer(peerPid_, dst, addr, n)) return ternSuccess;
     if (errno == ESRCH) {
       gone = true;
@@ -133,37 +133,37 @@ class ShmConn : public Conn {
     }
     return setSysError("cannot read rank " + std::to_string(peer) + "'s buffer (process_vm_readv)");
   }
-  void directAck(size_t n) override {
+  void ack(size_t n) override {
     std::atomic<uint64_t>& w = directWord(recvSeg)->acked;
     w.store(w.load(std::memory_order_relaxed) + n, std::memory_order_release);
     countRecv(n);
   }
-  uint64_t directAcked() const override {
+  uint64_t acked() const override {
     return directWord(sendSeg)->acked.load(std::memory_order_acquire);
   }
-  void directAbandon() override {
-    if (directMin()) directWord(sendSeg)->abandoned.store(1, std::memory_order_seq_cst);
+  void abandon() override {
+    if (minBytes()) directWord(sendSeg)->abandoned.store(1, std::memory_order_seq_cst);
   }
-  bool directAbandoned() const override {
+  bool abandoned() const override {
     return directWord(recvSeg)->abandoned.load(std::memory_order_seq_cst) != 0;
   }
-  size_t directMin() const override {
+  size_t minBytes() const override {
     return hostMin_ && ipcMin_ ? std::min(hostMin_, ipcMin_) : std::max(hostMin_, ipcMin_);
   }
-  size_t hostDirectMin() const override { return hostMin_; }
-  size_t ipcMin() const override { return ipcMin_; }
+  size_t hostMinBytes() const override { return hostMin_; }
+  size_t ipcMinBytes() const override { return ipcMin_; }
   void ipcPost(const IpcHandle& h, uint64_t offset) override {
     DirectWord* w = directWord(sendSeg);
     w->handle = h;
     w->offset = offset;
   }
   char* ipcMap(const MemOps& mem, uint64_t* offset, std::string* why) override;
-  void directDecline(uint64_t ticket, size_t n) override {
+  void decline(uint64_t ticket, size_t n) override {
     DirectWord* w = directWord(recvSeg);
     w->declined.store(ticket, std::memory_order_relaxed);
     w->acked.store(w->acked.load(std::memory_order_relaxed) + n, std::memory_order_release);
   }
-  bool directDeclined(uint64_t ticket) const override {
+  bool declined(uint64_t ticket) const override {
     return directWord(sendSeg)->declined.load(std::memory_order_relaxed) == ticket;
   }
   ~ShmConn() override {
@@ -198,7 +198,10 @@ class ShmConn : public Conn {
 
   Segment sendSeg, recvSeg;
   ShmStreams io_;
-  ShmConn() { shm = &io_; }
+  ShmConn() {
+    shm = &io_;
+    direct = this;
+  }
 };
 
 struct NameMsg {
@@ -266,7 +269,7 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
     peerPid_ = static_cast<pid_t>(theirs.pid);
   }
   if (mine.ipcMin && theirs.ipcMin) ipcMin_ = std::max<size_t>(mine.ipcMin, theirs.ipcMin);
-  if (directMin()) peerPidfd_ = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(theirs.pid), 0));
+  if (minBytes()) peerPidfd_ = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(theirs.pid), 0));
   io_.send.attach(sendSeg.mem, s.cfg->fifoBytes, s.cfg->fifoGranule, false);
   io_.send.setWindow(s.cfg->fifoWindow);  // the producer's choice alone
   ll_.attach(this, llRing(recvSeg, s.cfg->fifoBytes), llRing(sendSeg, s.cfg->fifoBytes),

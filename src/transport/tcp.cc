@@ -30,10 +30,12 @@ namespace tern {
 
 namespace {
 
-class TcpConn : public Conn {
+class TcpConn : public Conn, public UnstagedIo {
  public:
   TcpConn(int peer, const Config& cfg)
-      : peer_(peer), bulkQueued_(cfg.bulkQueued), unstagedMin_(cfg.tcpUnstaged), st_(cfg) {}
+      : peer_(peer), bulkQueued_(cfg.bulkQueued), unstagedMin_(cfg.tcpUnstaged), st_(cfg) {
+    unstaged = this;
+  }
   ~TcpConn() override { closeFd(fd_); }
   ternResult_t activate() override {
     if (st_.allocate() != ternSuccess) return setSysError("cannot allocate tcp staging buffers");
@@ -68,9 +70,9 @@ class TcpConn : public Conn {
   // buffer and the socket, as it copies between our fifo and the socket.
   // TERN_TCP_UNSTAGED, 64 KiB by default: below it a step's descriptor and
   // payload leave in one send(), which an unstaged payload would split in two.
-  size_t unstagedMin() const override { return unstagedMin_; }
+  size_t minBytes() const override { return unstagedMin_; }
 
-  size_t sendUnstaged(const char* src, size_t n) override {
+  size_t send(const char* src, size_t n) override {
     sendBlocked_ = false;
     if (!send_().empty() || failed_) return 0;  // staged bytes go first
     const size_t slice = boundedSlice(std::min(n, kSliceBytes));
@@ -87,7 +89,7 @@ class TcpConn : public Conn {
     return 0;
   }
 
-  size_t recvUnstaged(char* dst, size_t n, size_t more) override {
+  size_t recv(char* dst, size_t n, size_t more) override {
     if (!recv_().empty() || eof_ || failed_) return 0;  // what was staged goes first
     ssize_t k = ::recv(fd_, dst, std::min(n, kSliceBytes), MSG_DONTWAIT);
     if (k > 0) {

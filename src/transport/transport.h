@@ -50,6 +50,67 @@ struct LevelConns {
   Conn* ifMade(int peer) const { return made[peer].load(std::memory_order_acquire); }
 };
 
+// Single copy between ranks of one host (shm).  A direct step
+// (Step::direct) of at least minBytes() carries a header, and its payload
+// may skip the fifo: the sender posts its buffer and waits; the receiver
+// copies straight out of it and acknowledges what it read, or declines (its
+// buffer is of the other kind, IPC failed) and the payload streams after
+// all.  Host buffers are read with process_vm_readv from hostMinBytes(),
+// device buffers over IPC (memory/ipc.h) from ipcMinBytes(); minBytes() is
+// the smaller of those that are on.  Both ends of a connection agree on all
+// three when it opens (0: never).
+class DirectCopy {
+ public:
+  virtual ~DirectCopy() = default;
+  virtual size_t minBytes() const = 0;
+  virtual size_t hostMinBytes() const = 0;
+  virtual size_t ipcMinBytes() const = 0;
+  // Sender: the device buffer of the transfer it posts next (one at a
+  // time: it waits until the earlier ones were acknowledged).
+  virtual void ipcPost(const IpcHandle& h, uint64_t offset) = 0;
+  // Receiver: the posted buffer's allocation mapped here (opened by `mem`
+  // on first use, kept until the connection closes) and the buffer's
+  // offset in it; nullptr and *why when it cannot be opened.
+  virtual char* ipcMap(const MemOps& mem, uint64_t* offset, std::string* why) = 0;
+  // Receiver: declines the posted transfer of n bytes that ends at `ticket`
+  // (the bytes of posted transfers announced so far; it streams instead).
+  // Sender: whether the receiver declined the one that ends at `ticket`.
+  virtual void decline(uint64_t ticket, size_t n) = 0;
+  virtual bool declined(uint64_t ticket) const = 0;
+  // Receiver: whether the sender has exited or failed, asked now (not only
+  // as the connection table last saw it): a read of its buffer that ended
+  // after that may hold invalid bytes.
+  virtual bool peerExited() const = 0;
+  // Receiver: copies n bytes at the peer's address `addr` into dst.
+  virtual ternResult_t read(void* dst, uint64_t addr, size_t n) = 0;
+  // Receiver: n more bytes were read.  Sender: bytes read so far in total.
+  virtual void ack(size_t n) = 0;
+  virtual uint64_t acked() const = 0;
+  // Sender: this rank failed, so buffers it posted may change from now on.
+  // Receiver: whether the sender said so (what was read may be invalid).
+  virtual void abandon() = 0;
+  virtual bool abandoned() const = 0;
+};
+
+// Unstaged plain transfers (tcp): a send-only step of at least minBytes()
+// (0: never) hands the kernel the caller's bytes and a receive-only one takes
+// them from the kernel into the caller's buffer, instead of each copying
+// through its staging fifo (a memory pass per byte fewer on each side, where
+// the kernel's own copies already bound the rate).  Each moves at most n
+// bytes now and returns how many (0: not now: bytes staged earlier go first,
+// the socket is full or empty); the stream positions move as if the bytes
+// had gone through the fifo.  `more`: bytes of the step still due after
+// these (the receiver then leaves them in the kernel for the step instead of
+// staging them).  Each end decides alone: the bytes on the wire are the
+// same either way.
+class UnstagedIo {
+ public:
+  virtual ~UnstagedIo() = default;
+  virtual size_t minBytes() const = 0;
+  virtual size_t send(const char* src, size_t n) = 0;
+  virtual size_t recv(char* dst, size_t n, size_t more) = 0;
+};
+
 class Conn {
  public:
   virtual ~Conn() = default;
@@ -141,80 +202,23 @@ class Conn {
   // rather than through three virtual calls per step: whether it moves bytes
   // without pumps and takes an operation of `opBytes` on this stream (not
   // its low-latency sibling), and from how many bytes a direct step may skip
-  // the fifo (directMin).
+  // the fifo (DirectCopy::minBytes).
   void settle() {
     pumpFree_ = !needsProgress();
     siblingUpTo_ = smallUpTo();
-    directFrom_ = directMin();
+    directFrom_ = direct ? direct->minBytes() : 0;
   }
   bool carriesWhole(uint64_t opBytes) const { return pumpFree_ && !(siblingUpTo_ && opBytes <= siblingUpTo_); }
   size_t directFrom() const { return directFrom_; }
   ConnOpener* opener = nullptr;
   int level = 0;
 
-  // Single copy (shm between ranks of one host).  A direct step
-  // (Step::direct) of at least directMin() bytes carries a header, and its
-  // payload may skip the fifo: the sender posts its buffer and waits; the
-  // receiver copies straight out of it and acknowledges what it read, or
-  // declines (its buffer is of the other kind, IPC failed) and the payload
-  // streams after all.  Host buffers are read with process_vm_readv from
-  // hostDirectMin() bytes, device buffers over IPC (memory/ipc.h) from
-  // ipcMin() bytes; directMin() is the smaller of those that are on.  Both
-  // ends of a connection agree on all three (0: never).
-  virtual size_t directMin() const { return 0; }
-  virtual size_t hostDirectMin() const { return 0; }
-  virtual size_t ipcMin() const { return 0; }
-  // Sender: the device buffer of the transfer it posts next (one at a
-  // time: it waits until the earlier ones were acknowledged).
-  virtual void ipcPost(const IpcHandle& h, uint64_t offset) { (void)h, (void)offset; }
-  // Receiver: the posted buffer's allocation mapped here (opened by `mem`
-  // on first use, kept until the connection closes) and the buffer's
-  // offset in it; nullptr and *why when it cannot be opened.
-  virtual char* ipcMap(const MemOps& mem, uint64_t* offset, std::string* why) {
-    (void)mem, (void)offset;
-    *why = "this connection has no IPC";
-    return nullptr;
-  }
-  // Receiver: declines the posted transfer of n bytes that ends at `ticket`
-  // (the bytes of posted transfers announced so far; it streams instead).
-  // Sender: whether the receiver declined the one that ends at `ticket`.
-  virtual void directDecline(uint64_t ticket, size_t n) { (void)ticket, (void)n; }
-  virtual bool directDeclined(uint64_t ticket) const {
-    (void)ticket;
-    return false;
-  }
-  // Receiver: whether the sender has exited or failed, asked now (not only
-  // as the connection table last saw it): a read of its buffer that ended
-  // after that may hold invalid bytes.
-  virtual bool peerExited() const { return peerGone(); }
-  // Receiver: copies n bytes at the peer's address `addr` into dst.
-  virtual ternResult_t directRead(void* dst, uint64_t addr, size_t n) {
-    (void)dst, (void)addr, (void)n;
-    return ternInternalError;
-  }
-  // Receiver: n more bytes were read.  Sender: bytes read so far in total.
-  virtual void directAck(size_t n) { (void)n; }
-  virtual uint64_t directAcked() const { return 0; }
-  // Unstaged plain transfers (tcp): a send-only step of at least
-  // unstagedMin() bytes (0: never) hands the kernel the caller's bytes and a
-  // receive-only one takes them from the kernel into the caller's buffer,
-  // instead of each copying through its staging fifo (a memory pass per byte
-  // fewer on each side, where the kernel's own copies already bound the
-  // rate).  Each moves at most n bytes now and returns how many (0: not now:
-  // bytes staged earlier go first, the socket is full or empty); the stream
-  // positions move as if the bytes had gone through the fifo.  `more`: bytes
-  // of the step still due after these (the receiver then leaves them in the
-  // kernel for the step instead of staging them).  Each end decides alone:
-  // the bytes on the wire are the same either way.
-  virtual size_t unstagedMin() const { return 0; }
-  virtual size_t sendUnstaged(const char* src, size_t n) {
-    (void)src, (void)n;
-    return 0;
-  }
-  virtual size_t recvUnstaged(char* dst, size_t n, size_t more) {
-    (void)dst, (void)n, (void)more;
-    return 0;
-  }
+  // Optional capabilities, each an interface of its own that the transport
+  // that has it implements, set once when the connection is made (null:
+  // not this transport's); what both ends agreed for them (their
+  // thresholds) is known once it has opened.
+  DirectCopy* direct = nullptr;   // single copy and CUDA IPC (shm)
+  UnstagedIo* unstaged = nullptr; // plain transfers past the staging fifo (tcp)
   // The low-latency sibling stream to the same peer at the same level
   // (transport/ll.h) for an operation of `opBytes` (both ends agree on the
   // limit), or nullptr: the operation stays on this one.
@@ -249,11 +253,6 @@ class Conn {
   // wait in the kernel until this end reads to its own end of stream; so
   // does UCX, whose worker holds it until progressed (ucx.cc).
   virtual bool inputEnded() const { return peerGone(); }
-
-  // Sender: this rank failed, so buffers it posted may change from now on.
-  // Receiver: whether the sender said so (what was read may be invalid).
-  virtual void directAbandon() {}
-  virtual bool directAbandoned() const { return false; }
 
   // What the layer that drives this connection keeps with it, per stream
   // (the engine's marks: which operation reads and writes it, the
