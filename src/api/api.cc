@@ -56,15 +56,16 @@ ternResult_t launch(const InCall& call, ternComm* c, CollArgs args, ternStream_t
   ternResult_t alone;
   const bool p2p = args.kind == OpKind::Send || args.kind == OpKind::Recv;
   if (!stream && !task && p2p && recordInGroup(c, args, &alone)) return alone;
-  int level;
-  if (!stream && !task && soloCall(&level) && callInline(c, args, level, &alone)) return alone;
+  int level;  // the thread's priority, read once for the small path and the operation
+  const bool solo = soloCall(&level);
+  if (!stream && !task && solo && callInline(c, args, level, &alone)) return alone;
   OpPtr op = c->engine->newOperation();
   op->streamMem = std::move(mem);
   std::string why;
   ternResult_t r = static_cast<int>(args.op) >= ternNumOps ? setUpPreMulSum(c, &args, *op, &why)
                                                             : ternSuccess;
   if (r != ternSuccess) return setError(r, std::string(collectiveKind(args.kind).name) + ": " + why);
-  makeOp(c, op, args, std::move(task), currentPriority());
+  makeOp(c, op, args, std::move(task), level);
   return launchOp(c, std::move(op));
 }
 

@@ -116,6 +116,14 @@ bool isLive(const ternComm* c) { return isLive(c, threadCall); }
 
 namespace tern {
 
+// Why `c` failed, as a thread that asks hears it (empty while it is
+// healthy): its first failure's reason; an abort records none.
+static std::string failedBecause(ternComm* c) {
+  if (c->asyncError.load() == ternSuccess) return {};
+  std::string why = c->failureReason();
+  return why.empty() ? "the communicator was aborted" : why;
+}
+
 ternResult_t commRefused(const InCall& call, ternComm* c) {
   if (!c) return setError(ternInvalidArgument, "comm is NULL");
   if (!call.entered)
@@ -169,7 +177,7 @@ extern "C" {
 const char* ternGetLastError(ternComm_t comm) {
   static thread_local std::string copy;
   copy = lastThreadError();
-  if (copy.empty() && comm && isLive(comm)) copy = comm->failureReason();
+  if (copy.empty() && comm && isLive(comm)) copy = failedBecause(comm);
   return copy.c_str();
 }
 
@@ -280,11 +288,7 @@ ternResult_t ternCommGetAsyncError(ternComm_t comm, ternResult_t* asyncError) {
   if (!call.entered) return setError(ternInvalidUsage, "comm is not a live communicator");
   ternResult_t e = static_cast<ternResult_t>(comm->asyncError.load());
   *asyncError = e != ternSuccess ? e : comm->engine->idle() ? ternSuccess : ternInProgress;
-  // The failure it reports becomes this thread's (ternGetLastError).
-  if (e != ternSuccess) {
-    const std::string why = comm->failureReason();
-    setThreadError(why.empty() ? "the communicator was aborted" : why);
-  }
+  if (e != ternSuccess) setThreadError(failedBecause(comm));  // the failure it reports is this thread's now
   return ternSuccess;
 }
 

@@ -14,8 +14,6 @@
 // arguments and says at which level the caller waits (its thread's priority,
 // outside a group).
 #pragma once
-#include <memory>
-
 #include "collectives/collectives.h"
 #include "comm/comm.h"
 
