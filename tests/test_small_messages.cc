@@ -50,13 +50,11 @@ bool ringSendRecv(Checker& c, size_t count) {
 
 int everyCollectiveBody(RankCtx& ctx) {
   Checker c{ctx, ctx.comm()};
-  for (int t = 0; t < ternNumTypes; ++t) {
-    auto dt = static_cast<ternDataType_t>(t);
+  for (ternDataType_t dt : sweptTypes()) {
     if (limit > 24 && dt != ternInt8 && dt != ternFloat32 && dt != ternFloat64) continue;
     for (size_t count : edgeCounts(ternTypeSize(dt)))
       for (bool inplace : {false, true}) {
-        for (int o = 0; o < ternNumOps; ++o) {
-          auto op = static_cast<ternRedOp_t>(o);
+        for (ternRedOp_t op : sweptOps()) {
           c.allReduce(dt, op, count, inplace);
           c.reduce(dt, op, count, inplace, static_cast<int>(count % ctx.nranks));
           c.reduceScatter(dt, op, count, inplace);
