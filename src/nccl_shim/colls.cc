@@ -34,8 +34,7 @@ ncclResult_t prepare(Call* c, ncclDataType_t dt, cudaStream_t stream, const void
 
 ncclResult_t checkRoot(const Call& c, int root, const char* role) {
   if (root < 0 || root >= c.comm->nranks)
-    return fail(c.comm, ncclInvalidArgument, "%s: %s %d is not in [0, %d)", c.what, role, root,
-                c.comm->nranks);
+    return fail(ncclInvalidArgument, "%s: %s %d is not in [0, %d)", c.what, role, root, c.comm->nranks);
   return ncclSuccess;
 }
 

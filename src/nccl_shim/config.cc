@@ -70,7 +70,7 @@ ncclResult_t validate(const ncclConfig_t& c) {
       {"nvlinkCentricSched (0 or 1)", flagOk(c.nvlinkCentricSched)},
   };
   for (const auto& k : checks)
-    if (!k.ok) return fail(nullptr, ncclInvalidArgument, "ncclConfig_t: invalid %s", k.name);
+    if (!k.ok) return fail(ncclInvalidArgument, "ncclConfig_t: invalid %s", k.name);
   return ncclSuccess;
 }
 
@@ -81,15 +81,14 @@ ncclResult_t readConfig(const ncclConfig_t* user, ternConfig_t* out, std::string
   size_t size;
   memcpy(&size, user, sizeof size);
   if (size < offsetof(ncclConfig_t, blocking))
-    return fail(nullptr, ncclInvalidArgument,
-                "ncclConfig_t: size %zu is too small (initialize it with NCCL_CONFIG_INITIALIZER)",
-                size);
+    return fail(ncclInvalidArgument,
+                "ncclConfig_t: size %zu is too small (initialize it with NCCL_CONFIG_INITIALIZER)", size);
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
   copyVersioned(user, &c);
   if (c.magic != kConfigMagic)
-    return fail(nullptr, ncclInvalidArgument,
-                "ncclConfig_t: magic is 0x%x, not 0x%x (initialize it with NCCL_CONFIG_INITIALIZER)",
-                c.magic, kConfigMagic);
+    return fail(ncclInvalidArgument,
+                "ncclConfig_t: magic is 0x%x, not 0x%x (initialize it with NCCL_CONFIG_INITIALIZER)", c.magic,
+                kConfigMagic);
   if (ncclResult_t r = validate(c)) return r;
   if (set(c.blocking)) out->blocking = c.blocking;
   // NCCL's trafficClass is the IP/IB traffic-class byte; its top six bits

@@ -34,16 +34,17 @@ ncclTeam_t team(ncclComm_t comm, bool world, const char* what) {
 NCCL_SHIM_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm, ncclDevCommRequirements_t const* reqs,
               ncclDevComm_t* outDevComm) {
   ncclResult_t r = checkComm(comm, "ncclDevCommCreate");
-  if (r == ncclSuccess) r = fail(comm, ncclInvalidUsage, "ncclDevCommCreate: %s", kNoDeviceApi);
+  if (r == ncclSuccess) r = fail(ncclInvalidUsage, "ncclDevCommCreate: %s", kNoDeviceApi);
   return traced(comm, r, "ncclDevCommCreate()");
 }
 
 NCCL_SHIM_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, ncclDevComm_t const* devComm) {
   ncclResult_t r = checkComm(comm, "ncclDevCommDestroy", /*allowRevoked=*/true);
   if (r == ncclSuccess)
-    r = fail(comm, ncclInvalidArgument,
+    r = fail(ncclInvalidArgument,
              "ncclDevCommDestroy: %p is no device communicator (ncclDevCommCreate never makes one: "
-             "%s)", static_cast<const void*>(devComm), kNoDeviceApi);
+             "%s)",
+             static_cast<const void*>(devComm), kNoDeviceApi);
   return traced(comm, r, "ncclDevCommDestroy(%p)", static_cast<const void*>(devComm));
 }
 
@@ -75,20 +76,19 @@ NCCL_SHIM_API(int, ncclLLA2ACalcSlots, int maxElts, int maxEltSize) {
 // at the first step.
 NCCL_SHIM_API(ncclResult_t, ncclLLA2ACreateRequirement, int nBlocks, int nSlots,
               ncclLLA2AHandle_t* outHandle, ncclDevResourceRequirements_t* outReq) {
-  return traced(nullptr, fail(nullptr, ncclInvalidUsage, "ncclLLA2ACreateRequirement: %s", kNoDeviceApi),
+  return traced(nullptr, fail(ncclInvalidUsage, "ncclLLA2ACreateRequirement: %s", kNoDeviceApi),
                 "ncclLLA2ACreateRequirement(%d blocks, %d slots)", nBlocks, nSlots);
 }
 
 NCCL_SHIM_API(ncclResult_t, ncclLsaBarrierCreateRequirement, ncclTeam_t t, int nBarriers,
               ncclLsaBarrierHandle_t* outHandle, ncclDevResourceRequirements_t* outReq) {
-  return traced(nullptr, fail(nullptr, ncclInvalidUsage, "ncclLsaBarrierCreateRequirement: %s", kNoDeviceApi),
+  return traced(nullptr, fail(ncclInvalidUsage, "ncclLsaBarrierCreateRequirement: %s", kNoDeviceApi),
                 "ncclLsaBarrierCreateRequirement(%d barriers)", nBarriers);
 }
 
 NCCL_SHIM_API(ncclResult_t, ncclGinBarrierCreateRequirement, ncclComm_t comm, ncclTeam_t t,
               int nBarriers, ncclGinBarrierHandle_t* outHandle, ncclDevResourceRequirements_t* outReq) {
   ncclResult_t r = checkComm(comm, "ncclGinBarrierCreateRequirement");
-  if (r == ncclSuccess)
-    r = fail(comm, ncclInvalidUsage, "ncclGinBarrierCreateRequirement: %s", kNoDeviceApi);
+  if (r == ncclSuccess) r = fail(ncclInvalidUsage, "ncclGinBarrierCreateRequirement: %s", kNoDeviceApi);
   return traced(comm, r, "ncclGinBarrierCreateRequirement(%d barriers)", nBarriers);
 }

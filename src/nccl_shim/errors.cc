@@ -37,7 +37,7 @@ void remember(const std::string& msg) { tlsLastError = msg; }
 
 }  // namespace
 
-ncclResult_t fail(ncclComm_t comm, ncclResult_t code, const char* fmt, ...) {
+ncclResult_t fail(ncclResult_t code, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   std::string msg = vformat(fmt, ap);
@@ -98,12 +98,11 @@ void unregisterComm(ncclComm_t comm) {
 }
 
 ncclResult_t checkLive(ncclComm_t comm, const char* what) {
-  if (!comm) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", what);
+  if (!comm) return fail(ncclInvalidArgument, "%s: comm is NULL", what);
   std::lock_guard<std::mutex> g(liveMu());
   if (!live().count(comm))
-    return fail(nullptr, ncclInvalidArgument,
-                "%s: comm is not a live communicator (destroyed, or never made by ncclCommInit*)",
-                what);
+    return fail(ncclInvalidArgument,
+                "%s: comm is not a live communicator (destroyed, or never made by ncclCommInit*)", what);
   return ncclSuccess;
 }
 
@@ -111,14 +110,15 @@ ncclResult_t checkComm(ncclComm_t comm, const char* what, bool allowRevoked) {
   if (ncclResult_t r = checkLive(comm, what)) return r;
   int init = comm->initResult.load();
   if (init == ncclInProgress)
-    return fail(comm, ncclInvalidUsage,
+    return fail(ncclInvalidUsage,
                 "%s: the communicator is still being initialised (ncclCommGetAsyncError says when "
-                "it is ready)", what);
+                "it is ready)",
+                what);
   if (init != ncclSuccess)
-    return fail(comm, ncclInvalidUsage, "%s: the communicator's initialisation failed", what);
+    return fail(ncclInvalidUsage, "%s: the communicator's initialisation failed", what);
   if (!allowRevoked && comm->revoked.load())
-    return fail(comm, ncclInvalidUsage,
-                "%s: the communicator was revoked; only destroy, split and shrink remain", what);
+    return fail(ncclInvalidUsage, "%s: the communicator was revoked; only destroy, split and shrink remain",
+                what);
   return ncclSuccess;
 }
 

@@ -59,8 +59,7 @@ ncclResult_t submit(ncclComm_t comm, std::function<ternResult_t()> op) {
 
 // Ends the outermost group: inits first (operations may use those comms).
 ncclResult_t endGroup(bool launch) {
-  if (tls.depth == 0)
-    return fail(nullptr, ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart is open");
+  if (tls.depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart is open");
   if (--tls.depth > 0) return ncclSuccess;
   std::vector<Queued> ops = std::move(tls.ops);
   std::vector<std::function<void()>> inits = std::move(tls.inits);
@@ -88,10 +87,10 @@ NCCL_SHIM_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
   const char* what = "ncclGroupSimulateEnd";
   ncclResult_t r = ncclSuccess;
   if (!simInfo) {
-    r = shim::fail(nullptr, ncclInvalidArgument, "%s: simInfo is NULL", what);
+    r = shim::fail(ncclInvalidArgument, "%s: simInfo is NULL", what);
   } else if (simInfo->magic != 0x74685283u || simInfo->size < sizeof(ncclSimInfo_t)) {
-    r = shim::fail(nullptr, ncclInvalidArgument,
-                   "%s: simInfo was not initialised with NCCL_SIM_INFO_INITIALIZER", what);
+    r = shim::fail(ncclInvalidArgument, "%s: simInfo was not initialised with NCCL_SIM_INFO_INITIALIZER",
+                   what);
   }
   if (r != ncclSuccess) return shim::traced(nullptr, r, "%s", what);
   simInfo->estimatedTime = NCCL_UNDEF_FLOAT;

@@ -15,7 +15,7 @@ constexpr int kImplementedVersion = 22300;  // NCCL_VERSION(2, 23, 0)
 
 ncclResult_t newComm(ncclComm_t* out, const ternConfig_t& cfg, const std::string& name) {
   auto* c = new (std::nothrow) ncclComm;
-  if (!c) return fail(nullptr, ncclSystemError, "out of memory for a communicator");
+  if (!c) return fail(ncclSystemError, "out of memory for a communicator");
   c->config = cfg;
   c->blocking = cfg.blocking != 0;  // unset (TERN_CONFIG_UNDEF_INT) is blocking, as NCCL's default
   c->name = name;
@@ -54,8 +54,7 @@ namespace {
 
 ncclResult_t checkRanks(int nranks, int rank, const char* what) {
   if (nranks < 1 || rank < 0 || rank >= nranks)
-    return fail(nullptr, ncclInvalidArgument, "%s: rank %d of %d is not in [0, nranks)", what,
-                rank, nranks);
+    return fail(ncclInvalidArgument, "%s: rank %d of %d is not in [0, nranks)", what, rank, nranks);
   return ncclSuccess;
 }
 
@@ -66,7 +65,7 @@ ncclResult_t checkRanks(int nranks, int rank, const char* what) {
 // group's end (inside ncclGroupStart/End).
 ncclResult_t startInit(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
                        const ncclConfig_t* config, const ternConfig_t& base, const char* what) {
-  if (!out) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", what);
+  if (!out) return fail(ncclInvalidArgument, "%s: comm is NULL", what);
   *out = nullptr;
   if (ncclResult_t r = checkRanks(nranks, rank, what)) return r;
   ternConfig_t cfg = base;
@@ -103,13 +102,13 @@ ncclResult_t startInit(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
 using namespace shim;
 
 NCCL_SHIM_API(ncclResult_t, ncclGetVersion, int* version) {
-  if (!version) return fail(nullptr, ncclInvalidArgument, "ncclGetVersion: version is NULL");
+  if (!version) return fail(ncclInvalidArgument, "ncclGetVersion: version is NULL");
   *version = kImplementedVersion;
   return ncclSuccess;
 }
 
 NCCL_SHIM_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
-  if (!uniqueId) return fail(nullptr, ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+  if (!uniqueId) return fail(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
   ternUniqueId id;
   ncclResult_t r = fromTern(nullptr, ternGetUniqueId(&id));
   if (r == ncclSuccess) memcpy(uniqueId, &id, sizeof id);
@@ -136,8 +135,8 @@ NCCL_SHIM_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int n
   const char* what = "ncclCommInitRankScalable";
   if (nId < 1 || nId > nranks || !commIds)
     return traced(nullptr,
-                  fail(nullptr, ncclInvalidArgument, "%s: nId %d is not in [1, nranks=%d] or commIds is NULL",
-                       what, nId, nranks),
+                  fail(ncclInvalidArgument, "%s: nId %d is not in [1, nranks=%d] or commIds is NULL", what,
+                       nId, nranks),
                   "%s", what);
   return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
 }
@@ -146,13 +145,11 @@ NCCL_SHIM_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int n
 // the host path devlist only has to name distinct non-negative devices.
 NCCL_SHIM_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
   const char* what = "ncclCommInitAll";
-  if (!comms || ndev < 1)
-    return fail(nullptr, ncclInvalidArgument, "%s: comms is NULL or ndev %d < 1", what, ndev);
+  if (!comms || ndev < 1) return fail(ncclInvalidArgument, "%s: comms is NULL or ndev %d < 1", what, ndev);
   for (int i = 0; devlist && i < ndev; ++i)
     for (int j = 0; j < i; ++j)
       if (devlist[i] < 0 || devlist[i] == devlist[j])
-        return fail(nullptr, ncclInvalidUsage, "%s: devlist[%d] = %d is negative or repeated", what,
-                    i, devlist[i]);
+        return fail(ncclInvalidUsage, "%s: devlist[%d] = %d is negative or repeated", what, i, devlist[i]);
   ncclUniqueId id;
   if (ncclResult_t r = ncclGetUniqueId(&id)) return r;
   ncclGroupStart();
@@ -205,8 +202,7 @@ NCCL_SHIM_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 NCCL_SHIM_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   ncclResult_t r = checkComm(comm, "ncclCommRevoke");
   if (r == ncclSuccess && revokeFlags != NCCL_REVOKE_DEFAULT)
-    r = fail(comm, ncclInvalidArgument, "ncclCommRevoke: revokeFlags %d is not NCCL_REVOKE_DEFAULT",
-             revokeFlags);
+    r = fail(ncclInvalidArgument, "ncclCommRevoke: revokeFlags %d is not NCCL_REVOKE_DEFAULT", revokeFlags);
   if (r == ncclSuccess) {
     comm->revoked.store(true);
     ncclResult_t w = waitIdle(comm);
@@ -216,8 +212,7 @@ NCCL_SHIM_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
 }
 
 NCCL_SHIM_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
-  if (!asyncError)
-    return fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+  if (!asyncError) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
   if (ncclResult_t r = checkLive(comm, "ncclCommGetAsyncError")) return r;
   int init = comm->initResult.load();
   if (init != ncclSuccess) {  // still initialising, or the init failed
@@ -239,14 +234,14 @@ NCCL_SHIM_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t
 
 NCCL_SHIM_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
   ncclResult_t r = checkLive(comm, "ncclCommCount");
-  if (r == ncclSuccess && !count) r = fail(comm, ncclInvalidArgument, "ncclCommCount: count is NULL");
+  if (r == ncclSuccess && !count) r = fail(ncclInvalidArgument, "ncclCommCount: count is NULL");
   if (r == ncclSuccess) *count = comm->nranks;
   return r;
 }
 
 NCCL_SHIM_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
   ncclResult_t r = checkLive(comm, "ncclCommUserRank");
-  if (r == ncclSuccess && !rank) r = fail(comm, ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
+  if (r == ncclSuccess && !rank) r = fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
   if (r == ncclSuccess) *rank = comm->rank;
   return r;
 }
@@ -256,7 +251,7 @@ NCCL_SHIM_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) 
 // each operation on its buffers' device.
 NCCL_SHIM_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
   ncclResult_t r = checkLive(comm, "ncclCommCuDevice");
-  if (r == ncclSuccess && !device) r = fail(comm, ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
+  if (r == ncclSuccess && !device) r = fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
   if (r == ncclSuccess) *device = comm->cudaDev;
   return r;
 }

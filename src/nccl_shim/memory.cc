@@ -49,9 +49,8 @@ bool forget(ncclComm_t comm, const void* h) {
 ncclResult_t checkRange(ncclComm_t comm, const void* buff, size_t size, const void* out,
                         const char* what) {
   if (ncclResult_t r = shim::checkComm(comm, what)) return r;
-  if (!out) return shim::fail(comm, ncclInvalidArgument, "%s: the handle pointer is NULL", what);
-  if (!buff || size == 0)
-    return shim::fail(comm, ncclInvalidArgument, "%s: buff is NULL or size is 0", what);
+  if (!out) return shim::fail(ncclInvalidArgument, "%s: the handle pointer is NULL", what);
+  if (!buff || size == 0) return shim::fail(ncclInvalidArgument, "%s: buff is NULL or size is 0", what);
   return ncclSuccess;
 }
 
@@ -89,9 +88,10 @@ NCCL_SHIM_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff,
 NCCL_SHIM_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
   ncclResult_t r = checkComm(comm, "ncclCommDeregister");
   if (r == ncclSuccess && (!handle || !forget(comm, handle)))
-    r = fail(comm, ncclInvalidArgument,
+    r = fail(ncclInvalidArgument,
              "ncclCommDeregister: handle %p is not a live ncclCommRegister handle of this "
-             "communicator", handle);
+             "communicator",
+             handle);
   return traced(comm, r, "ncclCommDeregister(%p)", handle);
 }
 
@@ -102,7 +102,7 @@ NCCL_SHIM_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff,
               ncclWindow_t* win, int winFlags) {
   ncclResult_t r = checkRange(comm, buff, size, win, "ncclCommWindowRegister");
   if (r == ncclSuccess && (winFlags & ~NCCL_WIN_COLL_SYMMETRIC))
-    r = fail(comm, ncclInvalidArgument, "ncclCommWindowRegister: unknown winFlags 0x%x", winFlags);
+    r = fail(ncclInvalidArgument, "ncclCommWindowRegister: unknown winFlags 0x%x", winFlags);
   if (r == ncclSuccess) {
     *win = new ncclWindow_vidmem{comm, buff, size, winFlags};
     remember(comm, *win, freeWindow);
@@ -113,9 +113,10 @@ NCCL_SHIM_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff,
 NCCL_SHIM_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   ncclResult_t r = checkComm(comm, "ncclCommWindowDeregister");
   if (r == ncclSuccess && (!win || !forget(comm, win)))
-    r = fail(comm, ncclInvalidArgument,
+    r = fail(ncclInvalidArgument,
              "ncclCommWindowDeregister: %p is not a live ncclCommWindowRegister window of this "
-             "communicator", (void*)win);
+             "communicator",
+             (void*)win);
   return traced(comm, r, "ncclCommWindowDeregister(%p)", (void*)win);
 }
 
@@ -131,26 +132,24 @@ std::mutex allocsMu;
 std::set<void*> allocs;
 
 ncclResult_t deviceAlloc(void** ptr, size_t size) {
-  if (!ptr || size == 0)
-    return fail(nullptr, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL or size is 0");
+  if (!ptr || size == 0) return fail(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL or size is 0");
   *ptr = nullptr;
   auto getCurrent = driverFunction<CUresult (*)(CUcontext*)>("cuCtxGetCurrent");
   auto alloc = driverFunction<CUresult (*)(CUdeviceptr*, size_t)>("cuMemAlloc_v2");
   if (!getCurrent || !alloc)
-    return fail(nullptr, ncclInvalidUsage,
+    return fail(ncclInvalidUsage,
                 "ncclMemAlloc: this process has not loaded the CUDA driver (libcuda.so.1), so it "
                 "has no device to allocate on: call cudaSetDevice first");
   CUcontext ctx = nullptr;
   if (getCurrent(&ctx) != CUDA_SUCCESS || !ctx)
-    return fail(nullptr, ncclInvalidUsage,
+    return fail(ncclInvalidUsage,
                 "ncclMemAlloc: the calling thread has no current CUDA context: call cudaSetDevice "
                 "first");
   CUdeviceptr d = 0;
   if (CUresult e = alloc(&d, size)) {
     const char* name = "?";
     if (auto errName = driverFunction<CUresult (*)(CUresult, const char**)>("cuGetErrorName")) errName(e, &name);
-    return fail(nullptr, ncclUnhandledCudaError, "ncclMemAlloc: cuMemAlloc of %zu bytes failed: %s",
-                size, name);
+    return fail(ncclUnhandledCudaError, "ncclMemAlloc: cuMemAlloc of %zu bytes failed: %s", size, name);
   }
   *ptr = reinterpret_cast<void*>(d);
   std::lock_guard<std::mutex> g(allocsMu);
@@ -163,12 +162,11 @@ ncclResult_t deviceFree(void* ptr) {
   {
     std::lock_guard<std::mutex> g(allocsMu);
     if (!allocs.erase(ptr))
-      return fail(nullptr, ncclInvalidArgument, "ncclMemFree: %p was not allocated by ncclMemAlloc",
-                  ptr);
+      return fail(ncclInvalidArgument, "ncclMemFree: %p was not allocated by ncclMemAlloc", ptr);
   }
   auto release = driverFunction<CUresult (*)(CUdeviceptr)>("cuMemFree_v2");
   if (!release || release(reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS)
-    return fail(nullptr, ncclUnhandledCudaError, "ncclMemFree: cuMemFree of %p failed", ptr);
+    return fail(ncclUnhandledCudaError, "ncclMemFree: cuMemFree of %p failed", ptr);
   return ncclSuccess;
 }
 

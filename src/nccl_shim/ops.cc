@@ -30,11 +30,12 @@ size_t typeSize(ncclDataType_t t) {
 
 ncclResult_t toTernType(ncclComm_t comm, ncclDataType_t t, ternDataType_t* out, const char* what) {
   if (t == ncclFloat8e4m3 || t == ncclFloat8e5m2)
-    return fail(comm, ncclInvalidArgument,
+    return fail(ncclInvalidArgument,
                 "%s: datatype %s: tern has no 8-bit float arithmetic (the shim reports NCCL 2.23, "
-                "before fp8)", what, typeName(t));
+                "before fp8)",
+                what, typeName(t));
   if (t < 0 || t >= ncclFloat8e4m3)
-    return fail(comm, ncclInvalidArgument, "%s: datatype %d is not a ncclDataType_t", what, (int)t);
+    return fail(ncclInvalidArgument, "%s: datatype %d is not a ncclDataType_t", what, (int)t);
   *out = static_cast<ternDataType_t>(t);
   return ncclSuccess;
 }
@@ -52,12 +53,13 @@ ncclResult_t resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dt, ternR
   if (found) pm = it->second;
   g.unlock();
   if (!found)
-    return fail(comm, ncclInvalidArgument,
+    return fail(ncclInvalidArgument,
                 "%s: op %d is neither a built-in ncclRedOp_t nor a live "
-                "ncclRedOpCreatePreMulSum op of this communicator", what, (int)op);
+                "ncclRedOpCreatePreMulSum op of this communicator",
+                what, (int)op);
   if (pm.dtype != dt)
-    return fail(comm, ncclInvalidArgument, "%s: op %d was made for %s but the call's datatype is %s",
-                what, (int)op, typeName(pm.dtype), typeName(dt));
+    return fail(ncclInvalidArgument, "%s: op %d was made for %s but the call's datatype is %s", what, (int)op,
+                typeName(pm.dtype), typeName(dt));
   *out = pm.ternOp;
   return ncclSuccess;
 }
@@ -72,16 +74,16 @@ NCCL_SHIM_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* sca
   ternDataType_t unused;
   if (r == ncclSuccess) r = toTernType(comm, datatype, &unused, what);
   if (r == ncclSuccess && (!op || !scalar))
-    r = fail(comm, ncclInvalidArgument, "%s: %s is NULL", what, op ? "scalar" : "op");
+    r = fail(ncclInvalidArgument, "%s: %s is NULL", what, op ? "scalar" : "op");
   if (r == ncclSuccess && residence != ncclScalarHostImmediate && residence != ncclScalarDevice)
-    r = fail(comm, ncclInvalidArgument, "%s: residence %d is not a ncclScalarResidence_t", what,
-             (int)residence);
+    r = fail(ncclInvalidArgument, "%s: residence %d is not a ncclScalarResidence_t", what, (int)residence);
   // A host-immediate scalar is read now, on the host (a device scalar is
   // read when each operation runs: on its stream for device buffers).
   if (r == ncclSuccess && residence == ncclScalarHostImmediate && deviceBuffers(scalar, nullptr))
-    r = fail(comm, ncclInvalidArgument,
+    r = fail(ncclInvalidArgument,
              "%s: a ncclScalarHostImmediate scalar is read on the host now, but this one is CUDA "
-             "device memory (use ncclScalarDevice)", what);
+             "device memory (use ncclScalarDevice)",
+             what);
   ncclComm::PreMulSum pm{datatype, ternSum};
   if (r == ncclSuccess)
     r = fromTern(comm, ternRedOpCreatePreMulSum(&pm.ternOp, scalar,
@@ -111,9 +113,10 @@ NCCL_SHIM_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
     g.unlock();
     if (found) r = fromTern(comm, ternRedOpDestroy(top, comm->tern));
     else
-      r = fail(comm, ncclInvalidArgument,
+      r = fail(ncclInvalidArgument,
                "ncclRedOpDestroy: op %d is not a live ncclRedOpCreatePreMulSum op of this "
-               "communicator", (int)op);
+               "communicator",
+               (int)op);
   }
   return traced(comm, r, "ncclRedOpDestroy(op=%d)", (int)op);
 }

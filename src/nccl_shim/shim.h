@@ -53,8 +53,7 @@ namespace shim {
 
 // Remembers the sentence for ncclGetLastError (the calling thread's) and
 // returns code.  A printf-style sentence, one line.
-ncclResult_t fail(ncclComm_t comm, ncclResult_t code, const char* fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+ncclResult_t fail(ncclResult_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 // A tern result as an NCCL result; on failure the sentence is tern's.
 ncclResult_t fromTern(ncclComm_t comm, ternResult_t r);
 const char* lastError(ncclComm_t comm);

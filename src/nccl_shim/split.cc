@@ -49,12 +49,13 @@ ncclResult_t join(ncclComm_t parent, const std::vector<int>& members, ncclComm_t
 
 ncclResult_t checkParent(ncclComm_t comm, ncclComm_t* newcomm, const char* what) {
   if (ncclResult_t r = checkComm(comm, what, /*allowRevoked=*/true)) return r;
-  if (!newcomm) return fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", what);
+  if (!newcomm) return fail(ncclInvalidArgument, "%s: newcomm is NULL", what);
   *newcomm = nullptr;
   if (inGroup())
-    return fail(comm, ncclInvalidUsage,
+    return fail(ncclInvalidUsage,
                 "%s: tern's shim makes the new communicator at once, so it cannot be called "
-                "inside ncclGroupStart/ncclGroupEnd", what);
+                "inside ncclGroupStart/ncclGroupEnd",
+                what);
   return ncclSuccess;
 }
 
@@ -62,8 +63,7 @@ ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncc
   const char* what = "ncclCommSplit";
   if (ncclResult_t r = checkParent(comm, newcomm, what)) return r;
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-    return fail(comm, ncclInvalidArgument,
-                "%s: color %d is negative and not NCCL_SPLIT_NOCOLOR", what, color);
+    return fail(ncclInvalidArgument, "%s: color %d is negative and not NCCL_SPLIT_NOCOLOR", what, color);
   const int n = comm->nranks;
   int mine[2] = {color, key};
   std::vector<int> all(2 * n);
@@ -83,29 +83,27 @@ ncclResult_t shrink(ncclComm_t comm, const int* exclude, int nExclude, ncclComm_
   const char* what = "ncclCommShrink";
   if (ncclResult_t r = checkParent(comm, newcomm, what)) return r;
   if (flags != NCCL_SHRINK_DEFAULT && flags != NCCL_SHRINK_ABORT)
-    return fail(comm, ncclInvalidArgument, "%s: shrinkFlags %d is not a NCCL_SHRINK_* value", what,
-                flags);
+    return fail(ncclInvalidArgument, "%s: shrinkFlags %d is not a NCCL_SHRINK_* value", what, flags);
   if (nExclude < 0 || (nExclude > 0 && !exclude))
-    return fail(comm, ncclInvalidArgument, "%s: excludeRanksCount %d with excludeRanksList %p",
-                what, nExclude, (const void*)exclude);
+    return fail(ncclInvalidArgument, "%s: excludeRanksCount %d with excludeRanksList %p", what, nExclude,
+                (const void*)exclude);
   std::vector<bool> out(comm->nranks, false);
   for (int i = 0; i < nExclude; ++i) {
     if (exclude[i] < 0 || exclude[i] >= comm->nranks)
-      return fail(comm, ncclInvalidArgument, "%s: excluded rank %d is not in [0, %d)", what,
-                  exclude[i], comm->nranks);
+      return fail(ncclInvalidArgument, "%s: excluded rank %d is not in [0, %d)", what, exclude[i],
+                  comm->nranks);
     if (exclude[i] == comm->rank)
-      return fail(comm, ncclInvalidArgument,
-                  "%s: rank %d is in excludeRanksList, so it must not call ncclCommShrink", what,
-                  comm->rank);
+      return fail(ncclInvalidArgument,
+                  "%s: rank %d is in excludeRanksList, so it must not call ncclCommShrink", what, comm->rank);
     out[exclude[i]] = true;
   }
   ternResult_t health = ternSuccess;
   ternCommGetAsyncError(comm->tern, &health);
   if (health != ternSuccess && health != ternInProgress)
-    return fail(comm, ncclInvalidUsage,
+    return fail(ncclInvalidUsage,
                 "%s: the parent communicator has failed (%s), and tern's shim builds the new one "
-                "over the parent's links; make a new communicator from a fresh ncclUniqueId", what,
-                ternGetErrorString(health));
+                "over the parent's links; make a new communicator from a fresh ncclUniqueId",
+                what, ternGetErrorString(health));
   if (flags == NCCL_SHRINK_ABORT) waitIdle(comm);  // tern cannot cancel; let them finish or fail
   std::vector<int> members;
   for (int p = 0; p < comm->nranks; ++p)
