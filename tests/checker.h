@@ -3,6 +3,7 @@
 // (test_collectives, test_small_messages).
 #pragma once
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -20,28 +21,35 @@ namespace terntest {
 
 using namespace ternperf;
 
-// The datatypes and reduction ops a suite's matrix sweeps.  Under
-// ThreadSanitizer, one type of each element width and two ops: a race is in
-// how threads share buffers, queues and streams, which a call's size in
-// bytes and its path decide; a type's or an op's arithmetic runs in one
-// thread, and the plain and AddressSanitizer stages sweep every one of them.
+// The datatypes and reduction ops a suite's matrix sweeps: every one, or
+// one type of each element width and two ops (sum, and average with its
+// division).  Narrow under ThreadSanitizer, and where a case sets
+// TERNTEST_NARROW_SWEEP (the collectives over UCX): a race is in how threads
+// share buffers, queues and streams, and a transport's work in the bytes it
+// carries, which a call's size in bytes and its path decide; a type's or an
+// op's arithmetic runs in one thread, the same over every transport, and
+// the plain and AddressSanitizer stages sweep every one over shm and tcp.
 // (The full sweep made the ThreadSanitizer stage's collective suites ~200 of
 // its ~1,500 test seconds, 2026-12-05.)
+inline bool narrowSweep() {
 #if defined(__SANITIZE_THREAD__)
-inline std::vector<ternDataType_t> sweptTypes() { return {ternInt8, ternFloat16, ternFloat32, ternFloat64}; }
-inline std::vector<ternRedOp_t> sweptOps() { return {ternSum, ternAvg}; }
+  return true;
 #else
+  return getenv("TERNTEST_NARROW_SWEEP") != nullptr;
+#endif
+}
 inline std::vector<ternDataType_t> sweptTypes() {
+  if (narrowSweep()) return {ternInt8, ternFloat16, ternFloat32, ternFloat64};
   std::vector<ternDataType_t> v;
   for (int t = 0; t < ternNumTypes; ++t) v.push_back(static_cast<ternDataType_t>(t));
   return v;
 }
 inline std::vector<ternRedOp_t> sweptOps() {
+  if (narrowSweep()) return {ternSum, ternAvg};
   std::vector<ternRedOp_t> v;
   for (int o = 0; o < ternNumOps; ++o) v.push_back(static_cast<ternRedOp_t>(o));
   return v;
 }
-#endif
 
 struct Checker {
   RankCtx& ctx;
