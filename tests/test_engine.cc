@@ -119,7 +119,13 @@ int heldBody(RankCtx& ctx) {
 // other, left the link idle so).
 int notEngagedBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm();
-  std::vector<float> bulk(8 << 20), a(1 << 18), b(1 << 10);  // 32 MiB, 1 MiB, 4 KiB
+  // 32 MiB (8 MiB under ThreadSanitizer: still in flight when A is done,
+  // since A overtakes it), 1 MiB, 4 KiB.
+#if defined(__SANITIZE_THREAD__)
+  std::vector<float> bulk(2 << 20), a(1 << 18), b(1 << 10);
+#else
+  std::vector<float> bulk(8 << 20), a(1 << 18), b(1 << 10);
+#endif
   fill(bulk, ctx.rank, 1.0f);
   fill(a, ctx.rank, 2.0f);
   fill(b, ctx.rank, 3.0f);
@@ -202,7 +208,15 @@ int requestsBody(RankCtx& ctx) {
   if (ternGroupEndAsync(nullptr) != ternInvalidArgument) return failf(ctx, "NULL request accepted");
 
   int peer = (ctx.rank + 1) % ctx.nranks, from = (ctx.rank + ctx.nranks - 1) % ctx.nranks;
-  std::vector<char> out(24 << 20, static_cast<char>(ctx.rank)), in(24 << 20);
+  // Larger than the fifo (4 MiB): 24 MiB, or 6 MiB under ThreadSanitizer,
+  // which checks every byte copied (the case took ~20 of its test seconds
+  // per transport at 24 MiB, 2026-12-05).
+#if defined(__SANITIZE_THREAD__)
+  const size_t large = 6 << 20;
+#else
+  const size_t large = 24 << 20;
+#endif
+  std::vector<char> out(large, static_cast<char>(ctx.rank)), in(large);
   ternRequest_t s, v;
   ternGroupStart();
   ternSend(out.data(), out.size(), ternUint8, peer, comm, nullptr);
@@ -513,9 +527,17 @@ TEST(Priority, BadArgumentsAreRefusedWithASentence) {
 
 // The last rank dies while the others have requests in flight at three
 // levels: every request ends in an error well within the timeout.
+// Each buffer larger than the fifo (4 MiB), so that sends stop mid-transfer:
+// 16 MiB, and 5 MiB under ThreadSanitizer (its page faults on 48 MiB per
+// rank made this test ~25 of its test seconds per case, 2026-12-05).
+#if defined(__SANITIZE_THREAD__)
+constexpr size_t kDeadPeerFloats = 5 << 18;
+#else
+constexpr size_t kDeadPeerFloats = 4 << 20;
+#endif
 int deadPeerBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm();
-  std::vector<std::vector<float>> bufs(3, std::vector<float>(4 << 20, 1.0f));
+  std::vector<std::vector<float>> bufs(3, std::vector<float>(kDeadPeerFloats, 1.0f));
   if (ctx.rank == ctx.nranks - 1) {
     usleep(200000);
     _exit(0);  // without a word
