@@ -93,9 +93,10 @@ print("%s builds the executables of all %d tests its stage selects" % (sys.argv[
 
 # The sanitizer builds, with line tables only (-g1: every report's frames,
 # inlined ones too, still have their file:line; compiles ~25% faster than -g):
-# AddressSanitizer's at -O1, the level its authors advise (its library files
-# compile 30-45% faster than at -O2, 2026-12-05; its tests mostly wait on
-# their peers); ThreadSanitizer's at -O2 (its tests compute more than they wait).
+# AddressSanitizer's at -O1, the level its authors advise (two library files
+# compiled 30-45% faster than at -O2, 2026-12-05, though the stage's whole
+# build gained less; its tests mostly wait on their peers); ThreadSanitizer's
+# at -O2 (its tests compute more than they wait).
 # sanitizer_build LEVEL: their cmake arguments, in build_args.
 sanitizer_build() {
   build_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-$1 -g1 -DNDEBUG"
