@@ -32,13 +32,7 @@ using namespace ternperf;
 // (With the full sweep and the full large size, ThreadSanitizer's three
 // collective cases took ~200 of its ~1,500 test seconds; with both narrowed,
 // ~35, 2026-12-05.)
-inline bool narrowSweep() {
-#if defined(__SANITIZE_THREAD__)
-  return true;
-#else
-  return getenv("TERNTEST_NARROW_SWEEP") != nullptr;
-#endif
-}
+inline bool narrowSweep() { return kUnderTsan || getenv("TERNTEST_NARROW_SWEEP") != nullptr; }
 inline std::vector<ternDataType_t> sweptTypes() {
   if (narrowSweep()) return {ternInt8, ternFloat16, ternFloat32, ternFloat64};
   std::vector<ternDataType_t> v;

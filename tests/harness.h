@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "sanitizers.h"
 #include "tern/tern.h"
 
 namespace terntest {

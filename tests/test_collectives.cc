@@ -59,11 +59,7 @@ int collectivesBody(RankCtx& ctx) {
   // which check every byte a copy or a reduction touches, a quarter (still
   // 3 pieces of float32 and 6 of int64): the full size was most of
   // ThreadSanitizer's time in these suites (2026-12-05).
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  const size_t large = 375001;
-#else
-  const size_t large = 1500007;
-#endif
+  const size_t large = kUnderSanitizer ? 375001 : 1500007;
   for (ternDataType_t dt : {ternFloat32, ternBfloat16, ternInt64})
     for (bool inplace : {false, true}) {
       for (ternRedOp_t op : {ternSum, ternAvg, ternMax})

@@ -83,11 +83,8 @@ int overtakeBody(RankCtx& ctx) {
 // MiB took 30 of its test seconds per transport, 2026-12-05): the bulk
 // allreduce is still in flight when the urgent one comes, and the urgent one
 // is still larger than the fifo (4 MiB).
-#if defined(__SANITIZE_THREAD__)
-constexpr size_t kHeldBulk = 4 << 20, kHeldUrgent = 2 << 20;
-#else
-constexpr size_t kHeldBulk = 16 << 20, kHeldUrgent = 4 << 20;  // 64 MiB and 16 MiB
-#endif
+constexpr size_t kHeldBulk = kUnderTsan ? 4 << 20 : 16 << 20;   // floats: 64 MiB
+constexpr size_t kHeldUrgent = kUnderTsan ? 2 << 20 : 4 << 20;  // 16 MiB
 int heldBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm();
   std::vector<float> bulk(kHeldBulk), urgent(kHeldUrgent);
@@ -121,11 +118,7 @@ int notEngagedBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm();
   // 32 MiB (8 MiB under ThreadSanitizer: still in flight when A is done,
   // since A overtakes it), 1 MiB, 4 KiB.
-#if defined(__SANITIZE_THREAD__)
-  std::vector<float> bulk(2 << 20), a(1 << 18), b(1 << 10);
-#else
-  std::vector<float> bulk(8 << 20), a(1 << 18), b(1 << 10);
-#endif
+  std::vector<float> bulk(kUnderTsan ? 2 << 20 : 8 << 20), a(1 << 18), b(1 << 10);
   fill(bulk, ctx.rank, 1.0f);
   fill(a, ctx.rank, 2.0f);
   fill(b, ctx.rank, 3.0f);
@@ -211,11 +204,7 @@ int requestsBody(RankCtx& ctx) {
   // Larger than the fifo (4 MiB): 24 MiB, or 6 MiB under ThreadSanitizer,
   // which checks every byte copied (the case took ~20 of its test seconds
   // per transport at 24 MiB, 2026-12-05).
-#if defined(__SANITIZE_THREAD__)
-  const size_t large = 6 << 20;
-#else
-  const size_t large = 24 << 20;
-#endif
+  const size_t large = kUnderTsan ? 6 << 20 : 24 << 20;
   std::vector<char> out(large, static_cast<char>(ctx.rank)), in(large);
   ternRequest_t s, v;
   ternGroupStart();
@@ -361,11 +350,7 @@ int lateWaiters(RankCtx& ctx, size_t count) {
   // The busiest waiter may have driven; the others only waited.  Sanitizers
   // make each nap's wake-up several times dearer (bounds 3x looser there: a
   // spinning waiter still fails them by 3x).
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  constexpr double kSlack = 3;
-#else
-  constexpr double kSlack = 1;
-#endif
+  constexpr double kSlack = kUnderSanitizer ? 3 : 1;
   std::vector<double> sorted = cpu;
   std::sort(sorted.begin(), sorted.end());
   const double others = sorted[0] + sorted[1] + sorted[2], waited = wall[0];
@@ -397,11 +382,7 @@ TEST_P(EngineCase, WaitersOnLargeOperationsOfALatePeerSleep) { run(lateLargeWait
 // fewer times (their calls are 5-20x dearer: on 2026-12-04 the 10,000 took
 // 79 of the ThreadSanitizer stage's 318 engine-case test seconds, 86 s under
 // ASan); the plain build still runs all of them.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int kRaces = 2500;
-#else
-constexpr int kRaces = 10000;
-#endif
+constexpr int kRaces = kUnderSanitizer ? 2500 : 10000;
 int progressOutlivesRacesBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm(0);
   if (!comm) return failf(ctx, "init: %s", ternGetLastError(nullptr));
@@ -530,11 +511,7 @@ TEST(Priority, BadArgumentsAreRefusedWithASentence) {
 // Each buffer larger than the fifo (4 MiB), so that sends stop mid-transfer:
 // 16 MiB, and 5 MiB under ThreadSanitizer (its page faults on 48 MiB per
 // rank made this test ~25 of its test seconds per case, 2026-12-05).
-#if defined(__SANITIZE_THREAD__)
-constexpr size_t kDeadPeerFloats = 5 << 18;
-#else
-constexpr size_t kDeadPeerFloats = 4 << 20;
-#endif
+constexpr size_t kDeadPeerFloats = kUnderTsan ? 5 << 18 : 4 << 20;
 int deadPeerBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm();
   std::vector<std::vector<float>> bufs(3, std::vector<float>(kDeadPeerFloats, 1.0f));

@@ -36,6 +36,7 @@
 #include "engine/operation.h"
 #include "engine/program.h"
 #include "memory/memory.h"
+#include "sanitizers.h"
 #include "topology/hosts.h"
 
 namespace tern {
@@ -46,11 +47,7 @@ namespace {
 // square of the ranks (its streams): played to 16 ranks, these tests took
 // ~80 of the AddressSanitizer stage's ~1,150 test seconds (2026-12-05).
 // The plain stage plays every width to 16.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int kMaxRanks = 10;
-#else
-constexpr int kMaxRanks = 16;
-#endif
+constexpr int kMaxRanks = terntest::kUnderSanitizer ? 10 : 16;
 
 // One directed stream: the bytes written and not yet read, positions, and
 // the messages laid on it by each side, in order.
