@@ -1,6 +1,5 @@
 // White-box unit tests of pieces with a known right answer.
 #include <gtest/gtest.h>
-
 #include <sys/mman.h>
 
 #include <cmath>
@@ -9,14 +8,15 @@
 #include <thread>
 #include <vector>
 
+#include "base/auth.h"
+#include "base/socket.h"
 #include "codec/half.h"
+#include "engine/drive_token.h"
 #include "engine/operation.h"
 #include "engine/program.h"
 #include "engine/stream_claims.h"
 #include "engine/stream_marks.h"
 #include "memory/host_reduce.h"
-#include "base/auth.h"
-#include "base/socket.h"
 #include "topology/rdma.h"
 #include "transport/fifo.h"
 #include "transport/registry.h"
@@ -65,6 +65,48 @@ TEST(StreamClaim, WhatWasIssuedFirstWritesFirst) {
   m.reservedAt = 8;
   EXPECT_TRUE(claimOut(*allreduce, &c));
   letGo(*allreduce);
+}
+
+// The drive token goes to the waiter that asked for it: the thread that let
+// go, driving for a less urgent level, cannot take it back first.
+TEST(DriveToken, AHandOverGoesToTheAskerNotBackToALessUrgentDriver) {
+  tern::DriveToken t;
+  ASSERT_TRUE(t.tryTakeAt(7));  // a bulk caller drives
+  EXPECT_TRUE(t.ask(0));        // an urgent one asks
+  EXPECT_TRUE(t.wanted(7));
+  EXPECT_FALSE(t.wanted(0));
+  t.letGo();
+  EXPECT_FALSE(t.tryTakeAt(7));              // not back to the bulk caller
+  EXPECT_FALSE(t.tryTakeAt(tern::kLevels));  // nor to the progress thread
+  ASSERT_TRUE(t.tryTakeAt(0));
+  t.served(0);
+  EXPECT_FALSE(t.anyWants());
+  t.letGo();
+  EXPECT_TRUE(t.tryTakeAt(7));
+  t.letGo();
+}
+
+TEST(DriveToken, ServingOneAskLeavesAMoreUrgentOnePending) {
+  tern::DriveToken t;
+  EXPECT_TRUE(t.ask(3));
+  EXPECT_TRUE(t.ask(1));
+  EXPECT_FALSE(t.ask(2));  // not more urgent than what was asked
+  t.served(3);             // the level-3 waiter took it: the level-1 ask stays
+  EXPECT_TRUE(t.wanted(2));
+  t.served(1);
+  EXPECT_FALSE(t.wanted(tern::kLevels));
+}
+
+// A waiter that asked and left without taking the token (another thread
+// drove its operation to the end) holds nobody back for longer than kAskLasts.
+TEST(DriveToken, AnAskNotRenewedLapses) {
+  tern::DriveToken t;
+  t.ask(0);
+  EXPECT_FALSE(t.tryTakeAt(tern::kLevels));
+  std::this_thread::sleep_for(std::chrono::nanoseconds(tern::DriveToken::kAskLasts) +
+                              std::chrono::milliseconds(5));
+  EXPECT_TRUE(t.tryTakeAt(tern::kLevels));
+  t.letGo();
 }
 
 TEST(SipHash, ReferenceVector) {

@@ -61,9 +61,13 @@ void Executor::submit(const std::vector<OpPtr>& ops, bool wake) {
 // right away (`wake` false: group.cc's blocking path).
 bool Executor::admitForCaller(const std::vector<OpPtr>& ops, bool wake) {
   if (wake || ops.empty()) return false;
-  for (const OpPtr& op : ops)
+  int level = kLevels;
+  for (const OpPtr& op : ops) {
     if (op->standing) return false;
-  if (!token_.tryTake()) return false;
+    level = std::min(level, op->level);
+  }
+  if (!token_.tryTakeAt(level)) return false;
+  token_.served(level);
   stepper_.admit();  // anything submitted before them goes first (issue order)
   for (const OpPtr& op : ops) stepper_.admitHeld(op);
   token_.holdFor(ops.back().get());
@@ -74,7 +78,10 @@ bool Executor::admitForCaller(const std::vector<OpPtr>& ops, bool wake) {
 // false when it handed the token to a more urgent waiter.
 bool Executor::driveHeld(const Operation* op) {
   bool finished = driveUntil(op);
-  stepper_.releaseToken(token_);
+  if (finished && op)
+    stepper_.handBack(token_, op->level);
+  else
+    stepper_.releaseToken(token_);
   return finished;
 }
 
@@ -93,6 +100,7 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
   while (!op.done.load()) {       // seq_cst: sleepUntil's side of the handshake in complete()
     if (driveFor(op, &spinUntil)) break;
   }
+  token_.served(op.level);  // an ask of ours left pending would hold the others back
   return Waits::finishWait(op, error);
 }
 
@@ -130,15 +138,17 @@ bool Executor::waitAsync(Operation& op) {
 // that spun, a benchmark model sized to its compute).
 bool Executor::driveFor(Operation& op, Clock::time_point* spinUntil) {
   auto done = [&] { return op.done.load(); };
-  bool got = token_.tryTake();
+  bool got = token_.tryTakeAt(op.level);
   if (!got) {
     // Ask for the token if our work is more urgent than what is driven.
     if (token_.ask(op.level)) waits_.ring();
     if (*spinUntil == Clock::time_point{}) *spinUntil = Clock::now() + std::chrono::milliseconds(2);
-    while (op.level < kLevels - 1 && !done() && !(got = token_.tryTake()) && Clock::now() < *spinUntil)
+    while (op.level < kLevels - 1 && !done() && !(got = token_.tryTakeAt(op.level)) &&
+           Clock::now() < *spinUntil)
       sched_yield();
   }
   if (got) {
+    token_.served(op.level);
     if (driveHeld(&op)) return true;
     std::this_thread::yield();  // handed over: let the urgent caller in
   } else if (!done()) {
@@ -150,7 +160,8 @@ bool Executor::driveFor(Operation& op, Clock::time_point* spinUntil) {
 void Executor::drain() {
   waits_.notifyWork();
   while (admission_.outstanding() > 0) {
-    if (token_.tryTake()) driveHeld(nullptr);
+    if (token_.tryTakeAt(kLevels))
+      driveHeld(nullptr);
     else waits_.sleepUntil([&] { return admission_.outstanding() == 0; });
   }
 }
@@ -206,7 +217,7 @@ void Executor::loop() {
       listen();
       continue;
     }
-    if (!token_.tryTake()) {  // a caller drives: look again when it lets go
+    if (!token_.tryTakeAt(kLevels)) {  // a caller drives or asked: look again when it has let go
       waits_.napForWork(std::chrono::milliseconds(1));
       continue;
     }
@@ -227,7 +238,6 @@ void Executor::listen() {
   bool napping = true;
   if (token_.tryTake()) {
     napping = listenRounds();
-    if (token_.wanted(nullptr)) token_.answered();
     token_.letGo();
     waits_.wakeWaiters();
   }
@@ -269,7 +279,6 @@ bool Executor::driveUntil(const Operation* op) {
   for (;;) {
     if (op ? op->done.load(std::memory_order_acquire) : admission_.outstanding() == 0) return true;
     if (token_.wanted(op)) {
-      token_.answered();
       return false;  // the caller releases the token; the urgent waiter takes it
     }
     if (rounds_.round()) {

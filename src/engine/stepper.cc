@@ -171,6 +171,34 @@ bool Stepper::settled(Operation& op, ternResult_t* r) {
   return true;
 }
 
+// The threads that releaseToken() wakes take this core before the caller
+// has returned: over shm, an urgent allreduce beside a bulk one, driven by
+// its caller to completion in its solo time, returned 1-5 ms later, behind
+// its own progress thread (perf/RESULTS.md, 2026-12-05: the urgent caller
+// returns before the bulk's driver wakes).  So when only less urgent work
+// is left, and the progress thread is in its timed nap (Waits::napForWork:
+// it naps while a caller drives), the progress thread takes that work over
+// at the nap's end (<= 1 ms) instead.  Work as urgent as the caller's, work
+// pending admission (its level unread), a waiter asking at the caller's
+// level or above, or a progress thread not napping: woken at once.
+void Stepper::handBack(DriveToken& token, int level) {
+  if (admission_.outstanding() > 0 && waits_.progressNaps() && !token.wanted(level + 1) &&
+      !admission_.anyPending() && !workAtOrAbove(level)) {
+    token.letGo();
+    return;
+  }
+  releaseToken(token);
+}
+
+// Whether an operation at `level` or more urgent is admitted and not done
+// (the drive token held: the lists are ours).
+bool Stepper::workAtOrAbove(int level) {
+  for (int l = 0; l <= level && l < kLevels; ++l)
+    for (const OpPtr& op : levels_[l])
+      if (!op->done.load(std::memory_order_relaxed)) return true;
+  return false;
+}
+
 void Stepper::complete(Operation& op, ternResult_t r, const std::string& err) {
   op.result = r;
   if (op.ctx.mem) op.ctx.mem->end();  // a failure too: the caller's stream never waits forever

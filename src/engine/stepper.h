@@ -51,6 +51,9 @@ class Stepper {
       waits_.wakeWaiters();
     }
   }
+  // Lets go of the drive token as a caller whose operation (at `level`) is
+  // done and who returns now; see stepper.cc for whom it leaves unwoken.
+  void handBack(DriveToken& token, int level);
   // The pending operations into their level lists (every round).
   void admit() {
     admission_.take([this](const OpPtr& op) { levels_.enlist(op); });
@@ -58,6 +61,7 @@ class Stepper {
 
  private:
   ternResult_t begin(Operation& op, bool* finished);
+  bool workAtOrAbove(int level);
   ternResult_t runPrograms(Operation& op, size_t budget, bool* moved, bool* done);
   ternResult_t pump(Operation& op, bool* pumped);
   ternResult_t beginPhase(Operation& op, bool* finished);

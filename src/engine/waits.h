@@ -44,10 +44,17 @@ class Waits {
     std::unique_lock<std::mutex> lk(m_);
     workCv_.wait(lk, ready);
   }
+  // The progress thread's timed nap while another thread drives: it looks
+  // for the token again at its end even if nobody notifies it.
   void napForWork(std::chrono::milliseconds nap) {
     std::unique_lock<std::mutex> lk(m_);
+    progressNaps_.store(true, std::memory_order_relaxed);
     workCv_.wait_for(lk, nap);
+    progressNaps_.store(false, std::memory_order_relaxed);
   }
+  // Whether the progress thread is in that nap (a hint: a caller that reads
+  // false notifies it; one that reads true may leave it to the nap's end).
+  bool progressNaps() const { return progressNaps_.load(std::memory_order_relaxed); }
   // The doorbell: rung when work arrives or a caller asks for the token
   // while the driver sleeps in poll() (polling()), read back after it.
   void ring();
@@ -66,6 +73,7 @@ class Waits {
   std::atomic<int> doneWaiters_{0};   // threads asleep on doneCv_ (spares futile wake-ups)
   int bell_ = -1;                     // eventfd; -1: the driver's poll just times out
   std::atomic<bool> polling_{false};
+  std::atomic<bool> progressNaps_{false};  // napForWork(): the progress thread wakes on its own
 };
 
 }  // namespace tern
