@@ -26,7 +26,14 @@
 // (10-90% of its solo time, the same on every rank: one seed) instead of
 // always a quarter in, so the tail is sampled wherever the bulk one is.
 //
-//   tools/ternrun -n 2 build/perf/priority_perf [-b 256M] [-u 4M] [-n 5] [--mode async|threads|both]
+// Before the timed iterations, -w contended runs of each mode go untimed:
+// the first contended calls write deeper into the connections' staging
+// fifos than any solo call did, and a fifo's pages are only faulted in when
+// first written (src/transport/fifo.h), which made the first one to three
+// calls over tcp 15-46 ms long, one time per connection (perf/RESULTS.md,
+// 2026-12-05: the urgent caller returns before the bulk's driver wakes).
+//
+//   tools/ternrun -n 2 build/perf/priority_perf [-b 256M] [-u 4M] [-n 5] [-w 2] [--mode async|threads|both]
 //                                               [--produce 0|1] [--delay quarter|random] [--calls 0|1]
 // --calls 1 prints each contended urgent call's time (stderr), to set beside
 // the spans TERN_TRACE records (issue, start, end of the same operations).
@@ -129,7 +136,7 @@ struct Bench {
 
 int main(int argc, char** argv) {
   size_t bulkBytes = 256 << 20, urgentBytes = 4 << 20;
-  int iters = 5;
+  int iters = 5, warmups = 2;
   Bench b;
   std::string mode = "both", delay = "quarter";
   bool calls = false;
@@ -138,6 +145,7 @@ int main(int argc, char** argv) {
     if (a == "-b") bulkBytes = ternperf::parseSize(argv[i + 1], argv[0]);
     else if (a == "-u") urgentBytes = ternperf::parseSize(argv[i + 1], argv[0]);
     else if (a == "-n") iters = atoi(argv[i + 1]);
+    else if (a == "-w") warmups = atoi(argv[i + 1]);
     else if (a == "--mode") mode = argv[i + 1];
     else if (a == "--calls") calls = std::string(argv[i + 1]) == "1";
     else if (a == "--produce") b.produce = atoi(argv[i + 1]) != 0;
@@ -145,7 +153,7 @@ int main(int argc, char** argv) {
       delay = argv[i + 1];
     else {
       fprintf(stderr,
-              "usage: priority_perf [-b BULK] [-u URGENT] [-n ITERS] [--mode async|threads|both] "
+              "usage: priority_perf [-b BULK] [-u URGENT] [-n ITERS] [-w WARMUPS] [--mode async|threads|both] "
               "[--produce 0|1] [--delay quarter|random] [--calls 0|1]\n");
       return 2;
     }
@@ -160,6 +168,10 @@ int main(int argc, char** argv) {
   b.allreduce(b.bulk, 7);
   const char* modes[] = {"async", "threads"};
   std::vector<double> soloU, coldU, soloB, u[2], bt[2], ratio[2], toCold[2], loss[2];
+  double bulkSolo = b.solo(b.bulk, 7, 1);
+  for (int w = 0; w < warmups; ++w)
+    for (int m = 0; m < 2; ++m)
+      if (mode == "both" || mode == modes[m]) b.contended(m == 1, bulkSolo * 0.5);
   std::mt19937 rng(12345);  // every rank draws the same delays
   std::uniform_real_distribution<double> at(0.1, 0.9);
   for (int i = 0; i < iters; ++i) {
