@@ -35,8 +35,21 @@
 //
 //   tools/ternrun -n 2 build/perf/priority_perf [-b 256M] [-u 4M] [-n 5] [-w 2] [--mode async|threads|both]
 //                                               [--produce 0|1] [--delay quarter|random] [--calls 0|1]
+//                                               [--slice-us N]
 // --calls 1 prints each contended urgent call's time (stderr), to set beside
 // the spans TERN_TRACE records (issue, start, end of the same operations).
+//
+// The last two columns are how far apart the ranks issued the urgent call
+// (median, 90th percentile): each rank sleeps until the same moment, but a
+// thread woken on a host whose cores are busy may run milliseconds late,
+// and the other ranks' calls wait for it.  --slice-us N asks Linux (6.12+,
+// EEVDF) for an N-microsecond time slice for the thread that issues the
+// urgent call, as a latency-minded application would: a thread with a
+// shorter slice than the running one takes the core when it wakes.  The
+// bulk thread (--mode threads) keeps the default.
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -61,6 +74,21 @@ double quantile(std::vector<double> v, double q) {
 }
 double median(const std::vector<double>& v) { return quantile(v, 0.5); }
 
+// The calling thread's EEVDF slice (sched_attr.sched_runtime, ns; 0: the
+// default), policy SCHED_OTHER, nice 0.  glibc has no wrapper.
+bool setSlice(uint64_t ns) {
+  struct {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+  } a{};
+  a.size = sizeof a;
+  a.runtime = ns;
+  return syscall(SYS_sched_setattr, 0, &a, 0) == 0;
+}
+
 void check(ternResult_t r, ternComm_t comm, const char* what) {
   if (r == ternSuccess) return;
   fprintf(stderr, "priority_perf: %s: %s\n", what, ternGetLastError(comm));
@@ -74,6 +102,8 @@ struct Bench {
   // --produce 1: the urgent data is written right before each call (as a
   // gradient just computed is), so it starts in this core's caches.
   bool produce = false;
+  bool sliced = false;  // --slice-us: the bulk thread resets its inherited slice
+  double skew = 0;      // the last contended run: the ranks' urgent issues, latest - earliest
 
   double allreduce(std::vector<float>& x, int level) {
     ternSetPriority(level);
@@ -108,6 +138,7 @@ struct Bench {
     std::thread th;
     if (threads) {
       th = std::thread([&] {
+        if (sliced) setSlice(0);
         allreduce(bulk, 7);
         bulkEnd = now();
       });
@@ -121,6 +152,7 @@ struct Bench {
     // fourth runnable thread on a 2-core host, and the urgent call then
     // measures the scheduler's time slice, not the engine.
     std::this_thread::sleep_for(std::chrono::duration<double>(bulkStart + delay - now()));
+    double issued = now();
     double u = allreduce(urgent, 0);
     if (threads) {
       th.join();
@@ -128,6 +160,9 @@ struct Bench {
       check(ternRequestWait(req), comm, "bulk wait");
       bulkEnd = now();
     }
+    double span[2] = {issued, -issued};  // one host: steady_clock is the same clock in every rank
+    check(ternAllReduce(span, span, 2, ternFloat64, ternMax, comm, nullptr), comm, "issue skew");
+    skew = span[0] + span[1];
     return {u, bulkEnd - bulkStart};
   }
 };
@@ -140,6 +175,7 @@ int main(int argc, char** argv) {
   Bench b;
   std::string mode = "both", delay = "quarter";
   bool calls = false;
+  long long sliceUs = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "-b") bulkBytes = ternperf::parseSize(argv[i + 1], argv[0]);
@@ -148,13 +184,14 @@ int main(int argc, char** argv) {
     else if (a == "-w") warmups = atoi(argv[i + 1]);
     else if (a == "--mode") mode = argv[i + 1];
     else if (a == "--calls") calls = std::string(argv[i + 1]) == "1";
+    else if (a == "--slice-us") sliceUs = atoll(argv[i + 1]);
     else if (a == "--produce") b.produce = atoi(argv[i + 1]) != 0;
     else if (a == "--delay" && (std::string(argv[i + 1]) == "quarter" || std::string(argv[i + 1]) == "random"))
       delay = argv[i + 1];
     else {
       fprintf(stderr,
               "usage: priority_perf [-b BULK] [-u URGENT] [-n ITERS] [-w WARMUPS] [--mode async|threads|both] "
-              "[--produce 0|1] [--delay quarter|random] [--calls 0|1]\n");
+              "[--produce 0|1] [--delay quarter|random] [--calls 0|1] [--slice-us N]\n");
       return 2;
     }
   }
@@ -162,12 +199,16 @@ int main(int argc, char** argv) {
   int rank, nranks;
   ternCommUserRank(b.comm, &rank);
   ternCommCount(b.comm, &nranks);
+  if (sliceUs > 0 && !(b.sliced = setSlice(static_cast<uint64_t>(sliceUs) * 1000))) {
+    fprintf(stderr, "priority_perf: --slice-us: sched_setattr refused (a kernel before 6.6 has no slices)\n");
+    return 2;
+  }
   b.bulk.assign(bulkBytes / 4, 1.0f);  // touched here, never on the timed path
   b.urgent.assign(urgentBytes / 4, 1.0f);
   b.allreduce(b.urgent, 0);  // warm-up: both levels' connections
   b.allreduce(b.bulk, 7);
   const char* modes[] = {"async", "threads"};
-  std::vector<double> soloU, coldU, soloB, u[2], bt[2], ratio[2], toCold[2], loss[2];
+  std::vector<double> soloU, coldU, soloB, u[2], bt[2], ratio[2], toCold[2], loss[2], skew[2];
   double bulkSolo = b.solo(b.bulk, 7, 1);
   for (int w = 0; w < warmups; ++w)
     for (int m = 0; m < 2; ++m)
@@ -188,6 +229,7 @@ int main(int argc, char** argv) {
       ratio[m].push_back(tu / soloU.back());
       toCold[m].push_back(tu / coldU.back());
       loss[m].push_back(tb / soloB.back() - 1);
+      skew[m].push_back(b.skew);
     }
   }
   if (rank == 0) {
@@ -195,15 +237,15 @@ int main(int argc, char** argv) {
            nranks, ternCommPeerTransport(b.comm, (rank + 1) % nranks), bulkBytes >> 20, urgentBytes >> 20);
     printf("# urgent call issued %s of the bulk one's solo time in; ratios: median and 90th percentile of %d\n",
            delay == "random" ? "at random 10-90%" : "a quarter", iters);
-    printf("# %-8s %10s %8s %10s %7s %7s %7s %7s %9s %10s %9s\n", "mode", "urgent(ms)", "cold", "contended",
-           "ratio", "p90", "/cold", "p90", "bulk(ms)", "contended", "bulk loss");
+    printf("# %-8s %10s %8s %10s %7s %7s %7s %7s %9s %10s %9s %8s %7s\n", "mode", "urgent(ms)", "cold",
+           "contended", "ratio", "p90", "/cold", "p90", "bulk(ms)", "contended", "bulk loss", "skew(ms)", "p90");
   }
   for (int m = 0; m < 2; ++m) {
     if (u[m].empty() || rank != 0) continue;
-    printf("  %-8s %10.2f %8.2f %10.2f %7.2f %7.2f %7.2f %7.2f %9.1f %10.1f %8.1f%%\n", modes[m],
+    printf("  %-8s %10.2f %8.2f %10.2f %7.2f %7.2f %7.2f %7.2f %9.1f %10.1f %8.1f%% %8.2f %7.2f\n", modes[m],
            median(soloU) * 1e3, median(coldU) * 1e3, median(u[m]) * 1e3, median(ratio[m]),
            quantile(ratio[m], 0.9), median(toCold[m]), quantile(toCold[m], 0.9), median(soloB) * 1e3,
-           median(bt[m]) * 1e3, median(loss[m]) * 100);
+           median(bt[m]) * 1e3, median(loss[m]) * 100, median(skew[m]) * 1e3, quantile(skew[m], 0.9) * 1e3);
   }
   ternCommDestroy(b.comm);
   return 0;
