@@ -20,9 +20,11 @@ void planReduce(const PlanCtx& x, const void* src, void* dst, size_t count, tern
   const int pos = (x.pos() - x.posOf(root) - 1 + 2 * n) % n;  // 0: first, n-1: root
   ph->progs.resize(1);
   Program& prog = ph->progs[0];
-  if (pos == 0)
-    prog.add({nullptr, x.next(), s, nullptr, bytes});
-  else if (pos < n - 1)
+  if (pos == 0) {
+    Step first{nullptr, x.next(), s, nullptr, bytes};
+    first.feedsReduce = true;  // the next rank reduces it: it goes in small bursts
+    prog.add(first);
+  } else if (pos < n - 1)
     prog.add({x.prev(), x.next(), s, nullptr, bytes, true});
   else
     prog.add({x.prev(), nullptr, s, static_cast<char*>(dst), bytes, true, op == ternAvg});

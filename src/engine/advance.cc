@@ -23,6 +23,15 @@ namespace {
 // Bytes handled per pass of a step: small enough that the next hop can start
 // while we work, large enough to amortise the fifo bookkeeping.
 constexpr size_t kBurst = 256 << 10;
+// A step whose receiver reduces what it sends (Step::feedsReduce): the
+// receiver, not the copy, sets the pace, so it should start at once.  A
+// 2-rank reduce of 128 KiB-2 MiB took 0.82-0.92x its time with 8-16 KiB
+// bursts; the same bursts on steps whose receiver only copies (broadcast,
+// scatter, send/receive) took 1.05-1.24x, and over tcp, whose pump sends
+// what is committed anyway, the reduce itself 1.16-1.60x (perf/RESULTS.md,
+// 2026-12-05: a reduce's first sender in small bursts).  So only where the
+// receiver reads our commits in place (no pump: shared memory).
+constexpr size_t kFeedBurst = 16 << 10;
 
 // Where this step's message starts on a stream at `pos`: the operation's
 // first use of a stream is preceded by its descriptor.
@@ -138,6 +147,7 @@ ternResult_t advanceSteps(Operation& op, Program& p, const Reduction& red, int n
     bool ready;
     TERN_CHECK(prologue(op, p, s, &ready));
     if (!ready) return ternSuccess;
+    const size_t burst = s.feedsReduce && !s.out->needsProgress() ? kFeedBurst : kBurst;
     while (p.off < s.bytes) {
       if (p.pending) {
         if (!settle(*op.ctx.mem, p, s)) return ternSuccess;
@@ -145,7 +155,7 @@ ternResult_t advanceSteps(Operation& op, Program& p, const Reduction& red, int n
         continue;
       }
       if (spent >= budget) return ternSuccess;
-      const size_t limit = std::min(kBurst, budget - spent);
+      const size_t limit = std::min(burst, budget - spent);
       size_t units;
       if (p.directNow) {
         TERN_CHECK(directPayload(*op.ctx.mem, p, s, limit, &units, moved));

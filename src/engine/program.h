@@ -69,6 +69,10 @@ struct Step {
   // program (Phase::fixedGreets): the step is the operation's first use of
   // its input / output stream, so the operation's descriptor leads it.
   bool greetsIn = false, greetsOut = false;
+  // The receiver reduces what this step sends, which takes it longer than
+  // the copy takes us: the payload goes in small bursts (advance.cc,
+  // kFeedBurst) so the reduction starts after the first one, not after 256 KiB.
+  bool feedsReduce = false;
   const GroupCodec* codec = nullptr;  // codec step: framed, group-wise
   uint32_t inUnit = 0, outUnit = 0;   // codec step: bytes per group in / out
 };
