@@ -49,6 +49,13 @@ bool Levels::anyActiveBelow(const List& list) const {
   return std::any_of(&list + 1, end(), [](const List& l) { return !l.empty(); });
 }
 
+bool Levels::anyLiveAtOrAbove(int level) const {
+  for (int l = 0; l <= level && l < kLevels; ++l)
+    if (std::any_of(active_[l].begin(), active_[l].end(), [](const OpPtr& op) { return !op->done.load(); }))
+      return true;
+  return false;
+}
+
 // A receive from any source that has not picked its sender yet stands for
 // every peer: later receives wait for it (it may pick their peer).
 // Unordered operations (weight streams) neither wait nor are waited for.

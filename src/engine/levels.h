@@ -37,6 +37,9 @@ class Levels {
   bool urgentInUse(int level) const;
   // Whether a level less urgent than `list`'s has work.
   bool anyActiveBelow(const List& list) const;
+  // Whether an operation at `level` or more urgent is listed and not done
+  // (lists keep done ones until the round that erases them).
+  bool anyLiveAtOrAbove(int level) const;
   // Whether list[i] may run now (issue order: see the top).
   bool runnable(const List& list, size_t i) const;
   // Picks the sender of an unbound any-source receive list[i], if one sent.

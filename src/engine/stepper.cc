@@ -183,20 +183,11 @@ bool Stepper::settled(Operation& op, ternResult_t* r) {
 // level or above, or a progress thread not napping: woken at once.
 void Stepper::handBack(DriveToken& token, int level) {
   if (admission_.outstanding() > 0 && waits_.progressNaps() && !token.wanted(level + 1) &&
-      !admission_.anyPending() && !workAtOrAbove(level)) {
+      !admission_.anyPending() && !levels_.anyLiveAtOrAbove(level)) {
     token.letGo();
     return;
   }
   releaseToken(token);
-}
-
-// Whether an operation at `level` or more urgent is admitted and not done
-// (the drive token held: the lists are ours).
-bool Stepper::workAtOrAbove(int level) {
-  for (int l = 0; l <= level && l < kLevels; ++l)
-    for (const OpPtr& op : levels_[l])
-      if (!op->done.load(std::memory_order_relaxed)) return true;
-  return false;
 }
 
 void Stepper::complete(Operation& op, ternResult_t r, const std::string& err) {

@@ -61,7 +61,6 @@ class Stepper {
 
  private:
   ternResult_t begin(Operation& op, bool* finished);
-  bool workAtOrAbove(int level);
   ternResult_t runPrograms(Operation& op, size_t budget, bool* moved, bool* done);
   ternResult_t pump(Operation& op, bool* pumped);
   ternResult_t beginPhase(Operation& op, bool* finished);
