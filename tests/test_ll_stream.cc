@@ -4,6 +4,8 @@
 // content across ring wraps, partly filled lines extended by later commits,
 // the reader's private buffer compacting, and a writer and a reader on two
 // threads (the release/acquire pairing; also run under ThreadSanitizer).
+// And the engine's check of the pair's other stream (a peer that sent an
+// operation's descriptor over the other side of the limit) on such rings.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +14,10 @@
 #include <random>
 #include <thread>
 
+#include "base/error.h"
+#include "collectives/collectives.h"
+#include "engine/operation.h"
+#include "engine/phase_blockers.h"
 #include "transport/ll.h"
 
 using namespace tern;
@@ -135,6 +141,86 @@ TEST(LlStream, AWriterAndAReaderOnTwoThreads) {
   writer.join();
   EXPECT_TRUE(right) << "wrong byte near stream position " << x.b.recvPos();
   EXPECT_EQ(x.b.recvPos(), total);
+}
+
+// The pair a receiver waits on: `in` (a small sibling, as LlConn is) and
+// the connection it belongs to, `other`, each fed by the peer's writer.
+struct SiblingPair {
+  Pair small, big;
+  SiblingPair() {
+    small.b.attach(&big.b, small.ab.get(), small.ba.get(), 4096);  // big.b owns small.b
+  }
+};
+
+// A descriptor of rank 3's send of `count` int32 to rank 0, #seq.
+OpDesc sendDesc(uint64_t count, uint64_t seq) {
+  OpDesc d;
+  d.magic = kDescMagic;
+  d.kind = static_cast<uint8_t>(OpKind::Send);
+  d.dtype = static_cast<uint8_t>(ternInt32);
+  d.redop = static_cast<uint8_t>(ternSum);
+  d.level = 4;
+  d.root = 0;
+  d.rank = 3;
+  d.count = count;
+  d.seq = seq;
+  return d;
+}
+
+void writeDesc(LlConn& w, const OpDesc& d) {
+  char* p;
+  ASSERT_GE(w.sendSpace(&p), sizeof d);
+  memcpy(p, &d, sizeof d);
+  w.sendCommit(sizeof d);
+  w.flush();
+}
+
+// Rank 0's receive of `count` int32 from rank 3, #seq, waiting for its
+// descriptor on `in`.
+struct WaitingRecv {
+  OpPool* pool = new OpPool;  // freed by close() once its operation is gone
+  OpPtr ptr = pool->get();
+  Operation& op = *ptr;
+  WaitingRecv(Conn* in, uint64_t count, uint64_t seq) {
+    pool->close();
+    op.desc = sendDesc(count, seq);
+    op.desc.kind = static_cast<uint8_t>(OpKind::Recv);
+    op.desc.root = 3;
+    op.desc.rank = 0;
+    op.phase.progs.resize(1);
+    Program& p = op.phase.progs[0];
+    Step s{};
+    s.in = in;
+    s.bytes = count * 4;
+    p.steps.push_back(s);
+    p.started = true;
+    p.in.desc = sizeof(OpDesc);
+  }
+};
+
+// The peer's next operation on the other stream while ours has not come: a
+// mismatch, named with both calls.
+TEST(SiblingStreams, APeersNextDescriptorOnTheOtherStreamIsAMismatch) {
+  SiblingPair x;
+  writeDesc(x.big.a, sendDesc(7, 3));
+  WaitingRecv r(&x.small.b, 6, 2);
+  ASSERT_EQ(checkOtherStream(r.op, r.op.phase), ternInvalidUsage);
+  const std::string& why = lastThreadError();  // (the kinds' names are registered by the collectives)
+  EXPECT_NE(why.find("rank 3 called "), std::string::npos) << why;
+  EXPECT_NE(why.find(" of 7 int32"), std::string::npos) << why;
+  EXPECT_NE(why.find("(#3) but rank 0 called "), std::string::npos) << why;
+  EXPECT_NE(why.find(" of 6 int32"), std::string::npos) << why;
+}
+
+// The peer sent ours and then its next one, between the engine's last look
+// at ours and its check of the other: ours is there now, no mismatch (this
+// once failed a 4-rank send/recv ring under load).
+TEST(SiblingStreams, OursArrivingBeforeThePeersNextOneIsNoMismatch) {
+  SiblingPair x;
+  writeDesc(x.small.a, sendDesc(6, 2));
+  writeDesc(x.big.a, sendDesc(7, 3));
+  WaitingRecv r(&x.small.b, 6, 2);
+  EXPECT_EQ(checkOtherStream(r.op, r.op.phase), ternSuccess) << lastThreadError();
 }
 
 }  // namespace
