@@ -44,6 +44,10 @@ int runsAheadBody(RankCtx& ctx, const char* kind) {
   const int me = ctx.rank, n = ctx.nranks;
   std::vector<float> a(4 * n), b(4 * n);
   const double nap = 0.4;
+  // Both clocks start together: communicator setup can return ~0.1 s apart
+  // (seen under AddressSanitizer with four test processes on 2 cores), and
+  // the sender's wait for the peer's nap would read that much short.
+  if (ternBarrier(comm) != ternSuccess) return failf(ctx, "barrier: %s", ternGetLastError(comm));
   if (me == sender(kind)) {
     auto t0 = Clock::now();
     for (int k = 0; k < kAhead; ++k) {
