@@ -266,6 +266,14 @@ void ternComm::onFailure(ternResult_t r, const std::string& why) {
   failWith(r, why);  // also what a nonblocking caller hears from ternCommGetAsyncError
 }
 
+ternResult_t ternComm::firstFailure(ternResult_t r, std::string* why) {
+  std::lock_guard<std::mutex> lk(errMu);
+  const int e = asyncError.load();
+  if (e == ternSuccess || failReason.empty()) return r;  // none, or an abort's (no sentence)
+  *why = failReason;
+  return static_cast<ternResult_t>(e);
+}
+
 void ternComm::refreshLiveness() {
   if (table) table->serviceControl();
 }

@@ -125,6 +125,7 @@ struct ternComm : public tern::EngineHost {
   // tern::EngineHost
   ternResult_t checkHealth() override;
   void onFailure(ternResult_t r, const std::string& why) override;
+  ternResult_t firstFailure(ternResult_t r, std::string* why) override;
 
   // Fails the communicator with the sentence that says why (a peer's notice
   // comes through here too).

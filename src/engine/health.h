@@ -22,6 +22,9 @@ class EngineHost {
   // An operation failed: the communicator is failed from now on, peers are
   // told (sockets shut), `why` is the sentence every later call repeats.
   virtual void onFailure(ternResult_t r, const std::string& why) = 0;
+  // The communicator's first failure, its code and sentence (`r` and `why`
+  // unchanged when it has none with a sentence).
+  virtual ternResult_t firstFailure(ternResult_t r, std::string* why) = 0;
 };
 
 class Health {

@@ -207,13 +207,19 @@ void Stepper::complete(Operation& op, ternResult_t r, const std::string& err) {
 }
 
 // Every admitted operation ends with the sentence that says why (the peers
-// hear of it through the closed sockets).
+// hear of it through the closed sockets).  A gone peer is not the why when
+// the communicator failed first: a peer that saw a mismatch tells every rank
+// before it exits, and the control thread may read that notice, and the
+// peer's end, between this thread's last look at its communicator and its
+// finding the peer gone.  The communicator keeps its first failure.
 void Stepper::failAll(ternResult_t r, const std::string& why) {
   host_.onFailure(r, why);
+  std::string first = why;
+  if (r == ternRemoteError) r = host_.firstFailure(r, &first);
   admit();
   for (Levels::List& list : levels_) {
     for (OpPtr& op : list)
-      if (!op->done.load()) complete(*op, r, why);
+      if (!op->done.load()) complete(*op, r, first);
     list.clear();
   }
 }

@@ -157,6 +157,10 @@ class ConnTable : public ConnOpener {
   std::mutex ctlMu_;
   std::condition_variable ctlCv_;
   std::atomic<bool> noticed_{false};  // a notice went out (sent or passed on) from here
+  // Held while a notice goes out and while shutDown closes the control
+  // sockets: a failure heard meanwhile on another thread (a peer's notice)
+  // cannot close a socket under a notice still on its way.
+  std::mutex noticeMu_;
   std::vector<std::unique_ptr<std::mutex>> sendMu_;
   std::vector<std::string> ctlIn_;
   std::vector<bool> ctlClosed_;
