@@ -60,6 +60,20 @@ def test_ternrun_sets_torchrun_variables_beside_terns():
     assert len(master_ports) == len(roots) == len(secrets) == 1  # one job
 
 
+def test_ternrun_binds_each_rank_to_one_core():
+    cpus = sorted(os.sched_getaffinity(0))
+    show = "import os; print(sorted(os.sched_getaffinity(0)))"
+    n = len(cpus) + 1  # one rank more than cores: the last shares the first's
+    p = ternrun(["-n", str(n), "--bind-to", "core", PY, "-c", show], timeout=60)
+    assert p.returncode == 0, p.stderr
+    got = {r: json.loads(lines[0]) for r, lines in per_rank(p.stdout).items()}
+    assert got == {r: [cpus[r % len(cpus)]] for r in range(n)}, got
+    # Unbound (the default): every rank keeps every CPU ternrun may use.
+    p = ternrun(["-n", "2", PY, "-c", show], timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert all(json.loads(lines[0]) == cpus for lines in per_rank(p.stdout).values())
+
+
 # Under ternrun: torch's env:// init and tern's env init in one process, both
 # with no arguments; then with torch's variables made wrong, tern's env init
 # still takes rank, size and root from TERN_* (a MASTER_ADDR nobody listens
