@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -404,7 +405,8 @@ void ConnTable::dispatch(int peer, int type, int level, const std::string& paylo
     TERN_LOG(Info, "rank %d says the communicator failed: %s", peer, payload.substr(4).c_str());
     {  // passed on before our own failure closes our control sockets
       std::lock_guard<std::mutex> lk(noticeMu_);
-      if (!noticed_.exchange(true)) sendToControls(frame(kNotice, 0, payload.data(), payload.size()), peer);
+      if (!std::exchange(noticed_, true))
+        sendToControls(frame(kNotice, 0, payload.data(), payload.size()), peer);
     }
     if (onNotice_) onNotice_(peer, static_cast<ternResult_t>(code), payload.substr(4));
   } else if (type == kOpen) {

@@ -156,11 +156,11 @@ class ConnTable : public ConnOpener {
   bool down_ = false;          // failed or closing: no control socket is made any more
   std::mutex ctlMu_;
   std::condition_variable ctlCv_;
-  std::atomic<bool> noticed_{false};  // a notice went out (sent or passed on) from here
   // Held while a notice goes out and while shutDown closes the control
   // sockets: a failure heard meanwhile on another thread (a peer's notice)
   // cannot close a socket under a notice still on its way.
   std::mutex noticeMu_;
+  bool noticed_ = false;  // under noticeMu_: a notice went out (sent or passed on) from here
   std::vector<std::unique_ptr<std::mutex>> sendMu_;
   std::vector<std::string> ctlIn_;
   std::vector<bool> ctlClosed_;
