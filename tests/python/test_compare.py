@@ -71,3 +71,28 @@ def test_rounds_split_by_the_hosts_phase(capsys):
     out = capsys.readouterr().out
     fast, slow = out.split("# fast phase only (1 of 3 rounds):")[1].split("# slow phase only (1 of 3 rounds):")
     assert "2.00x" in fast and "0.50x" in slow, out  # each from its own round: 2/1 and 2/4
+
+
+def test_json_speedups_per_phase_and_their_plots(tmp_path):
+    """The JSON keeps tern's per-round speed-up over the best peer for every round and per
+    phase (a flipped round in neither), and both plots draw from it: one busbw panel per
+    phase, and the speed-up of several collectives in one phase."""
+    one = lambda t: {"tern": {1 << 20: (t, 1.0 / t, "default")}, "gloo": {1 << 20: (2.0, 0.5, "default")}}
+    rounds, phases = [one(1.0), one(4.0), one(2.0), one(8.0)], [(60, 70), (250, 260), (60, 250), (270, 280)]
+    sp = compare.speedups(rounds, phases, "tern", ["gloo"])
+    assert sp["all"][str(1 << 20)] == {"ratios": [2.0, 0.5, 1.0, 0.25], "best": "gloo"}
+    assert sp["fast"][str(1 << 20)]["ratios"] == [2.0] and sp["slow"][str(1 << 20)]["ratios"] == [0.5, 0.25]
+    for coll in ("broadcast", "reduce"):
+        res = {"groups": ["tern", "gloo"], "phase_ns": phases, "tern_group": "tern",
+               "phases": [compare.phase_of(*p) for p in phases], "speedups": sp,
+               "rounds": [{g: {str(s): v for s, v in col.items()} for g, col in rd.items()} for rd in rounds]}
+        json.dump({"coll": coll, "where": "one host", "results": {"2": res}}, open(tmp_path / (coll + ".json"), "w"))
+    plot = importlib.machinery.SourceFileLoader("plot_compare", os.path.join(PERF, "plot_compare.py")).load_module()
+    cells = plot.panels(json.load(open(tmp_path / "broadcast.json"))["results"])
+    assert [(n, title) for n, title, _, _ in cells] == [("2", "fast phase, 60-70 ns one way"),
+                                                        ("2", "slow phase, 250-280 ns one way")]
+    assert [len(r) for _, _, r, _ in cells] == [1, 2]
+    out = tmp_path / "slow.png"
+    subprocess.run(["/usr/bin/python3", os.path.join(PERF, "plot_phase_ratios.py"), "--phase", "slow", str(out),
+                    str(tmp_path / "broadcast.json"), str(tmp_path / "reduce.json")], check=True)
+    assert out.stat().st_size > 10000

@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+"""perf/plot_phase_ratios.py [--phase slow|fast|all] [--ranks 2] OUT.png RESULTS.json...:
+tern's speed-up over the best peer per message size (above 1: tern faster), one line per
+collective (the median of the rounds' own ratios, a band from their min to max), from
+perf/compare --json runs of one phase of the host, with the targets of the slow phase
+drawn as a step: at most 1.5x the peer's time below 8 KiB, at least its busbw from 8 KiB,
+1.5x its busbw from 2 MiB."""
+import argparse
+import json
+import statistics
+
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+TARGETS = [(0, 1 / 1.5), (8 << 10, 1.0), (2 << 20, 1.5)]  # (from size, speed-up at least)
+
+
+def series(path, phase, ranks):
+    """(collective, sizes, medians, lows, highs, rounds seen) of one compare JSON."""
+    data = json.load(open(path))
+    res = data["results"][str(ranks)]
+    cells = res["speedups"].get(phase, {})
+    sizes = sorted(int(s) for s in cells)
+    r = [cells[str(s)]["ratios"] for s in sizes]
+    rounds = sum(1 for lab in res["phases"] if phase == "all" or lab == phase)
+    return (data["coll"], sizes, [statistics.median(x) for x in r], [min(x) for x in r],
+            [max(x) for x in r], rounds)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--phase", default="slow", choices=["slow", "fast", "all"])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("out")
+    ap.add_argument("json", nargs="+")
+    a = ap.parse_args()
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    top = 0
+    for path in a.json:
+        coll, sizes, med, lo, hi, rounds = series(path, a.phase, a.ranks)
+        if not sizes:
+            continue
+        line, = ax.plot(sizes, med, marker="o", ms=3, label="%s (%d rounds)" % (coll, rounds))
+        ax.fill_between(sizes, lo, hi, color=line.get_color(), alpha=0.12)
+        top = max(top, max(sizes))
+    xs = [8] + [start for start, _ in TARGETS[1:]] + [max(top, TARGETS[-1][0]) * 2]
+    ys = [want for _, want in TARGETS] + [TARGETS[-1][1]]
+    ax.step(xs, ys, where="post", color="black", ls="--", lw=1.2, label="target")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "%gx" % v))
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("tern's speed-up over the best peer")
+    ax.set_title("%d ranks, one host, %s" % (a.ranks, "every round" if a.phase == "all" else a.phase + " phase rounds only"))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
