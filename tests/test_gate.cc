@@ -2,14 +2,14 @@
 // and every rank's mesh listener use: real sockets on loopback, a real
 // authenticating client, strangers that stay idle or drip bytes.
 #include <gtest/gtest.h>
-
 #include <poll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -106,6 +106,32 @@ TEST(Gate, IdleAndDrippingStrangersNeitherDelayAPeerNorStay) {
   for (int f : idle) close(f);
   for (int f : drip) close(f);
   closeFd(peerFd);
+}
+
+// The rank's control thread serves handshakes with tryNext and a 1 ms
+// deadline on every wake-up.  A wait that rounded that deadline down to
+// 0 ms polled without sleeping until it passed: a core spun for the
+// millisecond, every 5 ms while a connection opened (perf/RESULTS.md,
+// 2026-12-05: the control thread's spinning millisecond).  It must sleep.
+TEST(Gate, AWaitUnderAMillisecondSleepsInsteadOfSpinning) {
+  EXPECT_EQ(msLeft(Clock::now() + std::chrono::microseconds(300)), 1);
+  EXPECT_EQ(msLeft(Clock::now() + std::chrono::microseconds(2500)), 3);
+  EXPECT_EQ(msLeft(Clock::now() - std::chrono::microseconds(10)), 0);
+  EXPECT_EQ(msLeft(Clock::now() + std::chrono::seconds(5), 1000), 1000);
+  Listener l;
+  AuthGate gate(l.fd, secretOf(3), ConnKind::Mesh, 1, 5.0, "rank 0");
+  auto cpuSec = [] {
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+  };
+  const auto wall0 = Clock::now();
+  const double cpu0 = cpuSec();
+  Admitted a;
+  for (int i = 0; i < 50; ++i) EXPECT_FALSE(gate.tryNext(deadlineAfter(0.001), &a));
+  const double wall = secondsSince(wall0), cpu = cpuSec() - cpu0;
+  EXPECT_GE(wall, 0.045);
+  EXPECT_LT(cpu, 0.3 * wall) << "the waits spun: " << cpu << " s of CPU in " << wall << " s";
 }
 
 TEST(Gate, WrongSecretIsRefusedAndTheRightOneStillGetsIn) {

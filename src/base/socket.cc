@@ -23,8 +23,12 @@ Deadline deadlineAfter(double seconds) {
   return Clock::now() + std::chrono::microseconds(static_cast<long long>(seconds * 1e6));
 }
 
+// Rounded up: a wait on a deadline less than a millisecond away sleeps in
+// poll() for one, where 0 made every poll return at once, and a caller that
+// loops until its deadline (AuthGate::tryNext, the control thread's 1 ms
+// handshake service) spun a core for that last millisecond.
 int msLeft(Deadline d, int cap) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(d - Clock::now()).count();
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(d - Clock::now()).count();
   if (left < 0) return 0;
   return left > cap ? cap : static_cast<int>(left);
 }

@@ -16,7 +16,7 @@ namespace tern {
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 Deadline deadlineAfter(double seconds);
-// Milliseconds left before `d` (0 when past), capped at `cap`.
+// Milliseconds left before `d`, rounded up (0 when past), capped at `cap`.
 int msLeft(Deadline d, int cap = 1000);
 
 struct SockAddr {
