@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """perf/plot_compare.py RESULTS.json OUT.png: busbw vs message size (log x), one line
 per library (median over rounds, its best variant per size), one panel per rank count,
-from perf/compare --json.  Where the rounds saw both of the host's phases (perf/compare
-labels each round by core_pingpong's one-way time), one panel per rank count and phase,
-titled with the phase and its range of one-way times."""
+from perf/compare --json.  perf/compare labels each round by the host's phase
+(core_pingpong's one-way time): a panel per rank count and phase, from that phase's
+rounds, titled with it and its range of one-way times."""
 import json
 import statistics
 import sys
@@ -14,21 +14,19 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def panels(results):
-    """[(ranks, phase title, rounds, groups)]: each rank count's rounds, one panel per phase
-    when both were seen (a round whose phase flipped is then left out), else one panel,
-    titled with the phase when every round saw the same."""
+    """[(ranks, phase title, rounds, groups)]: per rank count, one panel per phase that whole
+    rounds saw, from those rounds only (a round whose phase flipped is in none); one
+    untitled panel of every round when none saw a whole phase (or none was read)."""
     out = []
     for n, res in sorted(results.items(), key=lambda kv: int(kv[0])):
         labels = res.get("phases") or [None] * len(res["rounds"])
         ns = res.get("phase_ns") or [(None, None)] * len(res["rounds"])
-        if {"fast", "slow"} <= set(labels):
-            kinds = ["fast", "slow"]
-        else:
-            kinds = [labels[0] if len(set(labels)) == 1 else None]
+        kinds = [k for k in ("fast", "slow") if k in labels] or [None]
         for kind in kinds:
             keep = [i for i, lab in enumerate(labels) if kind is None or lab == kind]
             seen = [x for i in keep for x in ns[i] if x]
-            title = "%s phase, %.0f-%.0f ns one way" % (kind, min(seen), max(seen)) if kind and seen else ""
+            title = ("%s phase, %d of %d rounds, %.0f-%.0f ns one way" % (kind, len(keep), len(labels), min(seen),
+                                                                         max(seen)) if kind else "")
             out.append((n, title, [res["rounds"][i] for i in keep], res["groups"]))
     return out
 

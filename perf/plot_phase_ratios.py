@@ -4,7 +4,8 @@ tern's speed-up over the best peer per message size (above 1: tern faster), one 
 collective (the median of the rounds' own ratios, a band from their min to max), from
 perf/compare --json runs of one phase of the host, with the targets of the slow phase
 drawn as a step: at most 1.5x the peer's time below 8 KiB, at least its busbw from 8 KiB,
-1.5x its busbw from 2 MiB."""
+1.5x its busbw from 2 MiB.  Several runs of one collective (a busbw run and a latency
+run) make one line."""
 import argparse
 import json
 import statistics
@@ -17,16 +18,27 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 TARGETS = [(0, 1 / 1.5), (8 << 10, 1.0), (2 << 20, 1.5)]  # (from size, speed-up at least)
 
 
-def series(path, phase, ranks):
-    """(collective, sizes, medians, lows, highs, rounds seen) of one compare JSON."""
-    data = json.load(open(path))
-    res = data["results"][str(ranks)]
-    cells = res["speedups"].get(phase, {})
-    sizes = sorted(int(s) for s in cells)
-    r = [cells[str(s)]["ratios"] for s in sizes]
-    rounds = sum(1 for lab in res["phases"] if phase == "all" or lab == phase)
-    return (data["coll"], sizes, [statistics.median(x) for x in r], [min(x) for x in r],
-            [max(x) for x in r], rounds)
+def series(paths, phase, ranks):
+    """{collective: (sizes, medians, lows, highs, rounds)} from compare JSONs; where two runs
+    of one collective share a size, the later file's cell stands (e.g. a latency run with
+    more iterations after a busbw run); rounds: the most rounds any of its files had in
+    the phase."""
+    cells, rounds = {}, {}
+    for path in paths:
+        data = json.load(open(path))
+        res = data["results"][str(ranks)]
+        coll = data["coll"]
+        for size, cell in res["speedups"].get(phase, {}).items():
+            cells.setdefault(coll, {})[int(size)] = cell["ratios"]
+        seen = sum(1 for lab in res["phases"] if phase == "all" or lab == phase)
+        rounds[coll] = max(rounds.get(coll, 0), seen)
+    out = {}
+    for coll, by_size in cells.items():
+        sizes = sorted(by_size)
+        r = [by_size[s] for s in sizes]
+        out[coll] = (sizes, [statistics.median(x) for x in r], [min(x) for x in r], [max(x) for x in r],
+                     rounds[coll])
+    return out
 
 
 def main():
@@ -38,10 +50,7 @@ def main():
     a = ap.parse_args()
     fig, ax = plt.subplots(figsize=(8.5, 5))
     top = 0
-    for path in a.json:
-        coll, sizes, med, lo, hi, rounds = series(path, a.phase, a.ranks)
-        if not sizes:
-            continue
+    for coll, (sizes, med, lo, hi, rounds) in series(a.json, a.phase, a.ranks).items():
         line, = ax.plot(sizes, med, marker="o", ms=3, label="%s (%d rounds)" % (coll, rounds))
         ax.fill_between(sizes, lo, hi, color=line.get_color(), alpha=0.12)
         top = max(top, max(sizes))

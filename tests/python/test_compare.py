@@ -89,9 +89,14 @@ def test_json_speedups_per_phase_and_their_plots(tmp_path):
         json.dump({"coll": coll, "where": "one host", "results": {"2": res}}, open(tmp_path / (coll + ".json"), "w"))
     plot = importlib.machinery.SourceFileLoader("plot_compare", os.path.join(PERF, "plot_compare.py")).load_module()
     cells = plot.panels(json.load(open(tmp_path / "broadcast.json"))["results"])
-    assert [(n, title) for n, title, _, _ in cells] == [("2", "fast phase, 60-70 ns one way"),
-                                                        ("2", "slow phase, 250-280 ns one way")]
+    assert [(n, title) for n, title, _, _ in cells] == [("2", "fast phase, 1 of 4 rounds, 60-70 ns one way"),
+                                                        ("2", "slow phase, 2 of 4 rounds, 250-280 ns one way")]
     assert [len(r) for _, _, r, _ in cells] == [1, 2]
+    res = json.load(open(tmp_path / "broadcast.json"))["results"]["2"]
+    res["phases"] = ["mixed", "slow", "mixed", "slow"]
+    assert [(t, len(r)) for _, t, r, _ in plot.panels({"2": res})] == [("slow phase, 2 of 4 rounds, 250-280 ns one way", 2)]
+    res["phases"] = ["mixed"] * 4
+    assert [(t, len(r)) for _, t, r, _ in plot.panels({"2": res})] == [("", 4)]
     out = tmp_path / "slow.png"
     subprocess.run(["/usr/bin/python3", os.path.join(PERF, "plot_phase_ratios.py"), "--phase", "slow", str(out),
                     str(tmp_path / "broadcast.json"), str(tmp_path / "reduce.json")], check=True)
