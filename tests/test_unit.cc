@@ -226,6 +226,53 @@ TEST(Fifo, ResidentMemoryFollowsUse) {
   freePages(mem, fifoFootprint(cap));
 }
 
+// A writer that runs ahead of its reader (a rooted collective's sender, its
+// checks owed) never finds the ring empty at the window's end.  Writing on
+// walked the whole ring, faulting in a page every few messages on both
+// sides; the small path waits instead when Fifo::outrunsWindow says so, the
+// reader catches up, and the ring restarts in the pages it has.  A reader
+// only a message behind (an exchange's) is not waited for.
+TEST(Fifo, AWriterAheadOfItsReaderWaitsRatherThanTouchNewPages) {
+  const size_t cap = 1 << 20, n = 512;  // divides the ring: no message meets the wrap point
+  for (bool honour : {true, false}) {
+    std::vector<char> mem(fifoFootprint(cap));
+    Fifo f;
+    f.attach(mem.data(), cap, 4096, true);
+    uint32_t next = 0, expect = 0;
+    size_t waits = 0;
+    for (int i = 0; i < 4000; ++i) {  // 2 MiB: twice round the ring
+      char* p;
+      ASSERT_GE(f.writable(&p), n);
+      if (honour && f.outrunsWindow(n)) {
+        ++waits;
+        ASSERT_TRUE(takeBytes(f, &expect));  // the reader catches up meanwhile
+        ASSERT_GE(f.writable(&p), n);
+        ASSERT_FALSE(f.outrunsWindow(n));
+      }
+      ASSERT_EQ(putBytes(f, &next, n), n);
+      if (f.produced() - f.consumed() > 6 * n) ASSERT_TRUE(takeBytes(f, &expect, 3 * n));  // 4-7 behind
+    }
+    ASSERT_TRUE(takeBytes(f, &expect));
+    if (honour) {
+      EXPECT_GT(waits, 100u);
+      EXPECT_LE(f.span(), 4096 + 4 * n);
+    } else {
+      EXPECT_EQ(f.span(), cap);  // the walk the wait prevents
+    }
+  }
+  std::vector<char> mem(fifoFootprint(cap));
+  Fifo f;
+  f.attach(mem.data(), cap, 4096, true);
+  uint32_t next = 0, expect = 0;
+  for (int i = 0; i < 4000; ++i) {  // a reader one message behind
+    char* p;
+    ASSERT_GE(f.writable(&p), n);
+    ASSERT_FALSE(f.outrunsWindow(n)) << "message " << i;
+    ASSERT_EQ(putBytes(f, &next, n), n);
+    if (i > 0) ASSERT_TRUE(takeBytes(f, &expect, n));
+  }
+}
+
 // TERN_FIFO_WINDOW: small messages cycle through that many bytes, no more.
 TEST(Fifo, WindowBoundsTheSpanOfSmallMessages) {
   const size_t granule = 4096, cap = 1 << 20, window = 64 << 10;

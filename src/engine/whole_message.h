@@ -56,6 +56,9 @@ class Stream {
   void recvFound(const char* at, size_t n) const { io_ ? io_->recvFound(at, n) : c_->recvFound(at, n); }
   size_t recvAvail(const char** p) const { return io_ ? io_->recvAvail(p) : c_->recvAvail(p); }
   size_t sendSpace(char** p) const { return io_ ? io_->sendSpace(p) : c_->sendSpace(p); }
+  // After sendSpace: n bytes now would fault in ring pages that a moment's
+  // wait for the peer would not (Fifo::outrunsWindow; shared memory only).
+  bool sendOutruns(size_t n) const { return io_ && io_->sendOutruns(n); }
   void recvConsume(size_t n) const {
     if (!io_) return c_->recvConsume(n);
     io_->recvConsume(n);
@@ -192,6 +195,13 @@ inline Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
     ho = headOf(sout.recordAlign(), sout.sendPos(), !greetOut);
     char* o;
     if (sout.sendSpace(&o) < ho.bytes() + s.bytes) return Try::kEngine;
+    // A sender that runs ahead of its reader (a rooted collective's, whose
+    // checks are owed) never found the ring empty, so never restarted it,
+    // and wrote on into pages not yet touched: a fault on each side every
+    // 4 KiB (~10 us each on this project's VM), for a whole lap of the
+    // ring.  Waiting for the reader keeps the path in resident pages; a
+    // reader that does not come hands the step to the engine (Patience).
+    if (sout.sendOutruns(ho.bytes() + s.bytes)) return Try::kWait;
     if (ho.desc) putWholeDesc(o + ho.skip, desc);  // its seq word last (markWhole, below)
     out = o + ho.bytes();
   }

@@ -53,6 +53,17 @@ class Fifo {
 
   // Producer: contiguous free bytes at the head (pointer in *p); then publish n.
   size_t writable(char** p);
+  // Producer, after writable(): whether n more bytes would go into pages the
+  // ring has not used yet while its window is used up and the consumer has
+  // more than that much still to read (a writer running ahead; one a
+  // message behind, as an exchange's peer is, restarts soon anyway), once
+  // the pages in use hold the window and two such writes (room for a writer
+  // a message ahead).  A writer that can wait lets the consumer catch up
+  // instead, and restarts in resident pages.
+  bool outrunsWindow(size_t n) const {
+    return head_ - base_ >= window_ && head_ - tailSeen_ > n && offsetOf(head_ - base_) + n > span_ &&
+           span_ >= window_ + 2 * n;
+  }
   void produce(size_t n);
   // Consumer: contiguous readable bytes at the tail; then release n.
   size_t readable(const char** p);

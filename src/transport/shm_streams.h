@@ -17,6 +17,7 @@ struct ShmStreams {
   uint64_t fetched = 0;  // stream position up to which the receive side prefetched
 
   size_t sendSpace(char** p) { return send.writable(p); }
+  bool sendOutruns(size_t n) const { return send.outrunsWindow(n); }  // after sendSpace
   // (The connection counts the bytes: Conn::countSent / countRecv.)
   void sendCommit(size_t n) { send.produce(n); }
   // Bytes that just arrived are fetched all at once: a small message's few
