@@ -112,7 +112,8 @@ TEST(Gate, IdleAndDrippingStrangersNeitherDelayAPeerNorStay) {
 // deadline on every wake-up.  A wait that rounded that deadline down to
 // 0 ms polled without sleeping until it passed: a core spun for the
 // millisecond, every 5 ms while a connection opened (perf/RESULTS.md,
-// 2026-12-05: the control thread's spinning millisecond).  It must sleep.
+// 2026-12-05: two stalls of the small path: the control thread's spinning
+// millisecond and the ring's first lap).  It must sleep.
 TEST(Gate, AWaitUnderAMillisecondSleepsInsteadOfSpinning) {
   // A deadline still ahead after the call was ahead during it: never 0 ms
   // then (a loaded host may have eaten some of the margin meanwhile).

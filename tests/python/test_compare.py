@@ -83,8 +83,7 @@ def test_json_speedups_per_phase_and_their_plots(tmp_path):
     assert sp["all"][str(1 << 20)] == {"ratios": [2.0, 0.5, 1.0, 0.25], "best": "gloo"}
     assert sp["fast"][str(1 << 20)]["ratios"] == [2.0] and sp["slow"][str(1 << 20)]["ratios"] == [0.5, 0.25]
     for coll in ("broadcast", "reduce"):
-        res = {"groups": ["tern", "gloo"], "phase_ns": phases, "tern_group": "tern",
-               "phases": [compare.phase_of(*p) for p in phases], "speedups": sp,
+        res = {"groups": ["tern", "gloo"], "phase_ns": phases, "phases": [compare.phase_of(*p) for p in phases], "speedups": sp,
                "rounds": [{g: {str(s): v for s, v in col.items()} for g, col in rd.items()} for rd in rounds]}
         json.dump({"coll": coll, "where": "one host", "results": {"2": res}}, open(tmp_path / (coll + ".json"), "w"))
     plot = importlib.machinery.SourceFileLoader("plot_compare", os.path.join(PERF, "plot_compare.py")).load_module()
