@@ -38,7 +38,8 @@ class AuthGate {
   // The next admitted connection; ternTimeout (with a sentence) once `d` passes.
   ternResult_t next(Deadline d, Admitted* out);
   // The same without an error once `d` passes (a listener that serves
-  // connections now and then: false is no failure).
+  // connections now and then: false is no failure).  A `d` already passed
+  // serves the bytes that are there without waiting for more.
   bool tryNext(Deadline d, Admitted* out);
   // The sockets of the handshakes under way (for a caller that polls them
   // with its own, and calls tryNext when one has bytes); true if any.

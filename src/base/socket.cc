@@ -25,8 +25,8 @@ Deadline deadlineAfter(double seconds) {
 
 // Rounded up: a wait on a deadline less than a millisecond away sleeps in
 // poll() for one, where 0 made every poll return at once, and a caller that
-// loops until its deadline (AuthGate::tryNext, the control thread's 1 ms
-// handshake service) spun a core for that last millisecond.
+// loops until its deadline (AuthGate::tryNext with a deadline 1 ms away)
+// spun a core for that last millisecond.
 int msLeft(Deadline d, int cap) {
   auto left = std::chrono::ceil<std::chrono::milliseconds>(d - Clock::now()).count();
   if (left < 0) return 0;

@@ -459,8 +459,11 @@ void ConnTable::takeLevelSocket(Admitted& a) {
 
 void ConnTable::admitSockets() {
   Admitted a;
-  // A short wait serves the handshakes under way; a timeout just means none is complete.
-  while (gate_->tryNext(deadlineAfter(0.001), &a)) {
+  // Serves the handshakes' bytes that are there, without waiting: the
+  // control thread's poll wakes on each handshake's socket (addPollFds), and
+  // control frames waited behind a 1 ms wait here on every wake-up while a
+  // handshake was under way.
+  while (gate_->tryNext(Clock::now(), &a)) {
     if (!a.trailer.empty() && a.trailer[0] == 0)
       admitControl(a);
     else
