@@ -67,7 +67,8 @@ def test_rounds_split_by_the_hosts_phase(capsys):
     assert [compare.phase_of(b, e) for b, e in [(60, 70), (250, 260), (60, 250), (None, 60)]] == \
         ["fast", "slow", "mixed", None]
     one = lambda t: {"tern": {1 << 20: (t, 1.0 / t, "default")}, "gloo": {1 << 20: (2.0, 0.5, "default")}}
-    compare.print_phases(2, [one(1.0), one(4.0), one(2.0)], [(60, 70), (250, 260), (60, 250)], "tern", ["gloo"])
+    rounds, phases = [one(1.0), one(4.0), one(2.0)], [(60, 70), (250, 260), (60, 250)]
+    compare.print_phases(2, rounds, phases, compare.phase_tables(rounds, phases, "tern", ["gloo"]), "tern")
     out = capsys.readouterr().out
     fast, slow = out.split("# fast phase only (1 of 3 rounds):")[1].split("# slow phase only (1 of 3 rounds):")
     assert "2.00x" in fast and "0.50x" in slow, out  # each from its own round: 2/1 and 2/4
@@ -79,7 +80,7 @@ def test_json_speedups_per_phase_and_their_plots(tmp_path):
     phase, and the speed-up of several collectives in one phase."""
     one = lambda t: {"tern": {1 << 20: (t, 1.0 / t, "default")}, "gloo": {1 << 20: (2.0, 0.5, "default")}}
     rounds, phases = [one(1.0), one(4.0), one(2.0), one(8.0)], [(60, 70), (250, 260), (60, 250), (270, 280)]
-    sp = compare.speedups(rounds, phases, "tern", ["gloo"])
+    sp = compare.speedups(compare.phase_tables(rounds, phases, "tern", ["gloo"]))
     assert sp["all"][str(1 << 20)] == {"ratios": [2.0, 0.5, 1.0, 0.25], "best": "gloo"}
     assert sp["fast"][str(1 << 20)]["ratios"] == [2.0] and sp["slow"][str(1 << 20)]["ratios"] == [0.5, 0.25]
     for coll in ("broadcast", "reduce"):
