@@ -6,6 +6,7 @@
 // and a peer that dies while its buffer is posted or before it is read, or
 // fails and takes its buffer back, is an error within the timeout on the
 // survivor, not a hang and not a silently wrong message.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -184,6 +186,62 @@ TEST(SingleCopyBroadcast, RanksThatBothThinkTheyAreTheRootFailAtOnce) {
                               ternCommAbort(comm);
                               return 0;
                             }, 1, 60));
+}
+
+// Voluntary context switches of this process's thread named `name` so far
+// (-1 if there is none).
+long switchesOf(const char* name) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return -1;
+  long n = -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string dir = std::string("/proc/self/task/") + e->d_name;
+    std::ifstream comm(dir + "/comm");
+    std::string who;
+    if (!std::getline(comm, who) || who != name) continue;
+    std::ifstream status(dir + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) n = std::stol(line.substr(24));
+  }
+  closedir(d);
+  return n;
+}
+
+// A group's send that goes single copy ends after its receive (the peer
+// reads the buffer while this rank reads the peer's): the caller, which
+// waits for the receive first, keeps the drive token for the send instead
+// of handing it to the progress thread and asking for it back, which
+// switched threads twice per call (perf/RESULTS.md, 2026-12-06: a group's
+// caller keeps the drive token for its next operation).
+TEST(SingleCopyGroup, TheCallerDrivesItsWholeGroupWithoutWakingTheProgressThread) {
+  expectAllRanksOk(
+      runRanks(2, transportEnv("shm", {{"TERN_SHM_DIRECT", std::to_string(kThreshold)}}), [](RankCtx& ctx) {
+        ternComm_t comm = ctx.comm(0);
+        const int peer = 1 - ctx.rank, calls = 200;
+        std::vector<uint8_t> out(256 << 10, uint8_t(ctx.rank + 1)), in(out.size());
+        auto once = [&] {
+          ternGroupStart();
+          ternSend(out.data(), out.size(), ternUint8, peer, comm, nullptr);
+          ternRecv(in.data(), in.size(), ternUint8, peer, comm, nullptr);
+          return ternGroupEnd();
+        };
+        for (int i = 0; i < 10; ++i)
+          if (once() != ternSuccess) return failf(ctx, "%s", ternGetLastError(comm));
+        const long before = switchesOf("tern-progress");
+        for (int i = 0; i < calls; ++i)
+          if (once() != ternSuccess) return failf(ctx, "%s", ternGetLastError(comm));
+        const long woken = switchesOf("tern-progress") - before;
+        if (before < 0) return failf(ctx, "no tern-progress thread found");
+        if (in[0] != peer + 1 || in.back() != peer + 1)
+          return failf(ctx, "received %d, want %d", in[0], peer + 1);
+        // Its timed naps may end a few times in the run; a hand-back
+        // per call woke it ~once per call.
+        if (woken > calls / 4)
+          return failf(ctx, "the progress thread switched in %ld times in %d calls", woken, calls);
+        ternCommDestroy(comm);
+        return 0;
+      }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, SingleCopy, ::testing::Values(2, 3),

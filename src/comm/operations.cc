@@ -39,9 +39,19 @@ void makeOp(Comm* c, const OpPtr& op, const CollArgs& args, std::unique_ptr<Task
 // order (the last failing operation's sentence stays, the first one's code
 // is returned), as before.
 ternResult_t waitAll(const IssuedOps& ops, bool hostOnly) {
+  auto waited = [&](size_t i) { return !(hostOnly && ops[i].second->streamMem); };
   for (size_t i = ops.size(); i-- > 0;) {
     auto& [c, op] = ops[i];
-    if (!(hostOnly && op->streamMem)) c->engine->wait(*op, nullptr);
+    if (!waited(i)) continue;
+    // The next one this thread waits for, if the same engine runs it: a
+    // caller that finishes this one keeps driving for it (Executor::wait).
+    const Operation* then = nullptr;
+    for (size_t j = i; j-- > 0;)
+      if (waited(j)) {
+        if (ops[j].first->engine == c->engine) then = ops[j].second.get();
+        break;
+      }
+    c->engine->wait(*op, nullptr, then);
   }
   ternResult_t first = ternSuccess;
   for (auto& issued : ops) {

@@ -75,9 +75,19 @@ bool Executor::admitForCaller(const std::vector<OpPtr>& ops, bool wake) {
 }
 
 // Runs the rounds while this thread holds the drive token, then lets go;
-// false when it handed the token to a more urgent waiter.
-bool Executor::driveHeld(const Operation* op) {
+// false when it handed the token to a more urgent waiter.  With `then` still
+// to finish, the token stays held for it: the caller's next wait drives it.
+// A group's send whose receiver reads the buffer itself (single copy) ends
+// after the receive that the caller waits for first, and handing back woke
+// the progress thread to drive it while the caller asked for the token
+// back: two context switches per call (perf/RESULTS.md, 2026-12-06: a
+// group's caller keeps the drive token for its next operation).
+bool Executor::driveHeld(const Operation* op, const Operation* then) {
   bool finished = driveUntil(op);
+  if (finished && then && !then->done.load()) {
+    token_.holdFor(then);
+    return true;
+  }
   if (finished && op)
     stepper_.handBack(token_, op->level);
   else
@@ -85,11 +95,12 @@ bool Executor::driveHeld(const Operation* op) {
   return finished;
 }
 
-ternResult_t Executor::wait(Operation& op, std::string* error) {
-  // submit() took the token for this operation (admitForCaller): drive.
+ternResult_t Executor::wait(Operation& op, std::string* error, const Operation* then) {
+  // submit() took the token for this operation (admitForCaller), or the
+  // wait for the one before kept it for this one: drive.
   if (token_.heldFor(&op)) {
     token_.holdFor(nullptr);
-    if (!driveHeld(&op)) std::this_thread::yield();  // handed over: let the urgent caller in
+    if (!driveHeld(&op, then)) std::this_thread::yield();  // handed over: let the urgent caller in
   }
   if (op.waiter == Operation::Waiter::kSleeps) {
     Waits::sleepOnDone(op);
@@ -98,7 +109,7 @@ ternResult_t Executor::wait(Operation& op, std::string* error) {
   if (op.waiter == Operation::Waiter::kAsync && waitAsync(op)) return Waits::finishWait(op, error);
   Clock::time_point spinUntil{};  // read when first needed: a caller that drives reads no clock
   while (!op.done.load()) {       // seq_cst: sleepUntil's side of the handshake in complete()
-    if (driveFor(op, &spinUntil)) break;
+    if (driveFor(op, then, &spinUntil)) break;
   }
   token_.served(op.level);  // an ask of ours left pending would hold the others back
   return Waits::finishWait(op, error);
@@ -136,7 +147,7 @@ bool Executor::waitAsync(Operation& op) {
 // and a dozen such threads took a third of the cores that the training's
 // compute needed (perf/RESULTS.md, 2026-11-28: PriorityScheduler, waiters
 // that spun, a benchmark model sized to its compute).
-bool Executor::driveFor(Operation& op, Clock::time_point* spinUntil) {
+bool Executor::driveFor(Operation& op, const Operation* then, Clock::time_point* spinUntil) {
   auto done = [&] { return op.done.load(); };
   bool got = token_.tryTakeAt(op.level);
   if (!got) {
@@ -149,7 +160,7 @@ bool Executor::driveFor(Operation& op, Clock::time_point* spinUntil) {
   }
   if (got) {
     token_.served(op.level);
-    if (driveHeld(&op)) return true;
+    if (driveHeld(&op, then)) return true;
     std::this_thread::yield();  // handed over: let the urgent caller in
   } else if (!done()) {
     waits_.sleepUntil(done);

@@ -42,8 +42,11 @@ class Executor {
   // progress thread must drive them.
   void submit(const std::vector<OpPtr>& ops, bool wake);
   // Waits for `op`, driving progress on this thread while nobody else does.
-  // Returns its result; *error gets its sentence.
-  ternResult_t wait(Operation& op, std::string* error);
+  // Returns its result; *error gets its sentence.  `then`: an operation of
+  // this engine the caller waits for next (a group's), for which a caller
+  // that drove `op` to its end keeps the drive token instead of handing it
+  // back (waking the progress thread only to take it back at once).
+  ternResult_t wait(Operation& op, std::string* error, const Operation* then = nullptr);
   // Drives every admitted operation to completion (or failure).
   void drain();
   // Stops the progress thread (after drain).
@@ -83,12 +86,12 @@ class Executor {
  private:
   bool admitForCaller(const std::vector<OpPtr>& ops, bool wake);
   bool waitAsync(Operation& op);
-  bool driveFor(Operation& op, Clock::time_point* spinUntil);
+  bool driveFor(Operation& op, const Operation* then, Clock::time_point* spinUntil);
   void loop();
   void listen();
   bool listenRounds();
   bool driveUntil(const Operation* op);  // false: it handed the token over
-  bool driveHeld(const Operation* op);
+  bool driveHeld(const Operation* op, const Operation* then = nullptr);
   void failOn(ternResult_t r);
 
   EngineHost& host_;
