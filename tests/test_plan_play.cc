@@ -265,7 +265,7 @@ class World {
       const bool greeted = out ? op.greetedOut.count(k) : op.greetedIn.count(k);
       uint64_t pos = out ? st.sendPos : st.recvPos;
       size_t desc = greeted ? 0 : 32;
-      size_t skip = alignUp(pos, desc ? k->recordAlign() : 8);
+      size_t skip = desc ? recordSkip(pos, k->recordAlign()) : alignUp(pos, 8);
       pos += skip + desc;
       skip += alignUp(pos, 8);
       (out ? st.sent : st.received).push_back({pos + alignUp(pos, 8), s.bytes});

@@ -505,5 +505,22 @@ TEST(Registry, AutoTakesUcxAcrossHostsOnlyWithRdma) {
   EXPECT_FALSE(autoUsesUcx("tcp", true, true));
 }
 
+// A descriptor starts on its stream's record alignment and never where it
+// and a header after it (64 bytes) would cross a 4 KiB boundary, on which
+// every fifo's wrap point lies; away from page ends it is plain alignment.
+TEST(RecordSkip, AlignsAndKeepsADescriptorAndItsHeaderWithinAPage) {
+  for (size_t align : {size_t(8), size_t(32)})
+    for (uint64_t pos = 0; pos < 3 * 4096; ++pos) {
+      const size_t skip = recordSkip(pos, align);
+      const uint64_t at = pos + skip;
+      ASSERT_EQ(at % align, 0u) << pos;
+      ASSERT_LE(at % 4096 + 64, 4096u) << pos << " align " << align;
+      ASSERT_LT(skip, align + 64) << pos;
+      if ((pos + alignUp(pos, align)) % 4096 <= 4096 - 64) ASSERT_EQ(skip, alignUp(pos, align)) << pos;
+    }
+  EXPECT_EQ(recordSkip(40, 8), 0u);     // an 8-byte message's successor follows at once
+  EXPECT_EQ(recordSkip(4040, 8), 56u);  // 4040 + 64 would cross the page: to 4096
+}
+
 }  // namespace
 }  // namespace tern

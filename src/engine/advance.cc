@@ -38,7 +38,7 @@ constexpr size_t kFeedBurst = 16 << 10;
 void lay(Lead& l, const Conn* c, uint64_t pos, bool greetedAlready, const Step& s, uint32_t unit) {
   const bool direct = directCandidate(s);
   l.desc = greetedAlready ? 0 : sizeof(OpDesc);
-  l.skip = alignUp(pos, l.desc ? c->recordAlign() : direct ? 32 : s.codec ? 16 : 8);
+  l.skip = l.desc ? recordSkip(pos, c->recordAlign()) : alignUp(pos, direct ? 32 : s.codec ? 16 : 8);
   pos += l.skip + l.desc;
   l.hdr = direct ? sizeof(DirectHeader) : s.codec ? sizeof(StepHeader) : 0;
   l.skip2 = direct ? 0 : s.codec ? alignUp(pos + l.hdr, unit) : alignUp(pos, 8);
@@ -109,7 +109,7 @@ ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
   // under us, so align from where the stream is now.
   const bool between = !s.in || i.desc == 0 || !beingRead(s.in, &op);
   if (s.in && between) {
-    if (i.desc) i.skip = alignUp(s.in->recvPos(), s.in->recordAlign());
+    if (i.desc) i.skip = recordSkip(s.in->recvPos(), s.in->recordAlign());
     skipIn(s.in, &i.skip);
     if (i.skip == 0) TERN_CHECK(readDesc(op, s.in, &i.desc));
     if (i.skip + i.desc == 0)

@@ -10,7 +10,7 @@ namespace tern {
 
 bool peekPast(Conn* in, OpDesc* d, bool* owed) {
   for (;;) {
-    size_t pad = alignUp(in->recvPos(), in->recordAlign());
+    size_t pad = recordSkip(in->recvPos(), in->recordAlign());
     skipIn(in, &pad);
     if (pad != 0 || !peekRecord(in, d)) return false;
     *owed = false;

@@ -200,16 +200,36 @@ struct PlanCtx {
 };
 
 // Every message starts aligned on its stream: dense payloads to 8 bytes,
-// descriptors to 32 (Conn::recordAlign), codec headers to 16 and codec groups
-// to their unit.  Fifo capacities are multiples of every unit
-// (ternaryFifoQuantum), so an element, a descriptor, a header or a group never
-// straddles the wrap point and is always one contiguous read.  The padding
+// descriptors to the stream's record alignment (Conn::recordAlign: 32, or 8
+// on shared memory) and never across a 4 KiB boundary (recordSkip), codec
+// headers to 16 and codec groups to their unit.  Fifo capacities are
+// multiples of every unit (ternaryFifoQuantum), so an element, a descriptor,
+// a header or a group never straddles the wrap point and is always one
+// contiguous read.  The padding
 // from stream position `pos` to the next multiple of `a`:
 // Alignments are powers of two but for codec groups (their unit): a mask
 // then, not two 64-bit divisions (tens of cycles each on the small path).
 inline size_t alignUp(uint64_t pos, size_t a) {
   if ((a & (a - 1)) == 0) return static_cast<size_t>(-pos & (a - 1));
   return static_cast<size_t>((a - pos % a) % a);
+}
+
+// The padding before a descriptor at stream position `pos`: to the stream's
+// record alignment (Conn::recordAlign), and on to the next 4 KiB where the
+// descriptor and the header that may follow it (a single-copy or codec step's,
+// 32 bytes at most) would otherwise cross one.  A fifo's wrap point always
+// lies on a multiple of 4 KiB (capacities and granules are multiples of the
+// page: ternaryFifoQuantum, and a ring restarts on a granule), so neither
+// straddles it, also on shared memory, whose records align to 8 bytes only:
+// an 8-byte message and its descriptor (40 bytes) then take 40 bytes of a
+// line, not 64, and the next call's message starts in a line the reader
+// already has (perf/RESULTS.md, 2026-12-06: small messages packed).
+inline size_t recordSkip(uint64_t pos, size_t align) {
+  constexpr uint64_t kPage = 4096, kRecordAndHeader = 64;
+  size_t skip = alignUp(pos, align);
+  const uint64_t at = (pos + skip) & (kPage - 1);
+  if (at > kPage - kRecordAndHeader) skip += static_cast<size_t>(kPage - at);
+  return skip;
 }
 
 // Whether a step carries a direct header: a direct step at least as large as

@@ -83,7 +83,7 @@ struct Head {
   size_t bytes() const { return skip + desc; }
 };
 inline Head headOf(size_t align, uint64_t pos, bool greeted) {
-  return greeted ? Head{alignUp(pos, 8), 0} : Head{alignUp(pos, align), sizeof(OpDesc)};
+  return greeted ? Head{alignUp(pos, 8), 0} : Head{recordSkip(pos, align), sizeof(OpDesc)};
 }
 
 enum class Try { kDone, kWait, kEngine };
@@ -122,7 +122,7 @@ inline void runWhole(const MemOps& mem, const Step& s, const char* in, char* out
 inline bool payOwedWhole(const Stream& st, Conn* in) {
   OwedDescs& owed = marks(in).owed;
   while (!owed.empty()) {
-    const size_t skip = alignUp(st.recvPos(), st.recordAlign()), n = skip + sizeof(OpDesc);
+    const size_t skip = recordSkip(st.recvPos(), st.recordAlign()), n = skip + sizeof(OpDesc);
     const char* ip;
     if (!foundAhead(st, owed.front(), n, skip, &ip)) return false;
     st.recvConsume(n);
@@ -157,7 +157,7 @@ inline Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
   if (!owed.empty() && !owed.full()) return Heard::kNotYet;
   const Stream st(in);
   if (!payOwedWhole(st, in)) return owed.full() ? hear(in, mine, theirs) : Heard::kNotYet;
-  const size_t skip = alignUp(st.recvPos(), st.recordAlign()), n = skip + sizeof(OpDesc);
+  const size_t skip = recordSkip(st.recvPos(), st.recordAlign()), n = skip + sizeof(OpDesc);
   const char* ip;
   if (foundAhead(st, mine, n, skip, &ip)) {
     st.recvConsume(n);

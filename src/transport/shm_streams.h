@@ -12,7 +12,8 @@
 namespace tern {
 
 struct ShmStreams {
-  static constexpr size_t kRecordAlign = 32;  // where a message's descriptor starts (Conn::recordAlign)
+  static constexpr size_t kRecordAlign =
+      8;  // where a message's descriptor starts (Conn::recordAlign, recordSkip)
   Fifo send, recv;
   uint64_t fetched = 0;  // stream position up to which the receive side prefetched
 

@@ -124,9 +124,10 @@ class Conn {
   // Send side: contiguous free space (may be 0), then commit what was written.
   virtual size_t sendSpace(char** p) = 0;
   virtual void sendCommit(size_t n) = 0;
-  // Where a message's descriptor starts on the stream (a multiple of this):
-  // 32 keeps it from straddling a fifo's wrap point; the LL stream gathers
-  // into a private buffer and needs only 8 (no padding to send).
+  // Where a message's descriptor starts on the stream (a multiple of this,
+  // and never across a multiple of 4 KiB: recordSkip, engine/program.h).
+  // Shared memory packs small messages with 8; the LL stream gathers into a
+  // private buffer and needs only 8 too (no padding to send).
   virtual size_t recordAlign() const { return 32; }
   // Makes what was committed visible to the peer (the LL stream gathers a
   // message's commits into one store per line; others publish on commit).
