@@ -212,8 +212,9 @@ long switchesOf(const char* name) {
 // reads the buffer while this rank reads the peer's): the caller, which
 // waits for the receive first, keeps the drive token for the send instead
 // of handing it to the progress thread and asking for it back, which
-// switched threads twice per call (perf/RESULTS.md, 2026-12-06: a group's
-// caller keeps the drive token for its next operation).
+// switched threads twice per call (perf/RESULTS.md, 2026-12-06: the fast
+// phase against 1937317, small messages packed, a group keeps the drive
+// token, and what is left short).
 TEST(SingleCopyGroup, TheCallerDrivesItsWholeGroupWithoutWakingTheProgressThread) {
   expectAllRanksOk(
       runRanks(2, transportEnv("shm", {{"TERN_SHM_DIRECT", std::to_string(kThreshold)}}), [](RankCtx& ctx) {

@@ -80,8 +80,9 @@ bool Executor::admitForCaller(const std::vector<OpPtr>& ops, bool wake) {
 // A group's send whose receiver reads the buffer itself (single copy) ends
 // after the receive that the caller waits for first, and handing back woke
 // the progress thread to drive it while the caller asked for the token
-// back: two context switches per call (perf/RESULTS.md, 2026-12-06: a
-// group's caller keeps the drive token for its next operation).
+// back: two context switches per call (perf/RESULTS.md, 2026-12-06: the
+// fast phase against 1937317, small messages packed, a group keeps the
+// drive token, and what is left short).
 bool Executor::driveHeld(const Operation* op, const Operation* then) {
   bool finished = driveUntil(op);
   if (finished && then && !then->done.load()) {

@@ -223,7 +223,9 @@ inline size_t alignUp(uint64_t pos, size_t a) {
 // straddles it, also on shared memory, whose records align to 8 bytes only:
 // an 8-byte message and its descriptor (40 bytes) then take 40 bytes of a
 // line, not 64, and the next call's message starts in a line the reader
-// already has (perf/RESULTS.md, 2026-12-06: small messages packed).
+// already has (perf/RESULTS.md, 2026-12-06: the fast phase against 1937317,
+// small messages packed, a group keeps the drive token, and what is left
+// short).
 inline size_t recordSkip(uint64_t pos, size_t align) {
   constexpr uint64_t kPage = 4096, kRecordAndHeader = 64;
   size_t skip = alignUp(pos, align);
