@@ -89,8 +89,6 @@ class SimConn final : public InertConn {
   std::unique_ptr<SimConn> sibling_;
 };
 
-inline size_t alignUp(uint64_t pos, size_t a) { return static_cast<size_t>((a - pos % a) % a); }
-
 // One rank's copy of one operation, and where its programs stand.
 struct SimOp {
   CollArgs args;

@@ -122,10 +122,10 @@ inline void runWhole(const MemOps& mem, const Step& s, const char* in, char* out
 inline bool payOwedWhole(const Stream& st, Conn* in) {
   OwedDescs& owed = marks(in).owed;
   while (!owed.empty()) {
-    const size_t skip = recordSkip(st.recvPos(), st.recordAlign()), n = skip + sizeof(OpDesc);
+    const Head h = headOf(st.recordAlign(), st.recvPos(), false);  // a lone descriptor
     const char* ip;
-    if (!foundAhead(st, owed.front(), n, skip, &ip)) return false;
-    st.recvConsume(n);
+    if (!foundAhead(st, owed.front(), h.bytes(), h.skip, &ip)) return false;
+    st.recvConsume(h.bytes());
     owed.pop();
   }
   return true;
@@ -157,13 +157,13 @@ inline Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
   if (!owed.empty() && !owed.full()) return Heard::kNotYet;
   const Stream st(in);
   if (!payOwedWhole(st, in)) return owed.full() ? hear(in, mine, theirs) : Heard::kNotYet;
-  const size_t skip = recordSkip(st.recvPos(), st.recordAlign()), n = skip + sizeof(OpDesc);
+  const Head h = headOf(st.recordAlign(), st.recvPos(), false);  // our descriptor, alone
   const char* ip;
-  if (foundAhead(st, mine, n, skip, &ip)) {
-    st.recvConsume(n);
+  if (foundAhead(st, mine, h.bytes(), h.skip, &ip)) {
+    st.recvConsume(h.bytes());
     return Heard::kMatched;
   }
-  return owed.full() || oursAhead(st, mine, n, skip) ? hear(in, mine, theirs) : Heard::kNotYet;
+  return owed.full() || oursAhead(st, mine, h.bytes(), h.skip) ? hear(in, mine, theirs) : Heard::kNotYet;
 }
 
 // One step, whole: kWait while the peer's message has not all arrived,

@@ -12,8 +12,8 @@
 namespace tern {
 
 struct ShmStreams {
-  static constexpr size_t kRecordAlign =
-      8;  // where a message's descriptor starts (Conn::recordAlign, recordSkip)
+  // Where a message's descriptor starts (Conn::recordAlign, recordSkip).
+  static constexpr size_t kRecordAlign = 8;
   Fifo send, recv;
   uint64_t fetched = 0;  // stream position up to which the receive side prefetched
 
