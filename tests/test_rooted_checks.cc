@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int kAhead = 8;  // OwedDescs::kMax (engine/op_desc.h)
+constexpr int kAhead = 64;  // OwedDescs::kMax (engine/op_desc.h)
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 

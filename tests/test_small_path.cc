@@ -110,35 +110,50 @@ INSTANTIATE_TEST_SUITE_P(Shm, SmallPath,
                                   (off < 0 ? std::string("allOn") : "rank" + std::to_string(off) + "Off");
                          });
 
-// Rank 1 comes 20 ms late to each call: rank 0's steps wait past the spin,
-// the engine takes them over where they stood, and the results are right.
 // Shared memory packs small messages: a descriptor starts on any 8-byte
-// boundary that keeps it and a header within the 4 KiB page (recordSkip), so
-// an 8-byte broadcast's message and its descriptor take 40 bytes of the
-// root's stream, where a 32-byte alignment took 64 (one cache line per call
-// for the receiver to miss on).  Counted from the bytes the root committed.
-TEST(SmallPathPacking, AnEightByteBroadcastTakesFortyBytesOfItsStream) {
-  expectAllRanksOk(runRanks(2, transportEnv("shm"), [](RankCtx& ctx) {
-    ternComm_t comm = ctx.comm(0);
-    const int calls = 1000;
-    double v = ctx.rank == 0 ? 3.0 : 0.0;
-    ternCommStats_t before{}, after{};
-    if (ternBroadcast(&v, &v, 1, ternFloat64, 0, comm, nullptr) != ternSuccess) return failf(ctx, "warm-up");
-    ternCommGetStats(comm, &before);
-    for (int i = 0; i < calls; ++i)
-      if (ternBroadcast(&v, &v, 1, ternFloat64, 0, comm, nullptr) != ternSuccess)
-        return failf(ctx, "broadcast: %s", ternGetLastError(comm));
-    ternCommGetStats(comm, &after);
-    if (v != 3.0) return failf(ctx, "received %g, want 3", v);
-    const double perCall = double(after.bytesSent - before.bytesSent) / calls;
-    // The root: 40 bytes a message, and at most 64 of padding per 4 KiB page.
-    if (ctx.rank == 0 && (perCall < 40 || perCall > 41))
-      return failf(ctx, "the root committed %.2f bytes a call, want 40 (packed)", perCall);
-    ternCommDestroy(comm);
-    return 0;
-  }));
+// boundary that keeps it and a header within the 4 KiB page (recordSkip), and
+// a call that repeats the stream's last but for its seq sends its descriptor
+// as one word (op_desc.h, kRepeatTag), so an 8-byte broadcast's message takes
+// 16 bytes of the root's stream, four calls to a cache line, where a whole
+// descriptor took 40 and a 32-byte alignment 64.  Counted from the bytes the
+// root committed, on both paths (the root's small path on or off), and with
+// the calls alternating between two counts, where every descriptor goes
+// whole and the results must still be right.
+TEST(SmallPathPacking, AnEightByteBroadcastTakesSixteenBytesOfItsStream) {
+  for (int off : {-1, 0})
+    for (bool alternate : {false, true}) {
+      SCOPED_TRACE(std::string(off < 0 ? "path on" : "root's path off") + (alternate ? ", alternating" : ""));
+      expectAllRanksOk(runRanks(2, transportEnv("shm"), [&](RankCtx& ctx) {
+        ternComm_t comm = commWithPathOffOn(ctx, off);
+        const int calls = 1000;
+        double v[2] = {ctx.rank == 0 ? 3.0 : 0.0, ctx.rank == 0 ? 4.0 : 0.0};
+        ternCommStats_t before{}, after{};
+        if (ternBroadcast(v, v, 1, ternFloat64, 0, comm, nullptr) != ternSuccess)
+          return failf(ctx, "warm-up");
+        ternCommGetStats(comm, &before);
+        for (int i = 0; i < calls; ++i) {
+          if (ctx.rank == 1) v[0] = v[1] = 0.0;
+          const size_t count = alternate ? 1 + i % 2 : 1;
+          if (ternBroadcast(v, v, count, ternFloat64, 0, comm, nullptr) != ternSuccess)
+            return failf(ctx, "broadcast: %s", ternGetLastError(comm));
+          if (v[0] != 3.0 || (count == 2 && v[1] != 4.0))
+            return failf(ctx, "call %d received %g %g, want 3 4", i, v[0], v[1]);
+        }
+        ternCommGetStats(comm, &after);
+        const double perCall = double(after.bytesSent - before.bytesSent) / calls;
+        // The root: 16 bytes a message (whole descriptors: 32 + 8 and 32 +
+        // 16 bytes in turn, 44), and at most 64 of padding per 4 KiB page.
+        const double want = alternate ? 44 : 16;
+        if (ctx.rank == 0 && (perCall < want || perCall > want + 1))
+          return failf(ctx, "the root committed %.2f bytes a call, want %.0f", perCall, want);
+        ternCommDestroy(comm);
+        return 0;
+      }));
+    }
 }
 
+// Rank 1 comes 20 ms late to each call: rank 0's steps wait past the spin,
+// the engine takes them over where they stood, and the results are right.
 TEST(SmallPathHandOver, LatePeerHandsOverAndTheResultIsRight) {
   auto body = [&](RankCtx& ctx) {
     Checker c{ctx, ctx.comm()};
@@ -181,23 +196,30 @@ const Mismatch kMismatches[] = {
      "(max)"},
 };
 
+// After many warm-ups alike, rank 1's "allreduce of 3" repeats its last
+// descriptor in one word (op_desc.h, kRepeatTag), which rank 0 must rebuild
+// to name it; one rank's path off: the engine reads it.
 TEST(SmallPathMismatch, DifferentCallsAreInvalidUsageNamingBoth) {
-  for (const Mismatch& m : kMismatches) {
-    SCOPED_TRACE(m.name);
-    auto body = [&](RankCtx& ctx) {
-      ternComm_t comm = ctx.comm();
-      std::vector<int32_t> x(64, 1);
-      if (ternAllReduce(x.data(), x.data(), 8, ternInt32, ternSum, comm, nullptr) != ternSuccess)
-        return failf(ctx, "warm-up failed");
-      ternResult_t r = m.call(comm, ctx.rank, x);
-      std::string err = ternGetLastError(comm);
-      if (r != ternInvalidUsage || err.find("called") == std::string::npos ||
-          (ctx.rank == 0 && err.find(m.evidence) == std::string::npos))
-        return failf(ctx, "%s gave %s: %s", m.name, ternGetErrorString(r), err.c_str());
-      return ternCommAbort(comm) == ternSuccess ? 0 : 1;
-    };
-    expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "30"}}), body, 1, 60));
-  }
+  for (const Mismatch& m : kMismatches)
+    for (int warmups : {1, 50})
+      for (int off : {-1, 0, 1}) {
+        SCOPED_TRACE(std::string(m.name) + ", " + std::to_string(warmups) + " warm-ups, path off on rank " +
+                     std::to_string(off));
+        auto body = [&](RankCtx& ctx) {
+          ternComm_t comm = commWithPathOffOn(ctx, off);
+          std::vector<int32_t> x(64, 1);
+          for (int k = 0; k < warmups; ++k)
+            if (ternAllReduce(x.data(), x.data(), 3, ternInt32, ternSum, comm, nullptr) != ternSuccess)
+              return failf(ctx, "warm-up failed");
+          ternResult_t r = m.call(comm, ctx.rank, x);
+          std::string err = ternGetLastError(comm);
+          if (r != ternInvalidUsage || err.find("called") == std::string::npos ||
+              (ctx.rank == 0 && err.find(m.evidence) == std::string::npos))
+            return failf(ctx, "%s gave %s: %s", m.name, ternGetErrorString(r), err.c_str());
+          return ternCommAbort(comm) == ternSuccess ? 0 : 1;
+        };
+        expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", "30"}}), body, 1, 60));
+      }
 }
 
 // A dead peer: an error at once; a stalled one: ternTimeout without

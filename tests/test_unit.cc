@@ -522,5 +522,63 @@ TEST(RecordSkip, AlignsAndKeepsADescriptorAndItsHeaderWithinAPage) {
   EXPECT_EQ(recordSkip(4040, 8), 56u);  // 4040 + 64 would cross the page: to 4096
 }
 
+// A descriptor by reference (op_desc.h, kRepeatTag): which descriptors
+// repeat the stream's last, and a reader rebuilding each from the last it
+// heard, whole or repeated, across the 47-bit wrap of the word's seq.
+OpDesc descWithSeq(uint64_t seq) {
+  OpDesc d;
+  d.magic = kDescMagic;
+  d.kind = 3, d.dtype = 7, d.level = 2, d.root = 1, d.rank = 0, d.count = 5, d.seq = seq;
+  return d;
+}
+
+TEST(RepeatedDescriptor, OnlyALaterSeqOfTheSameCallRepeats) {
+  const OpDesc last = descWithSeq(10);
+  EXPECT_TRUE(repeats(last, descWithSeq(11)));
+  EXPECT_TRUE(repeats(last, descWithSeq(10 + kRepeatSeqMask)));
+  EXPECT_FALSE(repeats(last, descWithSeq(11 + kRepeatSeqMask)));  // its low bits would name an earlier seq
+  EXPECT_FALSE(repeats(last, descWithSeq(10)));
+  EXPECT_FALSE(repeats(last, descWithSeq(9)));
+  OpDesc other = descWithSeq(11);
+  other.count = 6;
+  EXPECT_FALSE(repeats(last, other));
+  other = descWithSeq(11), other.root = 0;
+  EXPECT_FALSE(repeats(last, other));
+  EXPECT_FALSE(repeats(OpDesc{}, descWithSeq(11)));  // nothing on the stream yet
+  EXPECT_EQ(descBytesAfter(last, descWithSeq(12)), kRepeatBytes);
+  EXPECT_EQ(descBytesAfter(last, other), sizeof(OpDesc));
+}
+
+TEST(RepeatedDescriptor, AReaderRebuildsWhatTheWriterMeant) {
+  for (uint64_t base : {uint64_t{0}, kRepeatSeqMask - 3, uint64_t{7} << 50}) {
+    const OpDesc heard = descWithSeq(base);
+    for (uint64_t step : {uint64_t{1}, uint64_t{2}, uint64_t{1000}, kRepeatSeqMask}) {
+      const OpDesc sent = descWithSeq(base + step);
+      ASSERT_TRUE(repeats(heard, sent));
+      for (bool whole : {false, true}) {  // the small path's word and the engine's
+        char wire[sizeof(OpDesc)];
+        uint64_t w = repeatWord(sent) | (whole ? kSeqWhole : 0);
+        memcpy(wire, &w, sizeof w);
+        OpDesc got;
+        ASSERT_EQ(descRecordAt(wire, kRepeatBytes - 1, heard, &got), 0u);  // not all come
+        ASSERT_EQ(descRecordAt(wire, kRepeatBytes, heard, &got), kRepeatBytes);
+        EXPECT_EQ(memcmp(&got, &sent, sizeof got), 0) << base << " + " << step;
+      }
+    }
+  }
+  const OpDesc other = descWithSeq(3);
+  char wire[sizeof(OpDesc)];
+  memcpy(wire, &other, sizeof other);
+  OpDesc got;
+  EXPECT_EQ(descRecordAt(wire, sizeof(OpDesc) - 1, descWithSeq(1), &got), 0u);
+  ASSERT_EQ(descRecordAt(wire, sizeof(OpDesc), descWithSeq(1), &got), sizeof(OpDesc));
+  EXPECT_EQ(memcmp(&got, &other, sizeof got), 0);
+  // The small path's words: where a record's last word lies, what it reads.
+  EXPECT_EQ(wholeWord(other, sizeof(OpDesc)), 3 | kSeqWhole);
+  EXPECT_EQ(wholeWord(other, kRepeatBytes), repeatWord(other) | kSeqWhole);
+  markWhole(wire, kRepeatBytes, wholeWord(other, kRepeatBytes));
+  EXPECT_EQ(wholeWordIn(wire, kRepeatBytes), repeatWord(other) | kSeqWhole);
+}
+
 }  // namespace
 }  // namespace tern

@@ -72,9 +72,13 @@ ternResult_t readDesc(Operation& op, Conn* in, size_t* left) {
   return ternSuccess;
 }
 
-void writeDesc(Operation& op, Conn* out, size_t* left) {
-  if (*left == 0 || !putRecord(out, op.desc)) return;
-  op.greetedOut.push_back(out);
+// A plain step's descriptor may repeat the stream's last in one word
+// (op_desc.h, kRepeatTag); one with a header after it goes whole, so the
+// reader, which learns the record's length only as it reads it, lays the
+// header and its padding out as the writer did (lay).
+void writeDesc(Operation& op, const Step& s, bool plain, size_t* left) {
+  if (*left == 0 || !putDesc(s.out, op.desc, plain)) return;
+  op.greetedOut.push_back(s.out);
   *left = 0;
 }
 
@@ -118,7 +122,7 @@ ternResult_t prologue(Operation& op, Program& p, const Step& s, bool* ready) {
   }
   if (s.out) {
     padOut(s.out, &o.skip);
-    if (o.skip == 0) writeDesc(op, s.out, &o.desc);
+    if (o.skip == 0) writeDesc(op, s, !direct && !s.codec, &o.desc);
     if (o.skip + o.desc == 0) direct ? writeDirect(op, p, s, &o.hdr) : writeHeader(s, s.out, &o.hdr);
     if (o.skip + o.desc + o.hdr == 0) padOut(s.out, &o.skip2);
   }

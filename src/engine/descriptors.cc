@@ -8,11 +8,28 @@
 
 namespace tern {
 
-bool peekPast(Conn* in, OpDesc* d, bool* owed) {
+void takeDesc(Conn* in, const OpDesc& d, size_t bytes) {
+  in->recvConsume(bytes);
+  marks(in).heard = d;
+}
+
+bool putDesc(Conn* out, const OpDesc& d, bool mayRepeat) {
+  StreamMarks& m = marks(out);
+  const bool ok = mayRepeat && repeats(m.sent, d) ? putRecord(out, repeatWord(d)) : putRecord(out, d);
+  if (ok) m.sent = d;
+  return ok;
+}
+
+bool peekPast(Conn* in, OpDesc* d, bool* owed, size_t* bytes) {
+  size_t len;
+  if (!bytes) bytes = &len;
   for (;;) {
     size_t pad = recordSkip(in->recvPos(), in->recordAlign());
     skipIn(in, &pad);
-    if (pad != 0 || !peekRecord(in, d)) return false;
+    if (pad != 0) return false;
+    const char* ip;
+    const size_t avail = in->recvAvail(&ip);
+    if (!(*bytes = descRecordAt(ip, avail, marks(in).heard, d))) return false;
     *owed = false;
     OwedDescs& owing = marks(in).owed;
     if (owing.empty()) return true;
@@ -24,7 +41,7 @@ bool peekPast(Conn* in, OpDesc* d, bool* owed) {
       *owed = true;
       return true;
     }
-    in->recvConsume(sizeof *d);
+    takeDesc(in, *d, *bytes);
     owing.pop();
   }
 }
@@ -36,12 +53,13 @@ bool peekDesc(Conn* in, OpDesc* d) {
 
 Heard hear(Conn* in, const OpDesc& mine, OpDesc* theirs) {
   bool owed;
-  if (!peekPast(in, theirs, &owed)) return Heard::kNotYet;
+  size_t bytes;
+  if (!peekPast(in, theirs, &owed, &bytes)) return Heard::kNotYet;
   if (owed) return Heard::kOwedMismatch;
   if (theirs->magic == kDescMagic && theirs->kind != mine.kind && opKind(theirs->kind).interleaved)
     return Heard::kNotYet;
   if (!descMatches(mine, *theirs)) return Heard::kMismatch;
-  in->recvConsume(sizeof *theirs);
+  takeDesc(in, *theirs, bytes);
   return Heard::kMatched;
 }
 

@@ -15,10 +15,19 @@ namespace tern {
 // stream owes (StreamMarks::owed) are consumed first as they arrive and match;
 // *owed: the head is an owed one that does not match (a mismatch to report).
 // Only where a new operation starts on that stream (nobody is reading it).
-bool peekPast(Conn* in, OpDesc* d, bool* owed);
+// *bytes: the record's length on the stream (a whole descriptor, or a
+// repeat of the last: op_desc.h, kRepeatTag), for takeDesc.
+bool peekPast(Conn* in, OpDesc* d, bool* owed, size_t* bytes = nullptr);
 // The same, for a look at what comes next (false also for a head that is
 // not a descriptor).
 bool peekDesc(Conn* in, OpDesc* d);
+
+// Consumes the descriptor record of `bytes` peeked at the head of `in`,
+// and keeps it as the one the next may repeat.
+void takeDesc(Conn* in, const OpDesc& d, size_t bytes);
+// Writes `d` at the tail of `out`, a repeat of the stream's last where it is
+// one and `mayRepeat` (a plain step's), if the fifo has room; false if not.
+bool putDesc(Conn* out, const OpDesc& d, bool mayRepeat);
 
 // The peer's descriptor on `in` checked against `mine` and, when it
 // matches, consumed (after the owed ones, see peekPast).  kNotYet also when

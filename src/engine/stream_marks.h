@@ -35,6 +35,9 @@ struct alignas(64) StreamMarks final : Conn::Attached {
   // The peer's descriptors this stream still owes: read and checked before
   // anything else on it (descriptors.cc, peekPast).
   OwedDescs owed;
+  // The last descriptor written on the stream / taken off it, whole: what
+  // the next may repeat in one word (op_desc.h, kRepeatTag).
+  OpDesc sent, heard;
   uint64_t directPosted = 0;  // sender: bytes posted for direct reads so far
   uint64_t directSeen = 0;    // receiver: bytes of posted transfers announced so far (the tickets)
   unsigned pathsLogged = 0;   // which transfer paths were logged at INFO (direct_transfer.cc)

@@ -49,6 +49,7 @@ class Stream {
  public:
   explicit Stream(Conn* c) : c_(c), io_(c ? c->shm : nullptr) {}
   explicit operator bool() const { return c_ != nullptr; }
+  Conn* conn() const { return c_; }
   size_t recordAlign() const { return io_ ? ShmStreams::kRecordAlign : c_->recordAlign(); }
   uint64_t recvPos() const { return io_ ? io_->recvPos() : c_->recvPos(); }
   uint64_t sendPos() const { return io_ ? io_->sendPos() : c_->sendPos(); }
@@ -76,14 +77,42 @@ class Stream {
 };
 
 // What stands on a stream before a step's payload: padding to the record
-// alignment and the operation's descriptor on its first use of the stream,
-// else padding to 8 bytes.
+// alignment and the operation's descriptor record (`desc` bytes: whole, or a
+// repeat of the stream's last) on its first use of the stream, else (`desc`
+// 0) padding to 8 bytes.
 struct Head {
   size_t skip, desc;
   size_t bytes() const { return skip + desc; }
 };
-inline Head headOf(size_t align, uint64_t pos, bool greeted) {
-  return greeted ? Head{alignUp(pos, 8), 0} : Head{recordSkip(pos, align), sizeof(OpDesc)};
+inline Head headOf(size_t align, uint64_t pos, size_t desc) {
+  return desc ? Head{recordSkip(pos, align), desc} : Head{alignUp(pos, 8), 0};
+}
+
+// Where the path polls for the peer's descriptor that matches `mine`: the
+// record's length and the word that ends it once the message is whole
+// (op_desc.h, markWhole).  A guess from the last descriptor heard on the
+// stream: the peer's repeats it in one word where it, with mine's seq,
+// matches mine; else it comes whole.  A wrong guess costs a read of the
+// record where it lies (descRecordAt), never a wrong match: a repeat's word
+// carries its seq, so it equals `word` only for `next`, which matches.
+struct Expect {
+  size_t bytes;
+  uint64_t word;
+  OpDesc next;  // the peer's descriptor, if it repeats
+};
+inline Expect expectOn(Conn* in, const OpDesc& mine) {
+  Expect e{sizeof(OpDesc), mine.seq | kSeqWhole, marks(in).heard};
+  e.next.seq = mine.seq;
+  if (repeats(marks(in).heard, e.next) && descMatches(mine, e.next))
+    e.bytes = kRepeatBytes, e.word = repeatWord(mine) | kSeqWhole;
+  return e;
+}
+
+// Consumes `n` bytes from a step's input stream, a descriptor `d` heard
+// among them (the one the next may repeat).
+inline void takeWith(const Stream& st, const OpDesc& d, size_t n) {
+  st.recvConsume(n);
+  marks(st.conn()).heard = d;
 }
 
 enum class Try { kDone, kWait, kEngine };
@@ -100,17 +129,22 @@ inline void runWhole(const MemOps& mem, const Step& s, const char* in, char* out
 }
 
 // Whether the message a step greets its input stream with is all there,
-// read where the stream's next bytes lie (Conn::recvAhead) by its seq word
-// (kSeqWhole, written last): the fifo's head, another line the writer
-// stores to, is then not read at all.  Only a whole descriptor that matches
-// ours counts; anything else (bytes not come, a message the engine wrote, a
-// stale one, a mismatch) leaves the reading to the head, as before.  *ip:
-// the message's first byte (its padding).
-[[gnu::always_inline]] inline bool foundAhead(const Stream& c, const OpDesc& desc, size_t bytes, size_t skip,
-                                              const char** ip) {
+// read where the stream's next bytes lie (Conn::recvAhead) by the word that
+// ends its descriptor record (kSeqWhole, written last): the fifo's head,
+// another line the writer stores to, is then not read at all.  Only the
+// record expected (expectOn) with a descriptor that matches ours counts;
+// anything else (bytes not come, a message the engine wrote, a stale one, a
+// mismatch, a record other than the one guessed) leaves the reading to the
+// head.  *ip: the message's first byte (its padding); *theirs: the peer's
+// descriptor, for takeWith.
+[[gnu::always_inline]] inline bool foundAhead(const Stream& c, const OpDesc& mine, const Expect& e,
+                                              size_t skip, size_t payload, const char** ip, OpDesc* theirs) {
+  const size_t bytes = skip + e.bytes + payload;
   if (c.recvAhead(ip) < bytes) return false;
   const char* d = *ip + skip;
-  if (wholeSeq(d) != (desc.seq | kSeqWhole) || !descMatches(desc, descAt(d))) return false;
+  if (wholeWordIn(d, e.bytes) != e.word) return false;
+  *theirs = e.bytes == kRepeatBytes ? e.next : descAt(d);
+  if (e.bytes != kRepeatBytes && !descMatches(mine, *theirs)) return false;
   c.recvFound(*ip, bytes);
   return true;
 }
@@ -122,10 +156,12 @@ inline void runWhole(const MemOps& mem, const Step& s, const char* in, char* out
 inline bool payOwedWhole(const Stream& st, Conn* in) {
   OwedDescs& owed = marks(in).owed;
   while (!owed.empty()) {
-    const Head h = headOf(st.recordAlign(), st.recvPos(), false);  // a lone descriptor
+    const Expect e = expectOn(in, owed.front());
+    const Head h = headOf(st.recordAlign(), st.recvPos(), e.bytes);  // a lone descriptor
     const char* ip;
-    if (!foundAhead(st, owed.front(), h.bytes(), h.skip, &ip)) return false;
-    st.recvConsume(h.bytes());
+    OpDesc theirs;
+    if (!foundAhead(st, owed.front(), e, h.skip, 0, &ip, &theirs)) return false;
+    takeWith(st, theirs, h.bytes());
     owed.pop();
   }
   return true;
@@ -133,9 +169,9 @@ inline bool payOwedWhole(const Stream& st, Conn* in) {
 
 // Whether a whole message with our sequence number lies where the stream's
 // next record will (its descriptor may still differ: a mismatch).
-inline bool oursAhead(const Stream& st, const OpDesc& mine, size_t n, size_t skip) {
+inline bool oursAhead(const Stream& st, const Expect& e, size_t skip) {
   const char* ip;
-  return st.recvAhead(&ip) >= n && wholeSeq(ip + skip) == (mine.seq | kSeqWhole);
+  return st.recvAhead(&ip) >= skip + e.bytes && wholeWordIn(ip + skip, e.bytes) == e.word;
 }
 
 // hear() for the path: the owed descriptors, then ours, found whole where
@@ -157,13 +193,14 @@ inline Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
   if (!owed.empty() && !owed.full()) return Heard::kNotYet;
   const Stream st(in);
   if (!payOwedWhole(st, in)) return owed.full() ? hear(in, mine, theirs) : Heard::kNotYet;
-  const Head h = headOf(st.recordAlign(), st.recvPos(), false);  // our descriptor, alone
+  const Expect e = expectOn(in, mine);
+  const Head h = headOf(st.recordAlign(), st.recvPos(), e.bytes);  // our descriptor, alone
   const char* ip;
-  if (foundAhead(st, mine, h.bytes(), h.skip, &ip)) {
-    st.recvConsume(h.bytes());
+  if (foundAhead(st, mine, e, h.skip, 0, &ip, theirs)) {
+    takeWith(st, *theirs, h.bytes());
     return Heard::kMatched;
   }
-  return owed.full() || oursAhead(st, mine, h.bytes(), h.skip) ? hear(in, mine, theirs) : Heard::kNotYet;
+  return owed.full() || oursAhead(st, e, h.skip) ? hear(in, mine, theirs) : Heard::kNotYet;
 }
 
 // One step, whole: kWait while the peer's message has not all arrived,
@@ -174,6 +211,7 @@ inline Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
               const Reduction& red, int nranks) {
   const char* in = nullptr;
   Head hi{0, 0}, ho{0, 0};
+  OpDesc theirs;
   const Stream sin(s.in), sout(s.out);
   if (sin) {
     if (greetIn && !payOwedWhole(sin, s.in)) {  // the descriptors it owes come first
@@ -182,17 +220,24 @@ inline Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
       if (!peekPast(s.in, &due, &mismatch)) return Try::kWait;
       if (mismatch) return Try::kEngine;
     }
-    hi = headOf(sin.recordAlign(), sin.recvPos(), !greetIn);
+    const Expect e = greetIn ? expectOn(s.in, desc) : Expect{};
+    hi = headOf(sin.recordAlign(), sin.recvPos(), e.bytes);
     const char* ip;
-    if (!(hi.desc && marks(s.in).owed.empty() && foundAhead(sin, desc, hi.bytes() + s.bytes, hi.skip, &ip))) {
-      if (sin.recvAvail(&ip) < hi.bytes() + s.bytes) return Try::kWait;
-      if (hi.desc && !descMatches(desc, descAt(ip + hi.skip))) return Try::kEngine;
+    if (!(hi.desc && marks(s.in).owed.empty() && foundAhead(sin, desc, e, hi.skip, s.bytes, &ip, &theirs))) {
+      const size_t avail = sin.recvAvail(&ip);
+      if (hi.desc) {  // the record that came, whatever was guessed
+        if (avail < hi.skip ||
+            !(hi.desc = descRecordAt(ip + hi.skip, avail - hi.skip, marks(s.in).heard, &theirs)))
+          return Try::kWait;
+        if (!descMatches(desc, theirs)) return Try::kEngine;
+      }
+      if (avail < hi.bytes() + s.bytes) return Try::kWait;
     }
     in = ip + hi.bytes();
   }
   char* out = nullptr;
   if (sout) {
-    ho = headOf(sout.recordAlign(), sout.sendPos(), !greetOut);
+    ho = headOf(sout.recordAlign(), sout.sendPos(), greetOut ? descBytesAfter(marks(s.out).sent, desc) : 0);
     char* o;
     if (sout.sendSpace(&o) < ho.bytes() + s.bytes) return Try::kEngine;
     // A sender that runs ahead of its reader (a rooted collective's, whose
@@ -202,12 +247,16 @@ inline Heard hearWhole(Conn* in, const OpDesc& mine, OpDesc* theirs) {
     // ring.  Waiting for the reader keeps the path in resident pages; a
     // reader that does not come hands the step to the engine (Patience).
     if (sout.sendOutruns(ho.bytes() + s.bytes)) return Try::kWait;
-    if (ho.desc) putWholeDesc(o + ho.skip, desc);  // its seq word last (markWhole, below)
+    if (ho.desc) putWholeDesc(o + ho.skip, desc, ho.desc);  // its last word last (markWhole, below)
     out = o + ho.bytes();
   }
   if (s.bytes) runWhole(mem, s, in, out, red, nranks);
-  if (ho.desc) markWhole(out - sizeof(OpDesc), desc.seq);
-  if (sin) sin.recvConsume(hi.bytes() + s.bytes);
+  if (ho.desc) {
+    OpDesc& sent = marks(s.out).sent;
+    markWhole(out - ho.desc, ho.desc, wholeWord(desc, ho.desc));
+    sent = desc;
+  }
+  if (sin) hi.desc ? takeWith(sin, theirs, hi.bytes() + s.bytes) : sin.recvConsume(hi.bytes() + s.bytes);
   if (sout) sout.sendCommit(ho.bytes() + s.bytes);
   return Try::kDone;
 }
