@@ -91,20 +91,23 @@ inline Head headOf(size_t align, uint64_t pos, size_t desc) {
 // Where the path polls for the peer's descriptor that matches `mine`: the
 // record's length and the word that ends it once the message is whole
 // (op_desc.h, markWhole).  A guess from the last descriptor heard on the
-// stream: the peer's repeats it in one word where it, with mine's seq,
-// matches mine; else it comes whole.  A wrong guess costs a read of the
-// record where it lies (descRecordAt), never a wrong match: a repeat's word
-// carries its seq, so it equals `word` only for `next`, which matches.
+// stream: with mine's seq, the peer's repeats it in one word (a peer whose
+// call matches ours and equals its last but for the seq sends exactly
+// that); else it comes whole.  The guess is not checked against ours here,
+// on every turn of a wait, but once the word is found (foundAhead).  A wrong
+// guess costs a read of the record where it lies (descRecordAt), never a
+// wrong match: a repeat's word carries its seq, so it equals `word` only
+// for `next`.
 struct Expect {
   size_t bytes;
   uint64_t word;
   OpDesc next;  // the peer's descriptor, if it repeats
 };
 inline Expect expectOn(Conn* in, const OpDesc& mine) {
-  Expect e{sizeof(OpDesc), mine.seq | kSeqWhole, marks(in).heard};
+  const OpDesc& heard = marks(in).heard;
+  Expect e{sizeof(OpDesc), mine.seq | kSeqWhole, heard};
   e.next.seq = mine.seq;
-  if (repeats(marks(in).heard, e.next) && descMatches(mine, e.next))
-    e.bytes = kRepeatBytes, e.word = repeatWord(mine) | kSeqWhole;
+  if (repeats(heard, e.next)) e.bytes = kRepeatBytes, e.word = repeatWord(mine) | kSeqWhole;
   return e;
 }
 
@@ -144,7 +147,7 @@ inline void runWhole(const MemOps& mem, const Step& s, const char* in, char* out
   const char* d = *ip + skip;
   if (wholeWordIn(d, e.bytes) != e.word) return false;
   *theirs = e.bytes == kRepeatBytes ? e.next : descAt(d);
-  if (e.bytes != kRepeatBytes && !descMatches(mine, *theirs)) return false;
+  if (!descMatches(mine, *theirs)) return false;
   c.recvFound(*ip, bytes);
   return true;
 }
