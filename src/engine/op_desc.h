@@ -30,7 +30,7 @@ constexpr uint32_t kDescMagic = 0x4f4e5254;  // "TRNO"
 // finds the seq it expects, so marked, at the place the stream's next bytes
 // will lie knows the message is all there without reading the fifo's head
 // (one cache-line transfer fewer on its critical path: Conn::recvAhead).
-// Every reader clears it (fromWire); the engine never sets it.
+// Every reader clears it (descAt, descRecordAt); the engine never sets it.
 constexpr uint64_t kSeqWhole = uint64_t{1} << 63;
 constexpr size_t kSeqOffset = 24;
 static_assert(offsetof(OpDesc, seq) == kSeqOffset, "the seq word is the descriptor's last");
@@ -68,14 +68,11 @@ inline size_t descBytesAfter(const OpDesc& last, const OpDesc& d) {
   return repeats(last, d) ? kRepeatBytes : sizeof(OpDesc);
 }
 
-// A record as read off a stream: a descriptor without its wire-only bit.
-template <class T>
-void fromWire(T*) {}
-inline void fromWire(OpDesc* d) { d->seq &= ~kSeqWhole; }
+// A descriptor as read off a stream: without its wire-only bit.
 inline OpDesc descAt(const char* p) {
   OpDesc d;
   memcpy(&d, p, sizeof d);
-  fromWire(&d);
+  d.seq &= ~kSeqWhole;
   return d;
 }
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/op_desc.h"
 #include "transport/transport.h"
 
 namespace tern {
@@ -48,7 +47,6 @@ bool peekRecord(Conn* in, T* v) {
   const char* ip;
   if (in->recvAvail(&ip) < sizeof *v) return false;
   memcpy(v, ip, sizeof *v);
-  fromWire(v);
   return true;
 }
 
