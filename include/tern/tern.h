@@ -197,6 +197,18 @@ ternResult_t ternRedOpCreatePreMulSum(ternRedOp_t* op, void* scalar, ternDataTyp
     ternScalarResidence_t residence, ternComm_t comm);
 ternResult_t ternRedOpDestroy(ternRedOp_t op, ternComm_t comm);
 
+/* Host memory that ranks on one host can read from each other, as NCCL's
+ * ncclMemAlloc is for device memory: a send/recv, all-to-all, gather,
+ * scatter or 2-rank broadcast of at least 128 KiB (and TERN_SHM_IPC bytes)
+ * from such a buffer to a rank on the same host is one copy, the receiver's,
+ * instead of two through the shared fifo.  Any buffer may be passed to any
+ * call either way; only where a sender's buffer lies in one allocation does
+ * it count.  The memory is page-aligned, zeroed and shared (a memfd); free it
+ * with ternMemFree (NULL is a no-op).  Bad arguments, or a pointer ternMemAlloc
+ * did not return, give ternInvalidArgument; no memory, ternSystemError. */
+ternResult_t ternMemAlloc(void** ptr, size_t size);
+ternResult_t ternMemFree(void* ptr);
+
 /* ---- Weight streams (docs/DESIGN.md, "Weight streaming and live layer migration") ----
  * A one-way stream of versions of a set of host tensors from `sender` to
  * the other rank, moved in the background by the communicator's engine at

@@ -21,7 +21,7 @@ namespace {
 struct Options {
   size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20;
   double stepFactor = 1;
-  int iters = 20, warmup = 5, check = 1, root = 0, average = 1, ternary = 0;
+  int iters = 20, warmup = 5, check = 1, root = 0, average = 1, ternary = 0, registered = 0;
   std::vector<ternDataType_t> types{ternFloat32};
   std::vector<ternRedOp_t> ops{ternSum};
 };
@@ -32,7 +32,8 @@ struct Options {
           "usage: %s [-b minbytes] [-e maxbytes] [-i stepbytes | -f stepfactor] [-n iters]\n"
           "       [-w warmup] [-c 0|1] [-d type|all] [-o sum|prod|max|min|avg|all] [-r root]\n"
           "       [-a 0|1|2|3 (time of rank 0|avg|min|max)] [-t 1] [-g 1]\n"
-          "       [-T 1 (ternary-compressed allreduce: float/half/bfloat16, sum/avg)]\n",
+          "       [-T 1 (ternary-compressed allreduce: float/half/bfloat16, sum/avg)]\n"
+          "       [-R 1 (buffers from the library's allocator: ternMemAlloc, MPI_Alloc_mem)]\n",
           prog);
   exit(2);
 }
@@ -42,7 +43,7 @@ Options parse(int argc, char** argv) {
   Options o;
   bool factorGiven = false;
   int c;
-  while ((c = getopt(argc, argv, "b:e:i:f:n:w:c:d:o:r:a:t:g:T:h")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:i:f:n:w:c:d:o:r:a:t:g:T:R:h")) != -1) {
     switch (c) {
       case 'b': o.minBytes = parseSize(optarg, argv[0]); break;
       case 'e': o.maxBytes = parseSize(optarg, argv[0]); break;
@@ -54,6 +55,9 @@ Options parse(int argc, char** argv) {
       case 'r': o.root = atoi(optarg); break;
       case 'a': o.average = atoi(optarg); break;
       case 'T': o.ternary = atoi(optarg); break;
+      case 'R':
+        o.registered = atoi(optarg);
+        break;
       case 't': case 'g':
         if (atoi(optarg) != 1) usage(argv[0], "one thread and one device per process");
         break;
@@ -142,6 +146,10 @@ class TernBackend : public Backend {
   bool barrier() override { return ternBarrier(comm_) == ternSuccess; }
   const char* lastError() const override { return ternGetLastError(comm_); }
   ternComm_t tern() override { return comm_; }
+  void* allocComm(size_t bytes) override {
+    void* p = nullptr;
+    return ternMemAlloc(&p, bytes) == ternSuccess ? p : nullptr;
+  }
 
  private:
   ternComm_t comm_ = nullptr;
@@ -164,6 +172,16 @@ void* prefaulted(size_t bytes) {
     perror("mmap");
     exit(1);
   }
+  return p;
+}
+
+// A benchmark buffer: the backend's own memory with -R 1 (touched here, as
+// prefaulted's pages are), else plain prefaulted pages.
+void* buffer(Backend& b, int registered, size_t bytes) {
+  void* p = registered ? b.allocComm(bytes) : nullptr;
+  if (registered && !p && b.rank() == 0) printf("# -R 1: %s has no allocator of its own\n", b.transport());
+  if (!p) return prefaulted(bytes);
+  memset(p, 0, bytes);
   return p;
 }
 
@@ -261,8 +279,8 @@ int perfMain(int argc, char** argv, const CollTest& test, Backend* backend) {
   Sizes big = t.sizes(o.maxBytes, 8, nranks, rank);
   size_t sendBytes = big.sendElems * 8 + 64;
   size_t recvBytes = std::max(big.sendElems, big.recvElems) * 8 + 64;
-  void* sendbuf = prefaulted(sendBytes);
-  void* recvbuf = prefaulted(recvBytes);
+  void* sendbuf = buffer(b, o.registered, sendBytes);
+  void* recvbuf = buffer(b, o.registered, recvBytes);
 
   if (rank == 0) {
     printf("#\n#%70s%36s\n", "out-of-place", "in-place");

@@ -52,6 +52,10 @@ class Backend {
   virtual bool barrier() = 0;
   virtual const char* lastError() const = 0;
   virtual ternComm_t tern() { return nullptr; }
+  // -R 1 (nccl-tests' flag for registered buffers): the library's own
+  // memory for communication (ternMemAlloc, MPI_Alloc_mem), zeroed;
+  // nullptr where it has none (plain pages then).
+  virtual void* allocComm(size_t) { return nullptr; }
 
  protected:
   bool lacks(const char* coll) {

@@ -23,6 +23,10 @@ class MpiBackend : public Backend {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* transport() const override { return "mpi"; }
+  void* allocComm(size_t bytes) override {
+    void* p = nullptr;
+    return MPI_Alloc_mem(static_cast<MPI_Aint>(bytes), MPI_INFO_NULL, &p) == MPI_SUCCESS ? p : nullptr;
+  }
   bool allReduce(const void* s, void* r, size_t n, ternDataType_t dt, ternRedOp_t op) override {
     MPI_Datatype t;
     MPI_Op o;

@@ -30,17 +30,27 @@ bool offers(size_t min, size_t bytes) { return min > 0 && bytes >= min; }
 // How the sender posts a direct step (DirectHeader's mode); 2 also names
 // the buffer beside the fifo.  kWait: not yet (the handle's one slot still
 // belongs to an earlier transfer that the receiver has not finished).
+// Host memory from ternMemAlloc goes as a device buffer does (mode 2: the
+// receiver maps it and copies at memcpy's rate); other host memory is read
+// with process_vm_readv where that is on (mode 1), else streams.
+// Host memory goes mapped from kSharedHostMin: below it the sender's wait
+// for the receiver's copy costs more than the fifo's second copy (a 2-rank
+// send/recv of 64 KiB took 1.07-1.2x the fifo's time, of 128 KiB 0.65x;
+// perf/RESULTS.md, "2026-12-06: host memory the peers map").
 constexpr uint32_t kWait = ~0u;
+constexpr size_t kSharedHostMin = 128 << 10;
 uint32_t directMode(const MemOps& mem, const Step& s) {
-  if (mem.type() == MemType::Host) return offers(s.out->direct->hostMinBytes(), s.bytes) ? 1 : 0;
-  if (!offers(s.out->direct->ipcMinBytes(), s.bytes)) return 0;
-  if (s.out->direct->acked() < marks(s.out).directPosted) return kWait;
+  const bool host = mem.type() == MemType::Host;
+  const uint32_t otherwise = host && offers(s.out->direct->hostMinBytes(), s.bytes) ? 1 : 0;
+  if (!offers(s.out->direct->ipcMinBytes(), s.bytes) || (host && s.bytes < kSharedHostMin)) return otherwise;
   IpcHandle h;
   uint64_t offset;
   if (!mem.ipcExport(s.local, &h, &offset)) {
-    notePath(s.out, kPathNoExport, "device buffer cannot be exported over IPC: staged through host memory");
-    return 0;
+    if (!host)
+      notePath(s.out, kPathNoExport, "device buffer cannot be exported over IPC: staged through host memory");
+    return otherwise;
   }
+  if (s.out->direct->acked() < marks(s.out).directPosted) return kWait;
   s.out->direct->ipcPost(h, offset);
   return 2;
 }
@@ -77,19 +87,22 @@ void acceptDirect(Operation& op, Program& p, const Step& s, const DirectHeader& 
              (unsigned long long)h.bytes, s.in->peer);
     return;
   }
-  if (h.mode == 2 && !host) {
+  if (h.mode == 2) {
     uint64_t offset = 0;
-    if (char* base = s.in->direct->ipcMap(mem, &offset, &why)) {
+    if (char* base = s.in->direct->ipcMap(mem, h.bytes, &offset, &why)) {
       p.directNow = true;
       p.ipcSrc = base + offset;
-      notePath(s.in, kPathIpc, "device buffers over IPC: a device-to-device copy from the peer's buffer");
+      notePath(s.in, kPathIpc,
+               host ? "shared host memory: one copy out of the peer's ternMemAlloc buffer"
+                    : "device buffers over IPC: a device-to-device copy from the peer's buffer");
       return;
     }
   }
   s.in->direct->decline(ticket, h.bytes);
   if (why.empty()) why = host ? "this rank's buffer is host memory" : "this rank's buffer is device memory";
-  notePath(s.in, kPathStaged, std::string(h.mode == 2 ? "the peer's device buffer" : "the peer's host buffer") +
-                                  " streams through the fifo: " + why);
+  notePath(s.in, kPathStaged,
+           std::string(h.mode == 2 ? "the peer's shared buffer" : "the peer's host buffer") +
+               " streams through the fifo: " + why);
 }
 
 }  // namespace
@@ -121,8 +134,20 @@ ternResult_t checkSenderAlive(const Step& s, const char* how) {
 }
 
 // The receiver over IPC: the rest of the payload in one device copy on the
-// operation's work stream; acknowledged once its fence is done.
-ternResult_t ipcPayload(const MemOps& mem, Program& p, const Step& s, size_t* units, bool* moved) {
+// operation's work stream, acknowledged once its fence is done; from host
+// memory, a slice of at most `limit` now (as process_vm_readv's reads), so
+// the executor turns to other operations between slices.
+ternResult_t ipcPayload(const MemOps& mem, Program& p, const Step& s, size_t limit, size_t* units,
+                        bool* moved) {
+  if (!mem.async()) {
+    const size_t n = std::min(s.bytes - p.off, limit);
+    mem.copy(s.dst + p.off, p.ipcSrc + p.off, n);
+    TERN_CHECK(checkSenderAlive(s, "shared host buffer"));
+    s.in->direct->ack(n);
+    countIpc(n);
+    *units = n;
+    return ternSuccess;
+  }
   if (!p.ipcInFlight) {
     mem.copy(s.dst + p.off, p.ipcSrc + p.off, s.bytes - p.off);
     p.fence = mem.fence();
@@ -154,7 +179,7 @@ ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, size_t 
     s.out->countSent(s.bytes);
     *units = s.bytes - p.off;
   } else if (p.ipcSrc) {
-    TERN_CHECK(ipcPayload(mem, p, s, units, moved));
+    TERN_CHECK(ipcPayload(mem, p, s, limit, units, moved));
   } else {
     size_t n = std::min(s.bytes - p.off, limit);
     if (ternResult_t r = s.in->direct->read(s.dst + p.off, p.peerAddr + p.off, n); r != ternSuccess) {

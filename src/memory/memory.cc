@@ -4,6 +4,7 @@
 #include <new>
 
 #include "memory/host_reduce.h"
+#include "memory/shared_host.h"
 #include "memory/simulated.h"
 
 namespace tern {
@@ -33,6 +34,15 @@ class HostOps : public MemOps {
   std::shared_ptr<float> persistentZeros(size_t count) const override {
     return std::shared_ptr<float>(new (std::nothrow) float[count](), std::default_delete<float[]>());
   }
+  // Host buffers from ternMemAlloc: a peer on this host maps them.
+  bool ipcExport(const void* p, IpcHandle* h, uint64_t* offset) const override {
+    return shared_host::exportOf(p, h, offset);
+  }
+  void* ipcOpen(const IpcHandle& h, std::string* why) const override {
+    return ipcAcquire(
+        h, [&h](std::string* w) { return shared_host::open(h, w); }, shared_host::close, why);
+  }
+  bool ipcStale(const IpcHandle& h) const override { return shared_host::stale(h); }
 };
 
 }  // namespace

@@ -112,13 +112,14 @@ class MemOps {
   bool async() const { return stream() != nullptr; }
   virtual const char* lastError() const { return ""; }
 
-  // Device memory shared with another rank of the host (memory/ipc.h);
-  // device types only.  ipcExport: the handle of the allocation that holds
-  // p, and p's offset in it (false: this memory cannot be exported).
-  // ipcOpen: a peer's exported allocation mapped in this process, counted
-  // by ipcAcquire (the caller releases it with ipcRelease); nullptr and
-  // *why when it cannot be (another type's handle, devices that cannot
-  // reach each other, the exporter gone).
+  // Memory shared with another rank of the host (memory/ipc.h): device
+  // allocations, and host ones from ternMemAlloc (memory/shared_host.h).
+  // ipcExport: the handle of the allocation that holds p, and p's offset in
+  // it (false: this memory cannot be exported).  ipcOpen: a peer's exported
+  // allocation mapped in this process, counted by ipcAcquire (the caller
+  // releases it with ipcRelease); nullptr and *why when it cannot be
+  // (another type's handle, devices that cannot reach each other, the
+  // exporter gone).
   virtual bool ipcExport(const void* /*p*/, IpcHandle* /*h*/, uint64_t* /*offset*/) const {
     return false;
   }
@@ -126,6 +127,9 @@ class MemOps {
     *why = "this rank's buffers are host memory";
     return nullptr;
   }
+  // Whether a handle opened earlier names memory its exporter has freed
+  // since: the opener may release it (host allocations; others say no).
+  virtual bool ipcStale(const IpcHandle& /*h*/) const { return false; }
 };
 
 // The operations of a memory type; nullptr when this build cannot handle it

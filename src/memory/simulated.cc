@@ -19,6 +19,7 @@
 #include "base/thread_name.h"
 #include "codec/ternary_cpu.h"
 #include "memory/host_reduce.h"
+#include "memory/peer_fd.h"
 
 namespace tern {
 namespace sim {
@@ -58,20 +59,6 @@ char* take(size_t bytes, size_t* at) {
   const size_t n = (bytes + kPage - 1) / kPage * kPage;
   *at = gSpace.used.fetch_add(n);
   return *at + n <= kSpan ? gSpace.dev + *at : nullptr;
-}
-
-// Another process's descriptor: pidfd_getfd (kernel 5.6, ptrace permission,
-// as process_vm_readv), else its /proc entry.  -1 when the process is gone.
-int peerFd(int64_t pid, int fd) {
-  int pfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
-  if (pfd >= 0) {
-    int got = static_cast<int>(syscall(SYS_pidfd_getfd, pfd, fd, 0));
-    close(pfd);
-    if (got >= 0) return got;
-  }
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%lld/fd/%d", static_cast<long long>(pid), fd);
-  return open(path, O_RDWR | O_CLOEXEC);
 }
 
 // The simulated device's handle: the exporter's memfd and the allocation's

@@ -157,7 +157,7 @@ class ShmConn : public Conn, public DirectCopy {
     w->handle = h;
     w->offset = offset;
   }
-  char* ipcMap(const MemOps& mem, uint64_t* offset, std::string* why) override;
+  char* ipcMap(const MemOps& mem, size_t bytes, uint64_t* offset, std::string* why) override;
   void decline(uint64_t ticket, size_t n) override {
     DirectWord* w = directWord(recvSeg);
     w->declined.store(ticket, std::memory_order_relaxed);
@@ -280,16 +280,27 @@ ternResult_t ShmConn::open(const ConnSetup& s) {
 }
 
 // The handle the sender named (DirectWord), opened once per connection.
-char* ShmConn::ipcMap(const MemOps& mem, uint64_t* offset, std::string* why) {
+// Before opening another, the allocations the peer has freed since are let
+// go: a loop that allocates afresh each time would otherwise keep every one
+// it ever sent mapped here.
+char* ShmConn::ipcMap(const MemOps& mem, size_t bytes, uint64_t* offset, std::string* why) {
   const DirectWord* w = directWord(recvSeg);
   const IpcHandle h = w->handle;
   *offset = w->offset;
-  if (*offset >= h.size) {
-    *why = "rank " + std::to_string(peer) + " named an offset past its allocation";
+  if (*offset > h.size || bytes > h.size - *offset) {
+    *why = "rank " + std::to_string(peer) + " named a buffer that runs past its allocation";
     return nullptr;
   }
   auto it = imports_.find(h);
   if (it != imports_.end()) return it->second;
+  for (auto i = imports_.begin(); i != imports_.end();) {
+    if (!mem.ipcStale(i->first)) {
+      ++i;
+      continue;
+    }
+    ipcRelease(i->first);
+    i = imports_.erase(i);
+  }
   char* base = static_cast<char*>(mem.ipcOpen(h, why));
   if (base) imports_.emplace(h, base);
   return base;

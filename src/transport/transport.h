@@ -56,8 +56,8 @@ struct LevelConns {
 // copies straight out of it and acknowledges what it read, or declines (its
 // buffer is of the other kind, IPC failed) and the payload streams after
 // all.  Host buffers are read with process_vm_readv from hostMinBytes(),
-// device buffers over IPC (memory/ipc.h) from ipcMinBytes(); minBytes() is
-// the smaller of those that are on.  Both ends of a connection agree on all
+// device buffers and host ones from ternMemAlloc over IPC (memory/ipc.h)
+// from ipcMinBytes(); minBytes() is the smaller of those that are on.  Both ends of a connection agree on all
 // three when it opens (0: never).
 class DirectCopy {
  public:
@@ -69,9 +69,10 @@ class DirectCopy {
   // time: it waits until the earlier ones were acknowledged).
   virtual void ipcPost(const IpcHandle& h, uint64_t offset) = 0;
   // Receiver: the posted buffer's allocation mapped here (opened by `mem`
-  // on first use, kept until the connection closes) and the buffer's
-  // offset in it; nullptr and *why when it cannot be opened.
-  virtual char* ipcMap(const MemOps& mem, uint64_t* offset, std::string* why) = 0;
+  // on first use, kept until the connection closes or its exporter frees
+  // it) and the buffer's offset in it; nullptr and *why when it cannot be
+  // opened or its `bytes` do not lie inside it.
+  virtual char* ipcMap(const MemOps& mem, size_t bytes, uint64_t* offset, std::string* why) = 0;
   // Receiver: declines the posted transfer of n bytes that ends at `ticket`
   // (the bytes of posted transfers announced so far; it streams instead).
   // Sender: whether the receiver declined the one that ends at `ticket`.
