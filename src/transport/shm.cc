@@ -287,6 +287,13 @@ char* ShmConn::ipcMap(const MemOps& mem, size_t bytes, uint64_t* offset, std::st
   const DirectWord* w = directWord(recvSeg);
   const IpcHandle h = w->handle;
   *offset = w->offset;
+  // A receiver maps only its own kind: the process-wide table of opened
+  // handles (memory/ipc.h) may hold another kind's under this one.
+  if (h.type != static_cast<uint32_t>(mem.type())) {
+    *why = std::string("the peer's buffer is ") + memTypeName(static_cast<MemType>(h.type)) +
+           " memory and this rank's is " + memTypeName(mem.type());
+    return nullptr;
+  }
   if (*offset > h.size || bytes > h.size - *offset) {
     *why = "rank " + std::to_string(peer) + " named a buffer that runs past its allocation";
     return nullptr;
