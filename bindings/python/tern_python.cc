@@ -36,6 +36,16 @@ void check(ternResult_t r, ternComm_t comm = nullptr) {
   if (r != ternSuccess) raise(r, ternGetLastError(comm));
 }
 
+// ternMemAlloc's memory for as long as Python holds a view of it.
+struct SharedBuffer {
+  explicit SharedBuffer(size_t n) : bytes(n) { check(ternMemAlloc(&ptr, n)); }
+  ~SharedBuffer() { ternMemFree(ptr); }
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+  void* ptr = nullptr;
+  size_t bytes;
+};
+
 // Runs a blocking call without the GIL; raises on failure.
 template <class F>
 void call(ternComm_t comm, F&& f) {
@@ -498,6 +508,20 @@ class Error(RuntimeError):
   m.attr("PRIORITY_DEFAULT") = TERN_PRIORITY_DEFAULT;
   m.def("group_start", [] { check(ternGroupStart()); });
   m.def("group_end", [] { call(nullptr, [] { return ternGroupEnd(); }); });
+
+  // Host memory from ternMemAlloc, as a buffer (np.frombuffer(b, np.float32),
+  // torch.frombuffer): a send/recv, all-to-all, gather, scatter or 2-rank
+  // broadcast of at least 128 KiB out of it to a rank on this host is one
+  // copy instead of two.  Freed with the last view of it.
+  py::class_<SharedBuffer>(
+      m, "SharedBuffer", py::buffer_protocol(),
+      "shared_buffer(nbytes): zeroed host memory peers on this host can map (ternMemAlloc)")
+      .def(py::init<size_t>(), py::arg("nbytes"))
+      .def("__len__", [](const SharedBuffer& b) { return b.bytes; })
+      .def_buffer([](SharedBuffer& b) {
+        return py::buffer_info(b.ptr, 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.bytes)}, {static_cast<py::ssize_t>(1)});
+      });
 
   py::class_<Comm> c(m, "Comm");
   // Options (keyword only): timeout (seconds, as TERN_TIMEOUT), flow_classes,

@@ -86,6 +86,33 @@ def test_every_collective_matches_numpy(n):
     assert ranks.run(collectives, n, tern.unique_id()) == [True] * n
 
 
+def shared_buffers(rank, n, uid):
+    comm = tern.Comm(uid, n, rank)
+    count = 1 << 18  # 1 MiB of float32: above the 128 KiB where it goes one copy
+    mine = np.frombuffer(tern.SharedBuffer(count * 4), np.float32)
+    assert (mine == 0).all()
+    mine[:] = np.arange(count, dtype=np.float32) + rank
+    got = np.frombuffer(tern.SharedBuffer(count * 4), np.float32)
+    with tern.group():
+        comm.send(mine, (rank + 1) % n)
+        comm.recv(got, (rank - 1) % n)
+    np.testing.assert_array_equal(got, np.arange(count, dtype=np.float32) + (rank - 1) % n)
+    b = mine.copy() if rank == 0 else np.zeros(count, np.float32)
+    comm.broadcast(mine if rank == 0 else b, root=0)
+    np.testing.assert_array_equal(b, np.arange(count, dtype=np.float32))
+    try:
+        tern.SharedBuffer(0)
+    except tern.Error as e:
+        msg = str(e)
+    comm.destroy()
+    return msg
+
+
+def test_shared_buffers_move_between_ranks_and_refuse_zero_bytes():
+    msgs = ranks.run(shared_buffers, 2, tern.unique_id())
+    assert all("size is 0" in m for m in msgs), msgs
+
+
 def from_env(rank, n, port):
     os.environ.update(TERN_RANK=str(rank), TERN_NRANKS=str(n), TERN_ROOT="127.0.0.1:%d" % port,
                       TERN_SECRET="00112233445566778899aabbccddeeff")

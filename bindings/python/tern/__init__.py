@@ -24,13 +24,19 @@ in the background at a priority level, 7 = bulk by default):
     ws.close()                           # both ends; also `with comm.weight_stream(...) as ws:`
 
 Torch tensors go through their numpy views (t.numpy(), CPU, contiguous).
+
+Host memory the ranks of one host map from each other (ternMemAlloc): a large
+send/recv, all-to-all, gather, scatter or 2-rank broadcast out of it is one copy
+instead of two:
+
+    x = np.frombuffer(tern.SharedBuffer(n * 4), np.float32)   # or torch.frombuffer(..., dtype=)
 """
 import contextlib
 
-from ._tern import (PRIORITY_DEFAULT, PRIORITY_LEVELS, Comm, Error, WeightStream, get_priority,
-                    group_end, group_start, set_priority, unique_id, version)
+from ._tern import (PRIORITY_DEFAULT, PRIORITY_LEVELS, Comm, Error, SharedBuffer, WeightStream,
+                    get_priority, group_end, group_start, set_priority, unique_id, version)
 
-__all__ = ["Comm", "Error", "WeightStream", "unique_id", "version", "group", "set_priority", "get_priority",
+__all__ = ["Comm", "Error", "SharedBuffer", "WeightStream", "unique_id", "version", "group", "set_priority", "get_priority",
            "PRIORITY_LEVELS", "PRIORITY_DEFAULT"]
 
 
