@@ -3,7 +3,8 @@
 // instead of the fifo's two, with single copy through process_vm_readv off
 // (its default).  Checked here: bad arguments are clear errors; the data is
 // right on both sides of the threshold for send/recv, all-to-all, gather,
-// scatter and the 2-rank broadcast, whatever the receiver's buffer is; the
+// scatter and the 2-rank broadcast, whatever the receiver's buffer is, and
+// a 2-rank reduce's root reduces straight out of the sender's mapping; the
 // bytes really went that way (the process's IPC counter); a sender that
 // frees and allocates afresh does not leave its old allocations mapped in
 // the receiver; and a sender that dies or aborts while its buffer is posted
@@ -137,6 +138,66 @@ TEST_P(SharedHost, LargeTransfersAreOneCopyOutOfTheSendersAllocation) {
 
 INSTANTIATE_TEST_SUITE_P(Shm, SharedHost, ::testing::Values(2, 3),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+// A 2-rank reduce whose sender's buffer is shared: the root reduces
+// straight out of the mapping (the bytes counted there), with every op,
+// from either root, in place at the root too; below the threshold it
+// streams.
+int reduceBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  for (size_t count : {kThreshold / 4 - 1, kThreshold / 4, size_t(5 << 18) + 7}) {
+    Shared src(count * 4), dst(count * 4);
+    auto* in = reinterpret_cast<float*>(src.p);
+    auto* out = reinterpret_cast<float*>(dst.p);
+    for (ternRedOp_t op : {ternSum, ternMax, ternAvg})
+      for (int root = 0; root < 2; ++root)
+        for (bool inPlace : {false, true}) {
+          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 97) * (ctx.rank + 1));
+          float* res = inPlace && ctx.rank == root ? in : out;
+          const uint64_t before = ipcBytes();
+          if (ternReduce(in, res, count, ternFloat32, op, root, comm, nullptr) != ternSuccess)
+            return failf(ctx, "reduce of %zu: %s", count, ternGetLastError(comm));
+          const uint64_t got = ipcBytes() - before,
+                         want = ctx.rank == root && count * 4 >= kThreshold ? count * 4 : 0;
+          if (got != want)
+            return failf(ctx, "reduce of %zu floats to %d: %llu bytes reduced out of a mapping, want %llu",
+                         count, root, (unsigned long long)got, (unsigned long long)want);
+          for (size_t i = 0; ctx.rank == root && i < count; ++i) {
+            const float a = static_cast<float>(i % 97), b = 2 * a;
+            const float w = op == ternSum ? a + b : op == ternMax ? b : (a + b) / 2;
+            if (res[i] != w)
+              return failf(ctx, "reduce of %zu, op %d: element %zu is %g, want %g", count, op, i, res[i], w);
+          }
+        }
+  }
+  ternCommDestroy(comm);
+  return 0;
+}
+
+TEST(SharedHostReduce, TheRootReducesStraightOutOfTheSendersAllocation) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm"), reduceBody));
+}
+
+// Two ranks that each name the other as a large reduce's root: each would
+// wait for the other to reduce its buffer; the root's descriptor, which
+// goes the other way beside the transfer, makes both fail at once with
+// ternInvalidUsage, not at the timeout (20 s).
+TEST(SharedHostReduce, RanksThatNameDifferentRootsFailAtOnce) {
+  expectAllRanksOk(runRanks(
+      2, transportEnv("shm", {{"TERN_TIMEOUT", "20"}}),
+      [](RankCtx& ctx) {
+        ternComm_t comm = ctx.comm(0);
+        constexpr size_t kCount = 1 << 20;
+        Shared src(kCount * 4), dst(kCount * 4);
+        auto t0 = std::chrono::steady_clock::now();
+        ternResult_t r = ternReduce(src.p, dst.p, kCount, ternFloat32, ternSum, 1 - ctx.rank, comm, nullptr);
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (r != ternInvalidUsage) return failf(ctx, "got %s, want ternInvalidUsage", ternGetErrorString(r));
+        if (s > 5) return failf(ctx, "the mismatch took %.1f s", s);
+        return 0;
+      },
+      1, 60));
+}
 
 // Mappings of tern-host memfds in this process.
 int hostMappings() {

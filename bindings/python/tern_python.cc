@@ -512,10 +512,11 @@ class Error(RuntimeError):
   // Host memory from ternMemAlloc, as a buffer (np.frombuffer(b, np.float32),
   // torch.frombuffer): a send/recv, all-to-all, gather, scatter or 2-rank
   // broadcast of at least 128 KiB out of it to a rank on this host is one
-  // copy instead of two.  Freed with the last view of it.
+  // copy instead of two (a 2-rank reduce's root reduces out of it).  Freed
+  // with the last view of it.
   py::class_<SharedBuffer>(
       m, "SharedBuffer", py::buffer_protocol(),
-      "shared_buffer(nbytes): zeroed host memory peers on this host can map (ternMemAlloc)")
+      "SharedBuffer(nbytes): zeroed host memory peers on this host can map (ternMemAlloc)")
       .def(py::init<size_t>(), py::arg("nbytes"))
       .def("__len__", [](const SharedBuffer& b) { return b.bytes; })
       .def_buffer([](SharedBuffer& b) {

@@ -162,7 +162,7 @@ ternResult_t advanceSteps(Operation& op, Program& p, const Reduction& red, int n
       const size_t limit = std::min(burst, budget - spent);
       size_t units;
       if (p.directNow) {
-        TERN_CHECK(directPayload(*op.ctx.mem, p, s, limit, &units, moved));
+        TERN_CHECK(directPayload(*op.ctx.mem, p, s, red, nranks, limit, &units, moved));
         if (!p.directNow) continue;  // declined: the payload streams
       } else {
         units = payload(*op.ctx.mem, p, s, red, nranks, limit);

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <string>
 
+#include "base/dtype.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/operation.h"
-#include "engine/stream_records.h"
+#include "engine/step_payload.h"
 #include "engine/stream_marks.h"
+#include "engine/stream_records.h"
 
 namespace tern {
 
@@ -39,9 +41,13 @@ bool offers(size_t min, size_t bytes) { return min > 0 && bytes >= min; }
 // perf/RESULTS.md, "2026-12-06: host memory the peers map").
 constexpr uint32_t kWait = ~0u;
 constexpr size_t kSharedHostMin = 128 << 10;
+// A step its receiver reduces goes only mapped out of host memory: the
+// receiver reduces straight out of the mapping, where a process_vm_readv
+// read or a device copy would need a buffer to land in first.
 uint32_t directMode(const MemOps& mem, const Step& s) {
   const bool host = mem.type() == MemType::Host;
-  const uint32_t otherwise = host && offers(s.out->direct->hostMinBytes(), s.bytes) ? 1 : 0;
+  if (s.feedsReduce && !host) return 0;
+  const uint32_t otherwise = host && !s.feedsReduce && offers(s.out->direct->hostMinBytes(), s.bytes) ? 1 : 0;
   if (!offers(s.out->direct->ipcMinBytes(), s.bytes) || (host && s.bytes < kSharedHostMin)) return otherwise;
   IpcHandle h;
   uint64_t offset;
@@ -80,14 +86,14 @@ void acceptDirect(Operation& op, Program& p, const Step& s, const DirectHeader& 
   const bool host = mem.type() == MemType::Host;
   const uint64_t ticket = marks(s.in).directSeen += h.bytes;
   std::string why;
-  if (h.mode == 1 && host) {
+  if (h.mode == 1 && host && !s.reduce) {
     p.directNow = true;
     p.peerAddr = h.addr;
     TERN_LOG(Trace, "reads %llu bytes of rank %d's buffer directly (single copy)",
              (unsigned long long)h.bytes, s.in->peer);
     return;
   }
-  if (h.mode == 2) {
+  if (h.mode == 2 && (host || !s.reduce)) {
     uint64_t offset = 0;
     if (char* base = s.in->direct->ipcMap(mem, h.bytes, &offset, &why)) {
       p.directNow = true;
@@ -99,6 +105,7 @@ void acceptDirect(Operation& op, Program& p, const Step& s, const DirectHeader& 
     }
   }
   s.in->direct->decline(ticket, h.bytes);
+  if (why.empty() && s.reduce) why = "this rank reduces it, out of mapped host memory only";
   if (why.empty()) why = host ? "this rank's buffer is host memory" : "this rank's buffer is device memory";
   notePath(s.in, kPathStaged,
            std::string(h.mode == 2 ? "the peer's shared buffer" : "the peer's host buffer") +
@@ -136,12 +143,15 @@ ternResult_t checkSenderAlive(const Step& s, const char* how) {
 // The receiver over IPC: the rest of the payload in one device copy on the
 // operation's work stream, acknowledged once its fence is done; from host
 // memory, a slice of at most `limit` now (as process_vm_readv's reads), so
-// the executor turns to other operations between slices.
-ternResult_t ipcPayload(const MemOps& mem, Program& p, const Step& s, size_t limit, size_t* units,
-                        bool* moved) {
+// the executor turns to other operations between slices, copied or reduced
+// (whole elements) straight out of the mapping.
+ternResult_t ipcPayload(const MemOps& mem, Program& p, const Step& s, const Reduction& red, int nranks,
+                        size_t limit, size_t* units, bool* moved) {
   if (!mem.async()) {
-    const size_t n = std::min(s.bytes - p.off, limit);
-    mem.copy(s.dst + p.off, p.ipcSrc + p.off, n);
+    size_t n = std::min(s.bytes - p.off, limit);
+    if (s.reduce) n -= n % typeSize(red.dt);
+    if (n == 0) return ternSuccess;
+    executeStep(mem, s, p.ipcSrc + p.off, nullptr, p.off, n, red, nranks);
     TERN_CHECK(checkSenderAlive(s, "shared host buffer"));
     s.in->direct->ack(n);
     countIpc(n);
@@ -166,8 +176,8 @@ ternResult_t ipcPayload(const MemOps& mem, Program& p, const Step& s, size_t lim
 
 }  // namespace
 
-ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, size_t limit,
-                           size_t* units, bool* moved) {
+ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, const Reduction& red, int nranks,
+                           size_t limit, size_t* units, bool* moved) {
   *units = 0;
   if (s.out) {
     if (s.out->direct->acked() < p.ticket) return ternSuccess;
@@ -179,7 +189,7 @@ ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, size_t 
     s.out->countSent(s.bytes);
     *units = s.bytes - p.off;
   } else if (p.ipcSrc) {
-    TERN_CHECK(ipcPayload(mem, p, s, limit, units, moved));
+    TERN_CHECK(ipcPayload(mem, p, s, red, nranks, limit, units, moved));
   } else {
     size_t n = std::min(s.bytes - p.off, limit);
     if (ternResult_t r = s.in->direct->read(s.dst + p.off, p.peerAddr + p.off, n); r != ternSuccess) {

@@ -15,10 +15,10 @@ void writeDirect(Operation& op, Program& p, const Step& s, size_t* left);
 // The receiver reads the header once it has arrived and answers it
 // (accepts: p.directNow, or declines: the payload then streams).
 ternResult_t readDirect(Operation& op, Program& p, const Step& s, size_t* left);
-// A direct step's payload: the receiver reads a slice of the sender's
-// buffer; the sender is done once the receiver has read all of it, or
+// A direct step's payload: the receiver reads (or, a 2-rank reduce's root,
+// reduces) a slice of the sender's buffer; the sender is done once the receiver has read all of it, or
 // streams it after all if the receiver declined (p.directNow turns false).
-ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, size_t limit,
-                           size_t* units, bool* moved);
+ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, const Reduction& red, int nranks,
+                           size_t limit, size_t* units, bool* moved);
 
 }  // namespace tern

@@ -54,9 +54,12 @@ struct Step {
   // 64-byte line, and a power of two keeps steps.size() a shift on the
   // small path, where dividing by 72 cost ~25 instructions a call.)
   // A plain transfer from the caller's buffer (`local`, sender) into the
-  // caller's buffer (`dst`, receiver), nothing else: it may go single copy
-  // over a connection that offers it (DirectCopy::minBytes).  Set by the plans of
-  // both ends alike, so both know a direct header comes first.
+  // caller's buffer (`dst`, receiver), nothing else, or one the receiver
+  // reduces into `dst` (a 2-rank reduce: the sender's step feedsReduce): it
+  // may go single copy over a connection that offers it
+  // (DirectCopy::minBytes), a reduced one only out of mapped host memory.
+  // Set by the plans of both ends alike, so both know a direct header comes
+  // first.
   bool direct = false;
   // A receive of the peer's descriptor alone that need not hold up its
   // operation (a rooted collective's check that the ranks it only sends to

@@ -27,7 +27,7 @@ Torch tensors go through their numpy views (t.numpy(), CPU, contiguous).
 
 Host memory the ranks of one host map from each other (ternMemAlloc): a large
 send/recv, all-to-all, gather, scatter or 2-rank broadcast out of it is one copy
-instead of two:
+instead of two, and a 2-rank reduce's root reduces straight out of it:
 
     x = np.frombuffer(tern.SharedBuffer(n * 4), np.float32)   # or torch.frombuffer(..., dtype=)
 """
