@@ -29,6 +29,7 @@ using namespace terntest;
 namespace {
 
 constexpr size_t kThreshold = 128 << 10;  // direct_transfer.cc's kSharedHostMin (above TERN_SHM_IPC)
+constexpr size_t kMappedReduceMax = 512 << 10;  // and its kMappedReduceMax
 
 uint8_t byteOf(int from, int to, size_t i) { return static_cast<uint8_t>(from * 29 + to * 5 + i % 253); }
 
@@ -141,11 +142,12 @@ INSTANTIATE_TEST_SUITE_P(Shm, SharedHost, ::testing::Values(2, 3),
 
 // A 2-rank reduce whose sender's buffer is shared: the root reduces
 // straight out of the mapping (the bytes counted there), with every op,
-// from either root, in place at the root too; below the threshold it
-// streams.
+// from either root, in place at the root too; below the threshold and
+// above kMappedReduceMax it streams.
 int reduceBody(RankCtx& ctx) {
   ternComm_t comm = ctx.comm(0);
-  for (size_t count : {kThreshold / 4 - 1, kThreshold / 4, size_t(5 << 18) + 7}) {
+  for (size_t count : {kThreshold / 4 - 1, kThreshold / 4, kMappedReduceMax / 4, kMappedReduceMax / 4 + 1,
+                       size_t(5 << 18) + 7}) {
     Shared src(count * 4), dst(count * 4);
     auto* in = reinterpret_cast<float*>(src.p);
     auto* out = reinterpret_cast<float*>(dst.p);
@@ -157,8 +159,8 @@ int reduceBody(RankCtx& ctx) {
           const uint64_t before = ipcBytes();
           if (ternReduce(in, res, count, ternFloat32, op, root, comm, nullptr) != ternSuccess)
             return failf(ctx, "reduce of %zu: %s", count, ternGetLastError(comm));
-          const uint64_t got = ipcBytes() - before,
-                         want = ctx.rank == root && count * 4 >= kThreshold ? count * 4 : 0;
+          const bool mapped = count * 4 >= kThreshold && count * 4 <= kMappedReduceMax;
+          const uint64_t got = ipcBytes() - before, want = ctx.rank == root && mapped ? count * 4 : 0;
           if (got != want)
             return failf(ctx, "reduce of %zu floats to %d: %llu bytes reduced out of a mapping, want %llu",
                          count, root, (unsigned long long)got, (unsigned long long)want);

@@ -202,7 +202,7 @@ ternResult_t ternRedOpDestroy(ternRedOp_t op, ternComm_t comm);
  * scatter or 2-rank broadcast of at least 128 KiB (and TERN_SHM_IPC bytes)
  * from such a buffer to a rank on the same host is one copy, the receiver's,
  * instead of two through the shared fifo; a 2-rank reduce's root reduces
- * straight out of the other rank's such buffer.  Any buffer may be passed to any
+ * straight out of the other rank's such buffer (up to 512 KiB).  Any buffer may be passed to any
  * call either way; only where a sender's buffer lies in one allocation does
  * it count.  The memory is page-aligned, zeroed and shared (a memfd); free it
  * with ternMemFree (NULL is a no-op).  Bad arguments, or a pointer ternMemAlloc

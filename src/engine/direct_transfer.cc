@@ -41,12 +41,18 @@ bool offers(size_t min, size_t bytes) { return min > 0 && bytes >= min; }
 // perf/RESULTS.md, "2026-12-06: host memory the peers map").
 constexpr uint32_t kWait = ~0u;
 constexpr size_t kSharedHostMin = 128 << 10;
-// A step its receiver reduces goes only mapped out of host memory: the
+// A step its receiver reduces goes only mapped out of host memory (the
 // receiver reduces straight out of the mapping, where a process_vm_readv
-// read or a device copy would need a buffer to land in first.
+// read or a device copy would need a buffer to land in first), and only up
+// to kMappedReduceMax: above it the fifo's pipeline, the sender copying
+// while the root reduces, is faster than the root reading the whole buffer
+// alone (a 2-rank reduce 1.22-1.27x faster mapped at 128-512 KiB, 0.97x at
+// 1 MiB, 0.81x at 8 MiB; perf/RESULTS.md, "2026-12-06: host memory the
+// peers map").
+constexpr size_t kMappedReduceMax = 512 << 10;
 uint32_t directMode(const MemOps& mem, const Step& s) {
   const bool host = mem.type() == MemType::Host;
-  if (s.feedsReduce && !host) return 0;
+  if (s.feedsReduce && (!host || s.bytes > kMappedReduceMax)) return 0;
   const uint32_t otherwise = host && !s.feedsReduce && offers(s.out->direct->hostMinBytes(), s.bytes) ? 1 : 0;
   if (!offers(s.out->direct->ipcMinBytes(), s.bytes) || (host && s.bytes < kSharedHostMin)) return otherwise;
   IpcHandle h;
