@@ -3,7 +3,7 @@
 // instead of the fifo's two, with single copy through process_vm_readv off
 // (its default).  Checked here: bad arguments are clear errors; the data is
 // right on both sides of the threshold for send/recv, all-to-all, gather,
-// scatter and the 2-rank broadcast, whatever the receiver's buffer is, and
+// scatter and the 2-rank broadcast and allgather, whatever the receiver's buffer is, and
 // a 2-rank reduce's root reduces straight out of the sender's mapping; the
 // bytes really went that way (the process's IPC counter); a sender that
 // frees and allocates afresh does not leave its old allocations mapped in
@@ -43,6 +43,12 @@ struct Shared {
 };
 
 uint64_t ipcBytes() { return tern::deviceTraffic().ipc; }
+
+// Two ranks over shared memory with TERN_TIMEOUT at `timeout` seconds: every
+// rank's body must return 0 within a minute.
+void twoRanks(const char* timeout, const Body& body) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm", {{"TERN_TIMEOUT", timeout}}), body, 1, 60));
+}
 
 TEST(SharedHostMemory, BadArgumentsAreClearErrors) {
   void* p = nullptr;
@@ -104,6 +110,10 @@ int exchange(RankCtx& ctx, ternComm_t comm, size_t bytes, uint64_t* viaMap) {
   if (ternBroadcast(all.p, in, bytes, ternUint8, n - 1, comm, nullptr) != ternSuccess)
     return failf(ctx, "broadcast: %s", ternGetLastError(comm));
   if (check("broadcast", n - 1, in, 0)) return 1;
+  if (ternAllGather(all.p + me * bytes, in, bytes, ternUint8, comm, nullptr) != ternSuccess)
+    return failf(ctx, "allgather: %s", ternGetLastError(comm));
+  for (int p = 0; p < n; ++p)
+    if (check("allgather", p, in + p * bytes, p)) return 1;
   *viaMap = ipcBytes() - before;
   return 0;
 }
@@ -111,10 +121,11 @@ int exchange(RankCtx& ctx, ternComm_t comm, size_t bytes, uint64_t* viaMap) {
 // What `exchange` moves into rank r out of peers' mappings at a size at or
 // above the threshold: a send and an all-to-all block from each peer, the
 // gather's blocks at rank 0, the scatter's block from the last rank, and
-// at 2 ranks the broadcast (a ring of more forwards on the way).
+// at 2 ranks the broadcast and the allgather's block (rings of more forward
+// on the way).
 uint64_t mappedInto(int r, int n, size_t bytes) {
-  uint64_t blocks =
-      2 * (n - 1) + (r == 0 ? n - 1 : 0) + (r != n - 1 ? 1 : 0) + (n == 2 && r != n - 1 ? 1 : 0);
+  uint64_t blocks = 2 * (n - 1) + (r == 0 ? n - 1 : 0) + (r != n - 1 ? 1 : 0) +
+                    (n == 2 && r != n - 1 ? 1 : 0) + (n == 2 ? 1 : 0);
   return blocks * bytes;
 }
 
@@ -185,20 +196,17 @@ TEST(SharedHostReduce, TheRootReducesStraightOutOfTheSendersAllocation) {
 // goes the other way beside the transfer, makes both fail at once with
 // ternInvalidUsage, not at the timeout (20 s).
 TEST(SharedHostReduce, RanksThatNameDifferentRootsFailAtOnce) {
-  expectAllRanksOk(runRanks(
-      2, transportEnv("shm", {{"TERN_TIMEOUT", "20"}}),
-      [](RankCtx& ctx) {
-        ternComm_t comm = ctx.comm(0);
-        constexpr size_t kCount = 1 << 20;
-        Shared src(kCount * 4), dst(kCount * 4);
-        auto t0 = std::chrono::steady_clock::now();
-        ternResult_t r = ternReduce(src.p, dst.p, kCount, ternFloat32, ternSum, 1 - ctx.rank, comm, nullptr);
-        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (r != ternInvalidUsage) return failf(ctx, "got %s, want ternInvalidUsage", ternGetErrorString(r));
-        if (s > 5) return failf(ctx, "the mismatch took %.1f s", s);
-        return 0;
-      },
-      1, 60));
+  twoRanks("20", [](RankCtx& ctx) {
+    ternComm_t comm = ctx.comm(0);
+    constexpr size_t kCount = 1 << 20;
+    Shared src(kCount * 4), dst(kCount * 4);
+    auto t0 = std::chrono::steady_clock::now();
+    ternResult_t r = ternReduce(src.p, dst.p, kCount, ternFloat32, ternSum, 1 - ctx.rank, comm, nullptr);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r != ternInvalidUsage) return failf(ctx, "got %s, want ternInvalidUsage", ternGetErrorString(r));
+    if (s > 5) return failf(ctx, "the mismatch took %.1f s", s);
+    return 0;
+  });
 }
 
 // Mappings of tern-host memfds in this process.
@@ -278,32 +286,29 @@ TEST(SharedHostFaults, SenderDiesBeforeItsBufferIsRead) {
 // changes it; the receiver, which maps it later, must not take those bytes
 // for the message.
 TEST(SharedHostFaults, AbortedSenderIsNotReadAsValid) {
-  expectAllRanksOk(runRanks(
-      2, transportEnv("shm", {{"TERN_TIMEOUT", "4"}}),
-      [](RankCtx& ctx) {
-        ternComm_t comm = ctx.comm(0);
-        constexpr size_t kBytes = 16 << 20;
-        Shared buf(kBytes);
-        memset(buf.p, 1, kBytes);
-        if (ctx.rank == 1) {
-          ternRequest_t req = nullptr;
-          ternGroupStart();
-          ternSend(buf.p, kBytes, ternUint8, 0, comm, nullptr);
-          if (ternGroupEndAsync(&req) != ternSuccess) return failf(ctx, "async send not issued");
-          usleep(200000);  // the progress thread has posted the buffer
-          if (ternCommAbort(comm) != ternSuccess) return failf(ctx, "abort failed");
-          memset(buf.p, 0xee, kBytes);  // the caller's again
-          usleep(1500000);              // alive (mappable) while rank 0 reads
-          return 0;
-        }
-        usleep(500000);
-        ternResult_t r = ternRecv(buf.p, kBytes, ternUint8, 1, comm, nullptr);
-        if (r == ternSuccess)
-          return failf(ctx, "received from an aborted sender as if valid (first byte %d)", buf.p[0]);
-        fprintf(stderr, "[rank 0] %s: %s\n", ternGetErrorString(r), ternGetLastError(comm));
-        return 0;
-      },
-      1, 60));
+  twoRanks("4", [](RankCtx& ctx) {
+    ternComm_t comm = ctx.comm(0);
+    constexpr size_t kBytes = 16 << 20;
+    Shared buf(kBytes);
+    memset(buf.p, 1, kBytes);
+    if (ctx.rank == 1) {
+      ternRequest_t req = nullptr;
+      ternGroupStart();
+      ternSend(buf.p, kBytes, ternUint8, 0, comm, nullptr);
+      if (ternGroupEndAsync(&req) != ternSuccess) return failf(ctx, "async send not issued");
+      usleep(200000);  // the progress thread has posted the buffer
+      if (ternCommAbort(comm) != ternSuccess) return failf(ctx, "abort failed");
+      memset(buf.p, 0xee, kBytes);  // the caller's again
+      usleep(1500000);              // alive (mappable) while rank 0 reads
+      return 0;
+    }
+    usleep(500000);
+    ternResult_t r = ternRecv(buf.p, kBytes, ternUint8, 1, comm, nullptr);
+    if (r == ternSuccess)
+      return failf(ctx, "received from an aborted sender as if valid (first byte %d)", buf.p[0]);
+    fprintf(stderr, "[rank 0] %s: %s\n", ternGetErrorString(r), ternGetLastError(comm));
+    return 0;
+  });
 }
 
 }  // namespace

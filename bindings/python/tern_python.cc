@@ -510,10 +510,10 @@ class Error(RuntimeError):
   m.def("group_end", [] { call(nullptr, [] { return ternGroupEnd(); }); });
 
   // Host memory from ternMemAlloc, as a buffer (np.frombuffer(b, np.float32),
-  // torch.frombuffer): a send/recv, all-to-all, gather, scatter or 2-rank
-  // broadcast of at least 128 KiB out of it to a rank on this host is one
-  // copy instead of two (a 2-rank reduce's root reduces out of it).  Freed
-  // with the last view of it.
+  // torch.frombuffer): a send/recv, all-to-all, gather or scatter, or a
+  // 2-rank broadcast or allgather, of at least 128 KiB out of it to a rank on
+  // this host is one copy instead of two (a 2-rank reduce's root reduces out
+  // of it).  Freed with the last view of it.
   py::class_<SharedBuffer>(
       m, "SharedBuffer", py::buffer_protocol(),
       "SharedBuffer(nbytes): zeroed host memory peers on this host can map (ternMemAlloc)")
