@@ -75,8 +75,7 @@ int exchange(RankCtx& ctx, ternComm_t comm, size_t bytes) {
     return failf(ctx, "broadcast of %zu bytes failed: %s", bytes, ternGetLastError(comm));
   for (size_t i = 0; i < bytes; ++i)
     if (bc[i] != byteOf(n - 1, 0, i)) return failf(ctx, "broadcast %zu bytes: byte %zu is %d", bytes, i, bc[i]);
-  // An allgather, in place (a ring through the fifo, but a pair of
-  // transfers at 2 ranks from 128 KiB blocks).
+  // An allgather, in place (a ring at every size: through the fifo).
   for (int p = 0; p < n; ++p)
     for (size_t i = 0; i < bytes; ++i) got[p * bytes + i] = p == me ? byteOf(me, me, i) : 0;
   if (ternAllGather(got.data() + me * bytes, got.data(), bytes, ternUint8, comm, nullptr) != ternSuccess)
@@ -107,12 +106,8 @@ long directReads(int r, int n, bool zeroOff) {
   return k;
 }
 
-// The two sizes at or above the threshold: directReads() each, and at 2
-// ranks the larger one's allgather block (a pair of transfers from 128 KiB
-// blocks, collectives/allgather.cc).
-long directReadsBothSizes(int r, int n, bool zeroOff) {
-  return 2 * directReads(r, n, zeroOff) + (n == 2 && !zeroOff ? 1 : 0);
-}
+// The two sizes at or above the threshold: directReads() each.
+long directReadsBothSizes(int r, int n, bool zeroOff) { return 2 * directReads(r, n, zeroOff); }
 
 // Runs `exchange` at sizes around the threshold with this rank's log in a
 // file; returns how many transfers the log says went single copy (-1 on

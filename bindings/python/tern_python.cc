@@ -511,7 +511,7 @@ class Error(RuntimeError):
 
   // Host memory from ternMemAlloc, as a buffer (np.frombuffer(b, np.float32),
   // torch.frombuffer): a send/recv, all-to-all, gather or scatter, or a
-  // 2-rank broadcast or allgather, of at least 128 KiB out of it to a rank on
+  // 2-rank broadcast, of at least 128 KiB out of it to a rank on
   // this host is one copy instead of two (a 2-rank reduce's root reduces out
   // of it).  Freed with the last view of it.
   py::class_<SharedBuffer>(

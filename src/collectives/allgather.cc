@@ -1,23 +1,14 @@
 // Ring allgather: each rank's block travels N-1 hops; chunked so blocks flow
-// on while they arrive.  The ring at every rank count and size, but for two
-// ranks with blocks of at least kPairFromBytes: there each rank's block
-// makes one hop, so the plan is a send to and a receive from the other rank
-// as programs of their own, plain transfers (Step::direct) that go one copy
-// out of a ternMemAlloc buffer.  In the slow phase, through the fifo, the
-// pair form ran at 0.91-1.03x the ring's speed (medians of two runs at
-// 128 KiB-8 MiB blocks), mapped 1.35-1.44x from 512 KiB blocks (perf/RESULTS.md,
-// "2026-12-06: host memory the peers map").  Below kPairFromBytes nothing
-// would go mapped.
+// on while they arrive.  The ring at every size and rank count: a pair form
+// (a send to and a receive from each peer, programs of their own that may go
+// single copy) took 1.09-1.18x the ring's time through the fifo at 2 ranks,
+// 0.99-1.18x at 4 on one host, and about twice it single copy
+// (perf/RESULTS.md, 2026-12-01).
 #include <algorithm>
 
 #include "collectives/collectives.h"
-#include "collectives/transfers.h"
 
 namespace tern {
-
-namespace {
-constexpr size_t kPairFromBytes = 128 << 10;  // direct_transfer.cc's kSharedHostMin
-}  // namespace
 
 void planAllGatherRing(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph) {
   const int n = x.nranks, r = x.pos();
@@ -28,13 +19,6 @@ void planAllGatherRing(const PlanCtx& x, const void* src, void* dst, size_t byte
   auto block = [&](int k) { return d + static_cast<size_t>(x.rankAt(k)) * bytesPerRank; };
   if (n == 1) {
     if (s != d) x.mem->copy(d, s, bytesPerRank);
-    return;
-  }
-  if (n == 2 && bytesPerRank >= kPairFromBytes) {  // the pair form (see above)
-    Transfers t(ph, false);
-    t.send(x.next(), s, bytesPerRank);
-    t.recv(x.prev(), block(r + 1), bytesPerRank);
-    t.local(s, block(r), bytesPerRank);
     return;
   }
   Conn* in = x.prev();
