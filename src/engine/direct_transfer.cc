@@ -55,6 +55,11 @@ uint32_t directMode(const MemOps& mem, const Step& s) {
   if (s.feedsReduce && (!host || s.bytes > kMappedReduceMax)) return 0;
   const uint32_t otherwise = host && !s.feedsReduce && offers(s.out->direct->hostMinBytes(), s.bytes) ? 1 : 0;
   if (!offers(s.out->direct->ipcMinBytes(), s.bytes) || (host && s.bytes < kSharedHostMin)) return otherwise;
+  // The handle's slot is asked before a device export (a driver call each
+  // time it is asked) and after a host one (a lookup: a host buffer that is
+  // not shared never waits for the slot).
+  const bool slotBusy = s.out->direct->acked() < marks(s.out).directPosted;
+  if (!host && slotBusy) return kWait;
   IpcHandle h;
   uint64_t offset;
   if (!mem.ipcExport(s.local, &h, &offset)) {
@@ -62,7 +67,7 @@ uint32_t directMode(const MemOps& mem, const Step& s) {
       notePath(s.out, kPathNoExport, "device buffer cannot be exported over IPC: staged through host memory");
     return otherwise;
   }
-  if (s.out->direct->acked() < marks(s.out).directPosted) return kWait;
+  if (slotBusy) return kWait;
   s.out->direct->ipcPost(h, offset);
   return 2;
 }
