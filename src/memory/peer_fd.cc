@@ -4,8 +4,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cstdio>
-
 namespace tern {
 
 int peerFd(int64_t pid, int fd) {
@@ -15,9 +13,11 @@ int peerFd(int64_t pid, int fd) {
     close(pfd);
     if (got >= 0) return got;
   }
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%lld/fd/%d", static_cast<long long>(pid), fd);
-  return open(path, O_RDWR | O_CLOEXEC);
+  return open(peerFdPath(pid, fd).c_str(), O_RDWR | O_CLOEXEC);
+}
+
+std::string peerFdPath(int64_t pid, int fd) {
+  return "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
 }
 
 }  // namespace tern

@@ -3,6 +3,7 @@
 // host memory from ternMemAlloc).
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace tern {
 
@@ -10,5 +11,7 @@ namespace tern {
 // the peer's /proc entry.  -1 with errno set when neither works (the
 // process is gone, or this one may not look at it).
 int peerFd(int64_t pid, int fd);
+// That descriptor's /proc entry ("/proc/<pid>/fd/<fd>").
+std::string peerFdPath(int64_t pid, int fd);
 
 }  // namespace tern

@@ -157,12 +157,8 @@ void close(const IpcHandle& h, void* base) { munmap(base, pages(h.size)); }
 bool stale(const IpcHandle& h) {
   if (h.type != static_cast<uint32_t>(MemType::Host)) return false;
   const HostHandle hh = handleOf(h);
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%lld/fd/%d", static_cast<long long>(hh.pid), hh.fd);
   struct stat st;
-  return stat(path, &st) != 0 || static_cast<uint64_t>(st.st_ino) != hh.ino;
+  return stat(peerFdPath(hh.pid, hh.fd).c_str(), &st) != 0 || static_cast<uint64_t>(st.st_ino) != hh.ino;
 }
-
-size_t liveAllocations() { return gLive.load(std::memory_order_relaxed); }
 
 }  // namespace tern::shared_host

@@ -36,7 +36,4 @@ void close(const IpcHandle& h, void* base);
 // since (or an exporter that has exited): its mapping only holds memory.
 bool stale(const IpcHandle& h);
 
-// Allocations made here and not freed (tests).
-size_t liveAllocations();
-
 }  // namespace tern::shared_host

@@ -57,8 +57,8 @@ struct LevelConns {
 // buffer is of the other kind, IPC failed) and the payload streams after
 // all.  Host buffers are read with process_vm_readv from hostMinBytes(),
 // device buffers and host ones from ternMemAlloc over IPC (memory/ipc.h)
-// from ipcMinBytes(); minBytes() is the smaller of those that are on.  Both ends of a connection agree on all
-// three when it opens (0: never).
+// from ipcMinBytes(); minBytes() is the smaller of those that are on.  Both
+// ends of a connection agree on all three when it opens (0: never).
 class DirectCopy {
  public:
   virtual ~DirectCopy() = default;
