@@ -3,7 +3,7 @@
 // instead of the fifo's two, with single copy through process_vm_readv off
 // (its default).  Checked here: bad arguments are clear errors; the data is
 // right on both sides of the threshold for send/recv, all-to-all, gather,
-// scatter, the 2-rank broadcast and (through the fifo) allgather, whatever
+// scatter, the 2-rank broadcast and allgather (a pair of transfers), whatever
 // the receiver's buffer is, and a 2-rank reduce's root reduces straight out
 // of the sender's mapping; the bytes really went that way (the process's IPC counter); a sender that
 // frees and allocates afresh does not leave its old allocations mapped in
@@ -121,11 +121,11 @@ int exchange(RankCtx& ctx, ternComm_t comm, size_t bytes, uint64_t* viaMap) {
 // What `exchange` moves into rank r out of peers' mappings at a size at or
 // above the threshold: a send and an all-to-all block from each peer, the
 // gather's blocks at rank 0, the scatter's block from the last rank, and
-// at 2 ranks the broadcast (a ring of more forwards on the way); the
-// allgather is a ring through the fifo at every size.
+// at 2 ranks the broadcast and the allgather's block (rings of more forward
+// on the way).
 uint64_t mappedInto(int r, int n, size_t bytes) {
-  uint64_t blocks =
-      2 * (n - 1) + (r == 0 ? n - 1 : 0) + (r != n - 1 ? 1 : 0) + (n == 2 && r != n - 1 ? 1 : 0);
+  uint64_t blocks = 2 * (n - 1) + (r == 0 ? n - 1 : 0) + (r != n - 1 ? 1 : 0) +
+                    (n == 2 && r != n - 1 ? 1 : 0) + (n == 2 ? 1 : 0);
   return blocks * bytes;
 }
 

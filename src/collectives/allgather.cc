@@ -1,14 +1,35 @@
 // Ring allgather: each rank's block travels N-1 hops; chunked so blocks flow
-// on while they arrive.  The ring at every size and rank count: a pair form
-// (a send to and a receive from each peer, programs of their own that may go
-// single copy) took 1.09-1.18x the ring's time through the fifo at 2 ranks,
-// 0.99-1.18x at 4 on one host, and about twice it single copy
-// (perf/RESULTS.md, 2026-12-01).
+// on while they arrive.  Two ranks with blocks of at least kPairFromBytes are
+// a pair of transfers instead: each block makes one hop, so the plan is a
+// send to and a receive from the other rank, programs of their own, plain
+// transfers (Step::direct) that go one copy out of a ternMemAlloc buffer.
+// The send copies its block into this rank's own slot as it streams, or,
+// while the receiver reads the mapping, beside it (direct_transfer.cc).
+// So through the fifo it copies what the ring copies: it ran at 0.97-1.05x
+// the ring's speed (medians, slow phase; 0.91-1.03x while its own copy was
+// a pass of its own), and 1.31-1.42x mapped from 512 KiB blocks
+// (perf/RESULTS.md, "2026-12-06: the 2-rank allgather as a pair of
+// transfers").
 #include <algorithm>
 
 #include "collectives/collectives.h"
 
 namespace tern {
+
+namespace {
+constexpr size_t kPairFromBytes = 128 << 10;  // direct_transfer.cc's kSharedHostMin
+
+// The pair form: a send of this rank's block (copied into its own slot on
+// the way) and a receive of the other's, each a program.
+void planAllGatherPair(const PlanCtx& x, const char* s, char* mine, char* theirs, size_t bytes, Phase* ph) {
+  ph->progs.resize(2);
+  Step send{nullptr, x.next(), s, mine != s ? mine : nullptr, bytes};
+  Step recv{x.prev(), nullptr, nullptr, theirs, bytes};
+  send.direct = recv.direct = true;
+  ph->progs[0].add(send);
+  ph->progs[1].add(recv);
+}
+}  // namespace
 
 void planAllGatherRing(const PlanCtx& x, const void* src, void* dst, size_t bytesPerRank, Phase* ph) {
   const int n = x.nranks, r = x.pos();
@@ -21,6 +42,8 @@ void planAllGatherRing(const PlanCtx& x, const void* src, void* dst, size_t byte
     if (s != d) x.mem->copy(d, s, bytesPerRank);
     return;
   }
+  if (n == 2 && bytesPerRank >= kPairFromBytes)
+    return planAllGatherPair(x, s, block(r), block(r + 1), bytesPerRank, ph);
   Conn* in = x.prev();
   Conn* out = x.next();
   ph->progs.resize(1);

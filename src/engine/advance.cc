@@ -49,6 +49,7 @@ void layout(Operation& op, Program& p, const Step& s) {
   if (s.out) lay(p.out, s.out, s.out->sendPos(), op.greetedOutTo(s.out), s, s.outUnit);
   p.started = true;
   p.directNow = false;
+  p.ownCopied = 0;
   p.ipcSrc = nullptr;
   p.ipcInFlight = false;
 }

@@ -191,7 +191,17 @@ ternResult_t directPayload(const MemOps& mem, Program& p, const Step& s, const R
                            size_t limit, size_t* units, bool* moved) {
   *units = 0;
   if (s.out) {
-    if (s.out->direct->acked() < p.ticket) return ternSuccess;
+    // Its own copy (Step::dst) while the receiver reads: both cores copy.
+    const bool own = s.dst && s.dst != s.local;
+    if (own && p.ownCopied < s.bytes) {
+      const size_t n = std::min(s.bytes - p.ownCopied, limit);
+      mem.copy(s.dst + p.ownCopied, s.local + p.ownCopied, n);
+      p.ownCopied += n;
+      if (mem.async()) p.fence = mem.fence();
+      *moved = true;
+      return ternSuccess;
+    }
+    if (s.out->direct->acked() < p.ticket || (own && mem.async() && !mem.done(p.fence))) return ternSuccess;
     *moved = true;
     if (s.out->direct->declined(p.ticket)) {
       p.directNow = false;

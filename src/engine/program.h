@@ -54,7 +54,9 @@ struct Step {
   // 64-byte line, and a power of two keeps steps.size() a shift on the
   // small path, where dividing by 72 cost ~25 instructions a call.)
   // A plain transfer from the caller's buffer (`local`, sender) into the
-  // caller's buffer (`dst`, receiver), nothing else, or one the receiver
+  // caller's buffer (`dst`, receiver), nothing else (but that a send may
+  // copy its source into its own `dst` on the way: a 2-rank allgather's own
+  // block, copied while the receiver reads if it goes single copy), or one the receiver
   // reduces into `dst` (a 2-rank reduce: the sender's step feedsReduce): it
   // may go single copy over a connection that offers it
   // (DirectCopy::minBytes), a reduced one only out of mapped host memory.
@@ -128,6 +130,9 @@ struct Program {
   // has read up to `ticket` on the connection; the receiver reads at peerAddr.
   bool directNow = false;
   uint64_t ticket = 0, peerAddr = 0;
+  // A direct send that also copies its source to `dst` (a 2-rank allgather's
+  // own block): bytes of that copy done while the receiver reads.
+  size_t ownCopied = 0;
   // Receiver over IPC: the sender's buffer mapped here, and whether the
   // device copy out of it is enqueued (done at `fence`).
   const char* ipcSrc = nullptr;
