@@ -30,6 +30,7 @@ namespace {
 
 constexpr size_t kThreshold = 128 << 10;  // direct_transfer.cc's kSharedHostMin (above TERN_SHM_IPC)
 constexpr size_t kMappedReduceMax = 512 << 10;  // and its kMappedReduceMax
+constexpr size_t kPairFrom = 256 << 10;         // collectives/allgather.cc's kPairFromBytes
 
 uint8_t byteOf(int from, int to, size_t i) { return static_cast<uint8_t>(from * 29 + to * 5 + i % 253); }
 
@@ -121,11 +122,11 @@ int exchange(RankCtx& ctx, ternComm_t comm, size_t bytes, uint64_t* viaMap) {
 // What `exchange` moves into rank r out of peers' mappings at a size at or
 // above the threshold: a send and an all-to-all block from each peer, the
 // gather's blocks at rank 0, the scatter's block from the last rank, and
-// at 2 ranks the broadcast and the allgather's block (rings of more forward
-// on the way).
+// at 2 ranks the broadcast and, from kPairFrom, the allgather's block
+// (rings of more forward on the way).
 uint64_t mappedInto(int r, int n, size_t bytes) {
   uint64_t blocks = 2 * (n - 1) + (r == 0 ? n - 1 : 0) + (r != n - 1 ? 1 : 0) +
-                    (n == 2 && r != n - 1 ? 1 : 0) + (n == 2 ? 1 : 0);
+                    (n == 2 && r != n - 1 ? 1 : 0) + (n == 2 && bytes >= kPairFrom ? 1 : 0);
   return blocks * bytes;
 }
 
@@ -135,7 +136,7 @@ TEST_P(SharedHost, LargeTransfersAreOneCopyOutOfTheSendersAllocation) {
   expectAllRanksOk(runRanks(GetParam(), transportEnv("shm"), [](RankCtx& ctx) {
     ternComm_t comm = ctx.comm(0);
     int fails = 0;
-    for (size_t bytes : {kThreshold - 1, kThreshold, size_t(5 << 20) + 3}) {
+    for (size_t bytes : {kThreshold - 1, kThreshold, kPairFrom, size_t(5 << 20) + 3}) {
       uint64_t got = 0;
       fails += exchange(ctx, comm, bytes, &got);
       const uint64_t want = bytes < kThreshold ? 0 : mappedInto(ctx.rank, ctx.nranks, bytes);

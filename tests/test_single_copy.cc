@@ -74,7 +74,7 @@ int exchange(RankCtx& ctx, ternComm_t comm, size_t bytes) {
     return failf(ctx, "broadcast of %zu bytes failed: %s", bytes, ternGetLastError(comm));
   for (size_t i = 0; i < bytes; ++i)
     if (bc[i] != byteOf(n - 1, 0, i)) return failf(ctx, "broadcast %zu bytes: byte %zu is %d", bytes, i, bc[i]);
-  // An allgather, in place (at 2 ranks from 128 KiB blocks a pair of
+  // An allgather, in place (at 2 ranks from 256 KiB blocks a pair of
   // transfers that may go single copy; else a ring through the fifo).
   for (int p = 0; p < n; ++p)
     for (size_t i = 0; i < bytes; ++i) got[p * bytes + i] = p == me ? byteOf(me, me, i) : 0;
@@ -108,7 +108,7 @@ long directReads(int r, int n, bool zeroOff) {
 
 // The two sizes at or above the threshold: directReads() each, and at 2
 // ranks the allgather's block at the larger (a pair of transfers from
-// 128 KiB blocks, collectives/allgather.cc; a ring below).
+// 256 KiB blocks, collectives/allgather.cc; a ring below).
 long directReadsBothSizes(int r, int n, bool zeroOff) {
   const bool pairOn = n == 2 && !zeroOff;
   return 2 * directReads(r, n, zeroOff) + (pairOn ? 1 : 0);

@@ -199,9 +199,10 @@ ternResult_t ternRedOpDestroy(ternRedOp_t op, ternComm_t comm);
 
 /* Host memory that ranks on one host can read from each other, as NCCL's
  * ncclMemAlloc is for device memory: a send/recv, all-to-all, gather or
- * scatter, or a 2-rank broadcast or allgather, of at least 128 KiB (and
- * TERN_SHM_IPC bytes) from such a buffer to a rank on the same host is one
- * copy, the receiver's, instead of two through the shared fifo; a 2-rank
+ * scatter, or a 2-rank broadcast, of at least 128 KiB (and TERN_SHM_IPC
+ * bytes), or a 2-rank allgather's block of at least 256 KiB, from such a
+ * buffer to a rank on the same host is one copy, the receiver's, instead
+ * of two through the shared fifo; a 2-rank
  * reduce's root reduces straight out of the other rank's such buffer (up to
  * 512 KiB).  Any buffer may be passed to any call either way; only where a
  * sender's buffer lies in one allocation does it count.  The memory is

@@ -7,7 +7,7 @@
 // while the receiver reads the mapping, beside it (direct_transfer.cc).
 // So through the fifo it copies what the ring copies: it ran at 0.97-1.05x
 // the ring's speed (medians, slow phase; 0.91-1.03x while its own copy was
-// a pass of its own), and 1.31-1.42x mapped from 512 KiB blocks
+// a pass of its own), and 1.31-1.42x mapped from 256 KiB blocks
 // (perf/RESULTS.md, "2026-12-06: the 2-rank allgather as a pair of
 // transfers").
 #include <algorithm>
@@ -17,7 +17,9 @@
 namespace tern {
 
 namespace {
-constexpr size_t kPairFromBytes = 128 << 10;  // direct_transfer.cc's kSharedHostMin
+// At 128 KiB blocks the pair ran at 0.96-0.97x the ring's speed through the
+// fifo and 0.91-0.94x mapped; from 256 KiB at 1.01x and 1.41x.
+constexpr size_t kPairFromBytes = 256 << 10;
 
 // The pair form: a send of this rank's block (copied into its own slot on
 // the way) and a receive of the other's, each a program.
