@@ -192,6 +192,45 @@ TEST(SharedHostReduce, TheRootReducesStraightOutOfTheSendersAllocation) {
   expectAllRanksOk(runRanks(2, transportEnv("shm"), reduceBody));
 }
 
+// A 2-rank reduce-scatter out of shared buffers: from kPairFrom-byte blocks
+// each rank reduces its block straight out of the other's mapping (the
+// bytes counted there: its block, once), with every op, in place (the
+// result in the input's own block) too; below it the ring streams.
+int reduceScatterBody(RankCtx& ctx) {
+  ternComm_t comm = ctx.comm(0);
+  const int me = ctx.rank;
+  for (size_t count : {kPairFrom / 4 - 1, kPairFrom / 4, size_t(5 << 18) + 7}) {
+    Shared src(2 * count * 4), dst(count * 4);
+    auto* in = reinterpret_cast<float*>(src.p);
+    for (ternRedOp_t op : {ternSum, ternMax, ternAvg})
+      for (bool inPlace : {false, true}) {
+        for (size_t i = 0; i < 2 * count; ++i) in[i] = static_cast<float>((i % 89) * (me + 1));
+        float* res = inPlace ? in + me * count : reinterpret_cast<float*>(dst.p);
+        const uint64_t before = ipcBytes();
+        if (ternReduceScatter(in, res, count, ternFloat32, op, comm, nullptr) != ternSuccess)
+          return failf(ctx, "reduce-scatter of %zu: %s", count, ternGetLastError(comm));
+        const uint64_t got = ipcBytes() - before, want = count * 4 >= kPairFrom ? count * 4 : 0;
+        if (got != want)
+          return failf(ctx,
+                       "reduce-scatter of %zu floats a rank: %llu bytes reduced out of a mapping, want %llu",
+                       count, (unsigned long long)got, (unsigned long long)want);
+        for (size_t i = 0; i < count; ++i) {
+          const float a = static_cast<float>((me * count + i) % 89), b = 2 * a;
+          const float w = op == ternSum ? a + b : op == ternMax ? b : (a + b) / 2;
+          if (res[i] != w)
+            return failf(ctx, "reduce-scatter of %zu, op %d, %s: element %zu is %g, want %g", count, op,
+                         inPlace ? "in place" : "out of place", i, res[i], w);
+        }
+      }
+  }
+  ternCommDestroy(comm);
+  return 0;
+}
+
+TEST(SharedHostReduceScatter, EachRankReducesStraightOutOfTheOthersAllocation) {
+  expectAllRanksOk(runRanks(2, transportEnv("shm"), reduceScatterBody));
+}
+
 // Two ranks that each name the other as a large reduce's root: each would
 // wait for the other to reduce its buffer; the root's descriptor, which
 // goes the other way beside the transfer, makes both fail at once with

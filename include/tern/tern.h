@@ -204,7 +204,8 @@ ternResult_t ternRedOpDestroy(ternRedOp_t op, ternComm_t comm);
  * buffer to a rank on the same host is one copy, the receiver's, instead
  * of two through the shared fifo; a 2-rank
  * reduce's root reduces straight out of the other rank's such buffer (up to
- * 512 KiB).  Any buffer may be passed to any call either way; only where a
+ * 512 KiB), and so does each rank of a 2-rank reduce-scatter (blocks of at
+ * least 256 KiB).  Any buffer may be passed to any call either way; only where a
  * sender's buffer lies in one allocation does it count.  The memory is
  * page-aligned, zeroed and shared (a memfd); free it with ternMemFree (NULL
  * is a no-op).  Bad arguments, or a pointer ternMemAlloc did not return,

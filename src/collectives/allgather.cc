@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "collectives/collectives.h"
+#include "collectives/transfers.h"
 
 namespace tern {
 
@@ -22,14 +23,10 @@ namespace {
 constexpr size_t kPairFromBytes = 256 << 10;
 
 // The pair form: a send of this rank's block (copied into its own slot on
-// the way) and a receive of the other's, each a program.
+// the way) and a receive of the other's.
 void planAllGatherPair(const PlanCtx& x, const char* s, char* mine, char* theirs, size_t bytes, Phase* ph) {
-  ph->progs.resize(2);
-  Step send{nullptr, x.next(), s, mine != s ? mine : nullptr, bytes};
-  Step recv{x.prev(), nullptr, nullptr, theirs, bytes};
-  send.direct = recv.direct = true;
-  ph->progs[0].add(send);
-  ph->progs[1].add(recv);
+  planPair(ph, {nullptr, x.next(), s, mine != s ? mine : nullptr, bytes},
+           {x.prev(), nullptr, nullptr, theirs, bytes});
 }
 }  // namespace
 

@@ -1,5 +1,6 @@
 // Plain transfers between the callers' buffers as a plan's programs: the
-// all-to-all family (alltoall.cc), the two-rank broadcast, and
+// all-to-all family (alltoall.cc), the two-rank broadcast, the two-rank
+// pair forms, and
 // the descriptor a rooted plan would leave unread (greet / hear).
 #pragma once
 #include "engine/program.h"
@@ -9,6 +10,16 @@ namespace tern {
 // Adds a plan's transfers, sends before receives: each its own program, or
 // all in one (`one`: the small-block form).  A zero-byte transfer is the
 // descriptor alone.
+// A 2-rank pair form (allgather.cc, reduce_scatter.cc): a send and a
+// receive as programs of their own, direct steps (both ends plan alike), so
+// either may go one copy, or be reduced straight out of a mapping.
+inline void planPair(Phase* ph, Step send, Step recv) {
+  ph->progs.resize(2);
+  send.direct = recv.direct = true;
+  ph->progs[0].add(send);
+  ph->progs[1].add(recv);
+}
+
 class Transfers {
  public:
   // A fresh phase may hold one empty program whose step storage was kept

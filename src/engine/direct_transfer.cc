@@ -43,17 +43,19 @@ constexpr uint32_t kWait = ~0u;
 constexpr size_t kSharedHostMin = 128 << 10;
 // A step its receiver reduces goes only mapped out of host memory (the
 // receiver reduces straight out of the mapping, where a process_vm_readv
-// read or a device copy would need a buffer to land in first), and only up
-// to kMappedReduceMax: above it the fifo's pipeline, the sender copying
-// while the root reduces, is faster than the root reading the whole buffer
-// alone (a 2-rank reduce 1.22-1.27x faster mapped at 128-512 KiB, 0.97x at
+// read or a device copy would need a buffer to land in first), and a
+// reduce's only up to kMappedReduceMax: above it the fifo's pipeline, the
+// sender copying while the root reduces, is faster than the root reading
+// the whole buffer alone (a reduce-scatter's sender has its own block to
+// reduce meanwhile: Step::mutualReduce) (a 2-rank reduce 1.22-1.27x faster mapped at 128-512 KiB, 0.97x at
 // 1 MiB, 0.81x at 8 MiB; perf/RESULTS.md, "2026-12-06: host memory the
 // peers map").
 constexpr size_t kMappedReduceMax = 512 << 10;
 uint32_t directMode(const MemOps& mem, const Step& s) {
   const bool host = mem.type() == MemType::Host;
-  if (s.feedsReduce && (!host || s.bytes > kMappedReduceMax)) return 0;
-  const uint32_t otherwise = host && !s.feedsReduce && offers(s.out->direct->hostMinBytes(), s.bytes) ? 1 : 0;
+  const bool reduced = s.feedsReduce || s.mutualReduce;
+  if (reduced && (!host || (s.feedsReduce && s.bytes > kMappedReduceMax))) return 0;
+  const uint32_t otherwise = host && !reduced && offers(s.out->direct->hostMinBytes(), s.bytes) ? 1 : 0;
   if (!offers(s.out->direct->ipcMinBytes(), s.bytes) || (host && s.bytes < kSharedHostMin)) return otherwise;
   // The handle's slot is asked before a device export (a driver call each
   // time it is asked) and after a host one (a lookup: a host buffer that is

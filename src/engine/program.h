@@ -78,6 +78,11 @@ struct Step {
   // the copy takes us: the payload goes in small bursts (advance.cc,
   // kFeedBurst) so the reduction starts after the first one, not after 256 KiB.
   bool feedsReduce = false;
+  // The receiver reduces what this step sends while this rank reduces what
+  // that receiver sends it (a 2-rank reduce-scatter's pair): both cores have
+  // work, so the payload goes in full bursts, and out of mapped host memory
+  // at any size (direct_transfer.cc, kMappedReduceMax).
+  bool mutualReduce = false;
   const GroupCodec* codec = nullptr;  // codec step: framed, group-wise
   uint32_t inUnit = 0, outUnit = 0;   // codec step: bytes per group in / out
 };
