@@ -4,8 +4,9 @@
 // (its default).  Checked here: bad arguments are clear errors; the data is
 // right on both sides of the threshold for send/recv, all-to-all, gather,
 // scatter, the 2-rank broadcast and allgather (a pair of transfers), whatever
-// the receiver's buffer is, and a 2-rank reduce's root reduces straight out
-// of the sender's mapping; the bytes really went that way (the process's IPC counter); a sender that
+// the receiver's buffer is, and a 2-rank reduce's root and each rank of a
+// 2-rank reduce-scatter reduce straight out of the other's mapping; the
+// bytes really went that way (the process's IPC counter); a sender that
 // frees and allocates afresh does not leave its old allocations mapped in
 // the receiver; and a sender that dies or aborts while its buffer is posted
 // is an error on the survivor, not a hang and not a wrong message.
@@ -30,7 +31,7 @@ namespace {
 
 constexpr size_t kThreshold = 128 << 10;  // direct_transfer.cc's kSharedHostMin (above TERN_SHM_IPC)
 constexpr size_t kMappedReduceMax = 512 << 10;  // and its kMappedReduceMax
-constexpr size_t kPairFrom = 256 << 10;         // collectives/allgather.cc's kPairFromBytes
+constexpr size_t kPairFrom = 256 << 10;         // collectives/transfers.h's kPairFromBytes
 
 uint8_t byteOf(int from, int to, size_t i) { return static_cast<uint8_t>(from * 29 + to * 5 + i % 253); }
 

@@ -511,9 +511,10 @@ class Error(RuntimeError):
 
   // Host memory from ternMemAlloc, as a buffer (np.frombuffer(b, np.float32),
   // torch.frombuffer): a send/recv, all-to-all, gather or scatter, or a
-  // 2-rank broadcast, of at least 128 KiB out of it to a rank on
-  // this host is one copy instead of two (a 2-rank reduce's root reduces out
-  // of it).  Freed with the last view of it.
+  // 2-rank broadcast, of at least 128 KiB, or a 2-rank allgather's block of
+  // at least 256 KiB, out of it to a rank on this host is one copy instead
+  // of two (a 2-rank reduce's root, and each rank of a 2-rank
+  // reduce-scatter, reduce out of it).  Freed with the last view of it.
   py::class_<SharedBuffer>(
       m, "SharedBuffer", py::buffer_protocol(),
       "SharedBuffer(nbytes): zeroed host memory peers on this host can map (ternMemAlloc)")

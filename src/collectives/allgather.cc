@@ -18,10 +18,6 @@
 namespace tern {
 
 namespace {
-// At 128 KiB blocks the pair ran at 0.96-0.97x the ring's speed through the
-// fifo and 0.91-0.94x mapped; from 256 KiB at 1.01x and 1.41x.
-constexpr size_t kPairFromBytes = 256 << 10;
-
 // The pair form: a send of this rank's block (copied into its own slot on
 // the way) and a receive of the other's.
 void planAllGatherPair(const PlanCtx& x, const char* s, char* mine, char* theirs, size_t bytes, Phase* ph) {

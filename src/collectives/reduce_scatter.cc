@@ -16,10 +16,6 @@
 namespace tern {
 
 namespace {
-// At 128 KiB blocks the pair ran at 0.93x the ring's speed through the fifo
-// (1.51x mapped); from 512 KiB at 1.00-1.16x (1.40-1.64x mapped).
-constexpr size_t kPairFromBytes = 256 << 10;
-
 // The pair form: the other rank's block of this rank's input goes to it,
 // which reduces it into its result, while this rank reduces the other's
 // input's block of this rank into its own.

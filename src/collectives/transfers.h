@@ -7,9 +7,13 @@
 
 namespace tern {
 
-// Adds a plan's transfers, sends before receives: each its own program, or
-// all in one (`one`: the small-block form).  A zero-byte transfer is the
-// descriptor alone.
+// Both 2-rank pair forms start at blocks of kPairFromBytes: at 128 KiB
+// blocks through the fifo the allgather's ran at 0.96-0.97x the ring's
+// speed and the reduce-scatter's at 0.93x; from 256 KiB at 1.01x and
+// 1.00-1.16x (perf/RESULTS.md, "2026-12-06: the 2-rank allgather as a pair
+// of transfers" and "2026-12-06: the 2-rank reduce-scatter as a pair of
+// transfers").
+constexpr size_t kPairFromBytes = 256 << 10;
 // A 2-rank pair form (allgather.cc, reduce_scatter.cc): a send and a
 // receive as programs of their own, direct steps (both ends plan alike), so
 // either may go one copy, or be reduced straight out of a mapping.
@@ -20,6 +24,9 @@ inline void planPair(Phase* ph, Step send, Step recv) {
   ph->progs[1].add(recv);
 }
 
+// Adds a plan's transfers, sends before receives: each its own program, or
+// all in one (`one`: the small-block form).  A zero-byte transfer is the
+// descriptor alone.
 class Transfers {
  public:
   // A fresh phase may hold one empty program whose step storage was kept

@@ -46,10 +46,10 @@ constexpr size_t kSharedHostMin = 128 << 10;
 // read or a device copy would need a buffer to land in first), and a
 // reduce's only up to kMappedReduceMax: above it the fifo's pipeline, the
 // sender copying while the root reduces, is faster than the root reading
-// the whole buffer alone (a reduce-scatter's sender has its own block to
-// reduce meanwhile: Step::mutualReduce) (a 2-rank reduce 1.22-1.27x faster mapped at 128-512 KiB, 0.97x at
-// 1 MiB, 0.81x at 8 MiB; perf/RESULTS.md, "2026-12-06: host memory the
-// peers map").
+// the whole buffer alone (a 2-rank reduce 1.22-1.27x faster mapped at
+// 128-512 KiB, 0.97x at 1 MiB, 0.81x at 8 MiB; perf/RESULTS.md,
+// "2026-12-06: host memory the peers map").  A reduce-scatter's sender has
+// its own block to reduce meanwhile (Step::mutualReduce): no cap.
 constexpr size_t kMappedReduceMax = 512 << 10;
 uint32_t directMode(const MemOps& mem, const Step& s) {
   const bool host = mem.type() == MemType::Host;

@@ -26,8 +26,9 @@ in the background at a priority level, 7 = bulk by default):
 Torch tensors go through their numpy views (t.numpy(), CPU, contiguous).
 
 Host memory the ranks of one host map from each other (ternMemAlloc): a large
-send/recv, all-to-all, gather or scatter, or a 2-rank broadcast or allgather, out of it is one copy instead of two, and a 2-rank reduce's root, or each rank
-of a 2-rank reduce-scatter, reduces straight out of it:
+send/recv, all-to-all, gather or scatter, or a 2-rank broadcast or allgather,
+out of it is one copy instead of two, and a 2-rank reduce's root, or each
+rank of a 2-rank reduce-scatter, reduces straight out of it:
 
     x = np.frombuffer(tern.SharedBuffer(n * 4), np.float32)   # or torch.frombuffer(..., dtype=)
 """
