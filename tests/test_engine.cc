@@ -448,6 +448,15 @@ std::vector<Mismatch> mismatches() {
          return odd ? ternBroadcast(x.data(), x.data(), 1024, ternFloat32, 0, c, nullptr)
                     : ternAllReduce(x.data(), x.data(), 1024, ternFloat32, ternSum, c, nullptr); },
        "broadcast"},
+      // Blocks of 256 KiB: at 2 ranks both are pairs of direct transfers
+      // (collectives/transfers.h, planPair), whose descriptors lead them.
+      {"kind, large blocks", [](ternComm_t c, bool odd, std::vector<float>& x) {
+         constexpr size_t kBlock = 65536;
+         std::vector<float> big(kBlock * 4, 1.0f);
+         return odd ? ternAllGather(x.data(), big.data(), kBlock, ternFloat32, c, nullptr)
+                    : ternReduceScatter(big.data(), x.data(), kBlock, ternFloat32, ternSum, c, nullptr);
+       },
+       "allgather"},
   };
 }
 
