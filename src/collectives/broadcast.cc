@@ -17,8 +17,12 @@
 // over a connection that offers it it goes single copy (Step::direct): the
 // receiver reads the root's buffer, and the root's send is done once it has
 // (two ranks that both think they are the root still fail at once: each
-// hears the other's data while it waits to be read).  The root's own copy (out of place) is a
-// program of its own, made while the receiver reads.
+// hears the other's data while it waits to be read).  Out of place, the
+// send also copies the root's buffer into its result (Step::dst): through
+// the fifo in the same pass over the source, single copy while the
+// receiver reads.  As a program of its own the copy read the source a
+// second time: 1.02-1.25x the time from 512 KiB (perf/RESULTS.md,
+// "2026-12-06: the 2-rank broadcast's own copy in its send").
 #include "collectives/collectives.h"
 #include "collectives/transfers.h"
 
@@ -38,8 +42,7 @@ void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, i
   if (n == 2) {  // one hop: plain transfers (see above)
     Transfers t(ph, false);
     if (pos == 0) {
-      t.send(x.next(), s, bytes);
-      t.local(s, d, bytes);
+      t.sendKeeping(x.next(), s, d, bytes);
       t.hear(x.prev(), bytes);  // the receiver's descriptor
     } else {
       t.recv(x.prev(), d, bytes);

@@ -36,6 +36,11 @@ class Transfers {
     if (one) ph->progs.resize(1);
   }
   void send(Conn* to, const char* src, size_t bytes) { add(nullptr, to, src, nullptr, bytes); }
+  // A send that also copies its source into this rank's `own` buffer on the
+  // way (Step::dst): one pass over the source.
+  void sendKeeping(Conn* to, const char* src, char* own, size_t bytes) {
+    add(nullptr, to, src, own != src ? own : nullptr, bytes);
+  }
   void recv(Conn* from, char* dst, size_t bytes) { add(from, nullptr, nullptr, dst, bytes); }
   // A rooted plan's check that ranks agree on the root: a rank that only
   // receives from a peer greets it (its descriptor alone), and the peer, which
