@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "base/auth.h"
+#include "base/dtype.h"
 #include "base/socket.h"
 #include "codec/half.h"
 #include "engine/drive_token.h"
@@ -448,6 +450,57 @@ TEST(ReduceKernels, OpsAndAverages) {
   reduceKernel(h, h, g, 2, ternFloat16, ternProd, 0);
   EXPECT_EQ(halfToFloat(h[0]), 3.0f);
   EXPECT_EQ(halfToFloat(h[1]), -6.0f);
+}
+
+// Every instruction set's loops give the baseline's bits, for every type
+// and op, at lengths and alignments that leave vector heads and tails, with
+// NaNs, infinities, signed zeros and subnormals among the floats.  A
+// variant that reduced pairs out of order, or rounded a 16-bit float
+// otherwise, fails here.
+TEST(ReduceKernels, EveryInstructionSetGivesTheBaselinesBits) {
+  const HostReduceLoops* base = hostReduceLoops("baseline");
+  ASSERT_NE(base, nullptr);
+  std::vector<const HostReduceLoops*> wide;
+  for (const char* isa : {"avx2", "avx512"})
+    if (const HostReduceLoops* l = hostReduceLoops(isa)) wide.push_back(l);
+  if (wide.empty()) GTEST_SKIP() << "this CPU runs no wider loops than the baseline";
+  EXPECT_EQ(hostReduceLoops("sse9"), nullptr);
+  std::mt19937_64 rng(7);
+  const size_t kMax = 300 * 8 + 64;
+  std::vector<unsigned char> a(kMax), b(kMax), want(kMax), got(kMax);
+  const float specials[] = {NAN, INFINITY, -INFINITY, -0.0f, 1e-40f, -1e-42f, 65504.0f, 3.0e38f};
+  const ternDataType_t types[] = {ternInt8,   ternUint8,   ternInt32,    ternUint32,  ternInt64,
+                                  ternUint64, ternFloat16, ternBfloat16, ternFloat32, ternFloat64};
+  const ternRedOp_t ops[] = {ternSum, ternProd, ternMax, ternMin, ternAvg};
+  for (ternDataType_t dt : types)
+    for (size_t count : {0, 1, 7, 8, 15, 16, 17, 31, 33, 63, 65, 255, 300})
+      for (size_t shift : {0, 1, 4}) {
+        const size_t sz = typeSize(dt), off = shift * sz;
+        for (auto& x : a) x = static_cast<unsigned char>(rng());
+        for (auto& x : b) x = static_cast<unsigned char>(rng());
+        if (dt == ternFloat32)
+          for (size_t i = 0; i < count; i += 5) memcpy(&a[off + i * 4], &specials[i % 8], 4);
+        for (const HostReduceLoops* l : wide) {
+          for (ternRedOp_t op : ops) {
+            const int div = op == ternAvg ? 3 : 0;
+            base->reduce(&want[off], &a[off], &b[off], count, dt, op, div);
+            l->reduce(&got[off], &a[off], &b[off], count, dt, op, div);
+            ASSERT_EQ(memcmp(&want[off], &got[off], count * sz), 0)
+                << l->name << " type " << dt << " op " << op << " count " << count << " shift " << shift;
+          }
+          memcpy(&want[off], &a[off], count * sz);
+          memcpy(&got[off], &a[off], count * sz);
+          base->divide(&want[off], count, dt, 3);
+          l->divide(&got[off], count, dt, 3);
+          ASSERT_EQ(memcmp(&want[off], &got[off], count * sz), 0) << l->name << " divide, type " << dt;
+          base->scale(&want[off], &a[off], count, dt, &b[0]);
+          l->scale(&got[off], &a[off], count, dt, &b[0]);
+          ASSERT_EQ(memcmp(&want[off], &got[off], count * sz), 0) << l->name << " scale, type " << dt;
+        }
+      }
+  // The one in use is one of them.
+  const std::string inUse = hostReduce().name;
+  EXPECT_TRUE(inUse == "baseline" || inUse == "avx2" || inUse == "avx512") << inUse;
 }
 
 TEST(Socket, ParsesAddresses) {

@@ -21,4 +21,17 @@ void divideKernel(void* buf, size_t count, ternDataType_t dt, int divisor);
 // integers wrapping), as NCCL's PreMulSum computes it.
 void scaleKernel(void* dst, const void* src, size_t count, ternDataType_t dt, const void* scalar);
 
+// The loops behind the three above, built for one instruction set
+// ("baseline", "avx2", "avx512"; host_reduce.cc).
+struct HostReduceLoops {
+  const char* name;
+  void (*reduce)(void*, const void*, const void*, size_t, ternDataType_t, ternRedOp_t, int);
+  void (*divide)(void*, size_t, ternDataType_t, int);
+  void (*scale)(void*, const void*, size_t, ternDataType_t, const void*);
+};
+// Those for `isa`, or null where this CPU cannot run them.
+const HostReduceLoops* hostReduceLoops(const char* isa);
+// Those in use: the widest this CPU runs, or TERN_REDUCE_ISA's.
+const HostReduceLoops& hostReduce();
+
 }  // namespace tern
