@@ -7,7 +7,9 @@
 // Needs <cstdint>, tern/tern.h, codec/half.h and memory/reduce_ops.h
 // included first (host_reduce.cc), outside any target pragma: their inline
 // functions are then the default target's, which the compiler may inline
-// into a wider one.
+// into a wider one.  And, in the including namespace,
+// `template <class Op, bool Bcast> size_t halfVector(d, a, b, n, div)`:
+// how many leading IEEE-half elements it reduced (0: none).
 
 // Native types: plain loops the compiler vectorises.  Bcast: b is one
 // element, applied to every a[i] (PreMulSum's scaling).
@@ -21,10 +23,13 @@ void loop(T* d, const T* a, const T* b, size_t n, int div) {
   }
 }
 
-// 16-bit floats: widen, reduce in float, narrow.
+// 16-bit floats: widen, reduce in float, narrow.  IEEE halves go eight at
+// a time through the includer's halfVector (host_reduce.cc: F16C's
+// conversions, where the variant has them) and the rest one by one.
 template <class Op, bool Bcast, float (*Load)(unsigned short), unsigned short (*Store)(float)>
 void loop16(unsigned short* d, const unsigned short* a, const unsigned short* b, size_t n, int div) {
-  for (size_t i = 0; i < n; ++i) d[i] = reduceElem16<Op, Load, Store>(a[i], b[Bcast ? 0 : i], div);
+  size_t i = Load == halfToFloat ? halfVector<Op, Bcast>(d, a, b, n, div) : 0;
+  for (; i < n; ++i) d[i] = reduceElem16<Op, Load, Store>(a[i], b[Bcast ? 0 : i], div);
 }
 
 template <class Op, bool Bcast = false>
