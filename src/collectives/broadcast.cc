@@ -17,12 +17,16 @@
 // over a connection that offers it it goes single copy (Step::direct): the
 // receiver reads the root's buffer, and the root's send is done once it has
 // (two ranks that both think they are the root still fail at once: each
-// hears the other's data while it waits to be read).  Out of place, the
-// send also copies the root's buffer into its result (Step::dst): through
-// the fifo in the same pass over the source, single copy while the
-// receiver reads.  As a program of its own the copy read the source a
-// second time: 1.02-1.25x the time from 512 KiB (perf/RESULTS.md,
-// "2026-12-06: the 2-rank broadcast's own copy in its send").
+// hears the other's data while it waits to be read).  Out of place, while
+// the buffer fits the fifo, the send also copies the root's buffer into its
+// result (Step::dst): through the fifo in the same pass over the source,
+// single copy while the receiver reads.  As a program of its own the copy
+// read the source a second time: 1.02-1.25x the time from 512 KiB
+// (perf/RESULTS.md, "2026-12-06: the 2-rank broadcast's own copy in its
+// send").  A larger buffer makes the root wait for fifo room, and a copy of
+// its own fills those waits: fused, a 16 MiB broadcast took 1.25x the time
+// in the host's fast phase (8 rounds; "2026-12-06: a fast spell, the
+// structure issue's shm cells and the broadcast's own copy").
 #include "collectives/collectives.h"
 #include "collectives/transfers.h"
 
@@ -42,7 +46,12 @@ void planBroadcast(const PlanCtx& x, const void* src, void* dst, size_t bytes, i
   if (n == 2) {  // one hop: plain transfers (see above)
     Transfers t(ph, false);
     if (pos == 0) {
-      t.sendKeeping(x.next(), s, d, bytes);
+      if (bytes <= x.cfg->fifoBytes) {
+        t.sendKeeping(x.next(), s, d, bytes);
+      } else {
+        t.send(x.next(), s, bytes);
+        t.local(s, d, bytes);
+      }
       t.hear(x.prev(), bytes);  // the receiver's descriptor
     } else {
       t.recv(x.prev(), d, bytes);
