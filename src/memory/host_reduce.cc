@@ -5,8 +5,8 @@
 //
 // The library is built for the baseline x86-64 (SSE2), where the compiler
 // vectorises these loops four floats wide.  The receiver of a 2-rank reduce
-// reduces every byte it gets, and at 32-256 KiB that loop was a fifth of
-// the call: built for AVX2 the reduce took 0.74-0.82x the time, for AVX-512
+// reduces every byte it gets, and at 128 KiB that loop held 12% of its
+// samples (waits included): built for AVX2 the reduce took 0.74-0.82x the time, for AVX-512
 // 0.82-0.93x AVX2's (perf/RESULTS.md, "2026-12-06: host reductions as wide
 // as the CPU").  Each element is reduced alone, so every variant gives the
 // same bits.  TERN_REDUCE_ISA=baseline|avx2|avx512 forces one (an A/B, or
