@@ -27,7 +27,7 @@ def series(paths, phase, ranks):
     for path in paths:
         data = json.load(open(path))
         res = data["results"][str(ranks)]
-        coll = data["coll"]
+        coll = data["coll"] + (", send buffers written (-W 1)" if data.get("written") else "")
         for size, cell in res["speedups"].get(phase, {}).items():
             cells.setdefault(coll, {})[int(size)] = cell["ratios"]
         seen = sum(1 for lab in res["phases"] if phase == "all" or lab == phase)

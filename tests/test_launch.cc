@@ -92,6 +92,29 @@ TEST(Launcher, TernrunRunsAPerfBinary) {
   EXPECT_NE(out.find("[0] #  Rank  2 Group"), std::string::npos) << "not 3 ranks: " << out;
 }
 
+// -W 1 (perf/harness/common.cc timedLoop): the send buffer written again
+// before each timed call and the last call's result checked; an in-place
+// allreduce whose input was not restored reads its own sums and fails it.
+TEST(Launcher, PerfBinariesCheckTheirLastCallWithBuffersWrittenBeforeEachCall) {
+  const std::string args = " -b 96 -e 96K -f 32 -w 1 -n 3 -W 1";
+  int st;
+  for (const char* coll : {"all_reduce", "sendrecv", "broadcast"}) {
+    std::string out = run(std::string(TERNRUN) + " -n 3 " + PERF_DIR + "/" + coll + "_perf" + args, &st);
+    EXPECT_EQ(st, 0) << coll << ": " << out;
+    EXPECT_NE(out.find("# -W 1: each call's send buffer written just before it"), std::string::npos) << out;
+    EXPECT_NE(out.find("# Out of bounds values : 0 OK"), std::string::npos) << coll << ": " << out;
+  }
+  ASSERT_EQ(system("command -v mpirun.openmpi >/dev/null"), 0)
+      << "mpirun.openmpi not installed (scripts/install-deps.sh)";
+  std::string out =
+      run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun.openmpi --oversubscribe "
+          "--bind-to none -np 3 " +
+              std::string(PERF_DIR) + "/mpi_all_reduce_perf" + args,
+          &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("# Out of bounds values : 0 OK"), std::string::npos) << out;
+}
+
 TEST(Launcher, TernrunStopsTheOthersAndReturnsTheFailingCode) {
   int st;
   auto t0 = std::chrono::steady_clock::now();

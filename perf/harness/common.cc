@@ -21,7 +21,7 @@ namespace {
 struct Options {
   size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20;
   double stepFactor = 1;
-  int iters = 20, warmup = 5, check = 1, root = 0, average = 1, ternary = 0, registered = 0;
+  int iters = 20, warmup = 5, check = 1, root = 0, average = 1, ternary = 0, registered = 0, written = 0;
   std::vector<ternDataType_t> types{ternFloat32};
   std::vector<ternRedOp_t> ops{ternSum};
 };
@@ -33,7 +33,9 @@ struct Options {
           "       [-w warmup] [-c 0|1] [-d type|all] [-o sum|prod|max|min|avg|all] [-r root]\n"
           "       [-a 0|1|2|3 (time of rank 0|avg|min|max)] [-t 1] [-g 1]\n"
           "       [-T 1 (ternary-compressed allreduce: float/half/bfloat16, sum/avg)]\n"
-          "       [-R 1 (buffers from the library's allocator: ternMemAlloc, MPI_Alloc_mem)]\n",
+          "       [-R 1 (buffers from the library's allocator: ternMemAlloc, MPI_Alloc_mem)]\n"
+          "       [-W 1 (the send buffer written before each call, as a training step writes its\n"
+          "              gradients; a barrier after it; only the calls timed)]\n",
           prog);
   exit(2);
 }
@@ -43,7 +45,7 @@ Options parse(int argc, char** argv) {
   Options o;
   bool factorGiven = false;
   int c;
-  while ((c = getopt(argc, argv, "b:e:i:f:n:w:c:d:o:r:a:t:g:T:R:h")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:i:f:n:w:c:d:o:r:a:t:g:T:R:W:h")) != -1) {
     switch (c) {
       case 'b': o.minBytes = parseSize(optarg, argv[0]); break;
       case 'e': o.maxBytes = parseSize(optarg, argv[0]); break;
@@ -57,6 +59,9 @@ Options parse(int argc, char** argv) {
       case 'T': o.ternary = atoi(optarg); break;
       case 'R':
         o.registered = atoi(optarg);
+        break;
+      case 'W':
+        o.written = atoi(optarg);
         break;
       case 't': case 'g':
         if (atoi(optarg) != 1) usage(argv[0], "one thread and one device per process");
@@ -246,6 +251,39 @@ struct WireMeter {
   }
 };
 
+// The timed loop's seconds per call.  nccl-tests' way (-W 0) calls back to
+// back on buffers nothing writes between calls, so a peer that reads the
+// sender's buffer in place (single copy) finds it in its own cache from the
+// second call on, however far apart the cores are.  A training step writes
+// its gradients before each collective: -W 1 fills the send buffer and
+// writes those bytes again (from a copy) before each call, lines the ranks
+// up with a barrier, and times the calls alone.  The last call's result is
+// then checked as the first one's was (*wrong), which a call that read
+// stale or unwritten input would fail.
+double timedLoop(Backend& b, const CollTest& t, const Options& o, const char* send, char* recv,
+                 const Sizes& s, ternDataType_t dt, ternRedOp_t op, double* wrong) {
+  if (!o.written) {
+    double t0 = now();
+    for (int i = 0; i < o.iters; ++i) PERF_CHECK(b, t.run(b, send, recv, s.count, dt, op, o.root));
+    return (now() - t0) / o.iters;
+  }
+  const int rank = b.rank(), nranks = b.size();
+  t.fill(const_cast<char*>(send), s, dt, op, o.root, rank, nranks);
+  const size_t bytes = s.sendElems * ternTypeSize(dt);
+  std::vector<char> copy(send, send + bytes);
+  double sec = 0;
+  for (int i = 0; i < o.iters; ++i) {
+    memcpy(const_cast<char*>(send), copy.data(), bytes);
+    PERF_CHECK(b, b.barrier());
+    double t0 = now();
+    PERF_CHECK(b, t.run(b, send, recv, s.count, dt, op, o.root));
+    sec += now() - t0;
+  }
+  if (o.check)
+    *wrong += across(b, static_cast<double>(t.check(recv, s, dt, op, o.root, rank, nranks)), ternSum);
+  return sec / o.iters;
+}
+
 int perfMain(int argc, char** argv, const CollTest& test, Backend* backend) {
   Options o = parse(argc, argv);
   if (o.ternary && !test.ternary) usage(argv[0], "-T 1: this collective has no ternary variant");
@@ -270,6 +308,7 @@ int perfMain(int argc, char** argv, const CollTest& test, Backend* backend) {
            "agg iters: 1 validation: %d graph: 0\n",
            o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : (double)o.stepBytes,
            o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check);
+    if (o.written) printf("# -W 1: each call's send buffer written just before it; the calls alone timed\n");
   }
   printDevices(b);
 
@@ -331,10 +370,7 @@ int perfMain(int argc, char** argv, const CollTest& test, Backend* backend) {
           PERF_CHECK(b, b.barrier());
           WireMeter meter;
           if (o.ternary) meter.start(b);
-          double t0 = now();
-          for (int i = 0; i < o.iters; ++i)
-            PERF_CHECK(b, t.run(b, send, recv, s.count, dt, op, o.root));
-          double sec = combineTime(b, (now() - t0) / o.iters, o.average);
+          double sec = combineTime(b, timedLoop(b, t, o, send, recv, s, dt, op, &wrong), o.average);
           if (o.ternary && !inplace) meter.stop(b, o.iters, &wire, &dense);
           double algbw = static_cast<double>(std::max(s.sendElems, s.recvElems) * esz) / 1e9 / sec;
           double busbw = algbw * t.busFactor(nranks);
