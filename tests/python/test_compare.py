@@ -59,6 +59,11 @@ def test_compare_across_namespaces_has_an_openmpi_column(tmp_path):
     # every round carries the host's phase: core_pingpong's one-way ns before and after it
     assert len(res["phase_ns"]) == len(res["rounds"]) and all(0 < ns < 10000 for p in res["phase_ns"] for ns in p)
     assert "core_pingpong one-way ns before/after each round" in r.stdout, r.stdout
+    # and the gap between the host's CPUs (build/perf/cpu_speed: slowest over fastest)
+    assert len(res["cpu_gap"]) == len(res["rounds"]) and all(1.0 <= g < 10 for p in res["cpu_gap"] for g in p), res
+    assert "slowest CPU over fastest (build/perf/cpu_speed) before/after each round" in r.stdout, r.stdout
+    doc = json.loads(js.read_text())
+    assert doc["written"] == 0 and doc["registered"] == 0, doc
 
 
 def test_rounds_split_by_the_hosts_phase(capsys):
