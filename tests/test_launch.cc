@@ -83,6 +83,11 @@ std::string run(const std::string& cmd, int* status) {
   return out;
 }
 
+// OpenMPI's launcher for 3 ranks as root, unbound (as perf/compare runs it).
+const char* const kOpenMpi3 =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun.openmpi --oversubscribe "
+    "--bind-to none -np 3 ";
+
 TEST(Launcher, TernrunRunsAPerfBinary) {
   int st;
   std::string out = run(std::string(TERNRUN) + " -n 3 " + PERF_DIR +
@@ -106,11 +111,7 @@ TEST(Launcher, PerfBinariesCheckTheirLastCallWithBuffersWrittenBeforeEachCall) {
   }
   ASSERT_EQ(system("command -v mpirun.openmpi >/dev/null"), 0)
       << "mpirun.openmpi not installed (scripts/install-deps.sh)";
-  std::string out =
-      run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun.openmpi --oversubscribe "
-          "--bind-to none -np 3 " +
-              std::string(PERF_DIR) + "/mpi_all_reduce_perf" + args,
-          &st);
+  std::string out = run(kOpenMpi3 + std::string(PERF_DIR) + "/mpi_all_reduce_perf" + args, &st);
   EXPECT_EQ(st, 0) << out;
   EXPECT_NE(out.find("# Out of bounds values : 0 OK"), std::string::npos) << out;
 }
@@ -149,10 +150,7 @@ TEST_P(PeerTables, AreCorrect) {
   int st;
   ASSERT_EQ(system("command -v mpirun.openmpi && command -v mpirun.mpich"), 0)
       << "mpirun.openmpi or mpirun.mpich not installed (scripts/install-deps.sh)";
-  const char* mpis[][2] = {
-      {"OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun.openmpi --oversubscribe "
-       "--bind-to none -np 3 ", "/mpi_"},
-      {"mpirun.mpich -np 3 ", "/mpich_"}};
+  const char* mpis[][2] = {{kOpenMpi3, "/mpi_"}, {"mpirun.mpich -np 3 ", "/mpich_"}};
   for (auto& m : mpis) {
     std::string out = run(m[0] + std::string(PERF_DIR) + m[1] + coll + "_perf" + args, &st);
     EXPECT_EQ(st, 0) << m[1] << ": " << out;
